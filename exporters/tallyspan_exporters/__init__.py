@@ -1,0 +1,1 @@
+"""tallyspan's exporters: the embedded SQLite store and the ledger log records."""

@@ -1,0 +1,1 @@
+"""tallyspan's instrumentors: one module or small package per instrumented library."""

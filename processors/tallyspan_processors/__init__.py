@@ -1,0 +1,7 @@
+"""tallyspan's OpenTelemetry span processors: the wrapping chain, the checks and the ledger."""
+
+from tallyspan_processors._enrich import enriched_copy
+from tallyspan_processors._worker import OffThreadProcessor, worker_component
+from tallyspan_processors._wrapping import WrappingProcessor
+
+__all__ = ["OffThreadProcessor", "WrappingProcessor", "enriched_copy", "worker_component"]

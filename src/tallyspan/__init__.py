@@ -1,0 +1,44 @@
+"""tallyspan: OpenTelemetry instrumentation for LLM agents that makes silent failures visible.
+
+Usage::
+
+    import tallyspan
+    tallyspan.instrument(contracts="contracts.yaml")   # the one line
+
+    with tallyspan.stage("weekly_report"):
+        client.chat.completions.create(...)            # a "chat" span, checked against the contract
+"""
+
+from tallyspan._errors import ConfigError, ContractError, Rejected, TallyspanError
+from tallyspan._instrument import DEFAULT_STORE, Instrumentation, instrument, instrumentation, uninstrument
+from tallyspan._selfstats import reset_stats, stats
+from tallyspan._stage import StageInfo, current_stage, stage
+from tallyspan._taxonomy import FAILURE_CLASS_OF, FailureClass, ViolationType
+
+__all__ = [
+    "DEFAULT_STORE",
+    "FAILURE_CLASS_OF",
+    "ConfigError",
+    "ContractError",
+    "FailureClass",
+    "Instrumentation",
+    "Rejected",
+    "StageInfo",
+    "TallyspanError",
+    "ViolationType",
+    "current_stage",
+    "instrument",
+    "instrumentation",
+    "reset_stats",
+    "stage",
+    "stats",
+    "uninstrument",
+]
+
+__version__ = "0.1.0"
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if hasattr(_obj, "__module__") and isinstance(_obj, type | type(instrument)):
+        _obj.__module__ = "tallyspan"
+del _name, _obj

@@ -1,0 +1,122 @@
+"""The ContentBuffer: model output and tool arguments handed from instrumentors to our processors.
+
+Message content is private by default: it is exported as span attributes only when the user opts in.
+The checks still need it, so instrumentors put it here, in process, keyed by span id, and the checks and
+ledger processors take it out when the span ends. The buffer is bounded: when nothing consumes it (no
+processor installed) or a span never ends, the oldest entries are dropped and counted, never leaked.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from tallyspan._selfstats import count
+
+__all__ = [
+    "ContentBuffer",
+    "ModelContent",
+    "ToolCallContent",
+    "ToolContent",
+    "content_buffer",
+]
+
+
+@dataclass(frozen=True)
+class ToolCallContent:
+    """A tool call the model requested in its response."""
+
+    name: str
+    arguments: str
+    """The raw argument text as the model produced it (usually JSON, may be malformed)."""
+    call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelContent:
+    """What a model span produced and was asked, for the checks."""
+
+    output_text: str
+    """The text of the answer (the first choice), reasoning fields excluded."""
+    tool_calls: tuple[ToolCallContent, ...] = ()
+    prompt: str | None = None
+    """The last user message, for the answer_to_other_question check."""
+    reasoning_text: str = ""
+    """Reasoning the provider returned in a separate field (reasoning_content, thinking blocks)."""
+
+
+@dataclass(frozen=True)
+class ToolContent:
+    """What a tool execution was called with and returned, for the ledger."""
+
+    arguments: Mapping[str, Any] | str | None = None
+    result: Any = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+Content = Union[ModelContent, ToolContent]
+
+DEFAULT_MAX_ENTRIES = 4096
+
+
+class ContentBuffer:
+    """A bounded, thread-safe map from span id to the content of that span."""
+
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        self._max_entries = max_entries
+        self._entries: OrderedDict[int, Content] = OrderedDict()
+        self._lock = threading.Lock()
+        self._consumers = 0
+
+    @property
+    def active(self) -> bool:
+        """True while a processor consumes the buffer; instrumentors skip the put otherwise."""
+        return self._consumers > 0
+
+    def add_consumer(self) -> None:
+        """Called by a processor that will pop entries, so instrumentors start filling the buffer."""
+        with self._lock:
+            self._consumers += 1
+
+    def remove_consumer(self) -> None:
+        """Undo :meth:`add_consumer`; the last consumer to go empties the buffer."""
+        with self._lock:
+            self._consumers = max(0, self._consumers - 1)
+            if self._consumers == 0:
+                self._entries.clear()
+
+    def put(self, span_id: int, content: Content) -> None:
+        """Keep ``content`` for the span ``span_id`` until it is popped (no-op with no consumer)."""
+        if not self._consumers:
+            return
+        with self._lock:
+            self._entries[span_id] = content
+            self._entries.move_to_end(span_id)
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
+                count("dropped.content")
+
+    def pop(self, span_id: int) -> Content | None:
+        """Remove and return the content of ``span_id``, or None."""
+        with self._lock:
+            return self._entries.pop(span_id, None)
+
+    def peek(self, span_id: int) -> Content | None:
+        """Return the content of ``span_id`` without removing it, or None."""
+        with self._lock:
+            return self._entries.get(span_id)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+
+_BUFFER = ContentBuffer()
+
+
+def content_buffer() -> ContentBuffer:
+    """Return the process-wide buffer shared by instrumentors and processors."""
+    return _BUFFER

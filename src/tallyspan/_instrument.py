@@ -1,0 +1,305 @@
+"""``tallyspan.instrument()``: the one line. It wires the tracer provider, the processor chain and the
+instrumentors, all found through entry points (the core never imports the plugin packages).
+
+The chain it adds to the tracer provider::
+
+    _Switch ─► OffThreadProcessor ─► ChecksProcessor ─► LedgerProcessor ─┬► BatchSpanProcessor(OTLP)
+                (worker thread)                                          └► store (SQLite)
+
+Each link is made by a factory registered under the ``tallyspan.components`` entry point group:
+``factory(downstream, settings) -> SpanProcessor``. A component that is not installed is skipped.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from tallyspan._config import (
+    ENV_SERVICE_NAME,
+    Settings,
+    otlp_logs_requested,
+    otlp_traces_requested,
+    resolve_capture_content,
+    resolve_db_path,
+)
+from tallyspan._errors import ConfigError
+from tallyspan._selfstats import swallowed
+
+__all__ = ["DEFAULT_STORE", "Instrumentation", "instrument", "instrumentation", "uninstrument"]
+
+_logger = logging.getLogger(__name__)
+
+COMPONENT_GROUP: Final = "tallyspan.components"
+INSTRUMENTOR_GROUP: Final = "opentelemetry_instrumentor"
+_OWN_INSTRUMENTORS_PACKAGE: Final = "tallyspan_instrumentors"
+#: Components wrapped around the sinks, innermost first.
+_CHAIN_ORDER: Final = ("ledger", "checks")
+
+
+class _DefaultStore:
+    """Sentinel: "the default store" (``TALLYSPAN_DB`` or ``./.tallyspan/tallyspan.db``); None means no store."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT_STORE"
+
+
+DEFAULT_STORE: Final = _DefaultStore()
+
+
+class ComponentFactory(Protocol):
+    """Builds one link of the processor chain from the processors below it and the settings."""
+
+    def __call__(self, downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor: ...
+
+
+class _Switch(SpanProcessor):
+    """The head of our chain on the provider: the SDK cannot remove a processor, so uninstrument turns it off."""
+
+    def __init__(self, inner: SpanProcessor) -> None:
+        self.inner = inner
+        self.enabled = True
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        if self.enabled:
+            self.inner.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.enabled:
+            self.inner.on_end(span)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis) if self.enabled else True
+
+    def shutdown(self) -> None:
+        if self.enabled:
+            self.enabled = False
+            self.inner.shutdown()
+
+
+@dataclass
+class Instrumentation:
+    """What ``instrument()`` set up; ``force_flush()`` before reading the store or exiting early."""
+
+    tracer_provider: TracerProvider
+    settings: Settings
+    processor: SpanProcessor
+    instrumentors: tuple[BaseInstrumentor, ...] = ()
+    components: tuple[str, ...] = ()
+    _head: _Switch | None = field(default=None, repr=False)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Run every queued span through the checks and ledger and export it; True if done in time."""
+        return self.processor.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        """Flush and stop our chain (the tracer provider itself is left to its owner)."""
+        self.processor.shutdown()
+
+
+_lock = threading.RLock()
+_current: Instrumentation | None = None
+_own_provider: TracerProvider | None = None
+
+
+def instrumentation() -> Instrumentation | None:
+    """Return the active instrumentation, or None when ``instrument()`` has not been called."""
+    return _current
+
+
+def instrument(
+    contracts: Any = None,
+    *,
+    service_name: str | None = None,
+    capture_content: bool | None = None,
+    store: str | os.PathLike[str] | _DefaultStore | None = DEFAULT_STORE,
+    instrumentors: Iterable[str] | None = None,
+    tracer_provider: TracerProvider | None = None,
+    mark_error_status: bool = True,
+    evaluation_events: bool = False,
+    ledger_log_tool: str = "log_action",
+) -> Instrumentation:
+    """Instrument every supported library that is installed, and check every model output.
+
+    Idempotent: a second call returns the active instrumentation and warns if its arguments differ.
+
+    Args:
+        contracts: a contracts file (YAML or TOML path), a mapping, or a list of contracts; None checks
+            nothing but the language-free defaults.
+        service_name: ``service.name`` of a tracer provider we create; else ``OTEL_SERVICE_NAME``.
+        capture_content: export message content as span attributes; else
+            ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``; default False. The checks read the
+            content in process either way.
+        store: path of the embedded SQLite store; default ``TALLYSPAN_DB`` or
+            ``./.tallyspan/tallyspan.db``; None writes no store.
+        instrumentors: entry point names to enable (``opentelemetry_instrumentor`` group); default
+            all of tallyspan's whose library is installed.
+        tracer_provider: the SDK provider to add our processors to; default the global one if it is
+            an SDK provider, else a new one that becomes global.
+        mark_error_status: set status ERROR on violating spans.
+        evaluation_events: also add a ``gen_ai.evaluation.result`` event per check.
+        ledger_log_tool: the tool through which the agent logs its own actions.
+
+    Returns:
+        The active :class:`Instrumentation`.
+
+    Raises:
+        ConfigError: an argument is invalid; ``ContractError`` (a ``ConfigError``) when a contract is,
+            naming the file, the stage and the field.
+    """
+    global _current
+    with _lock:
+        if _current is not None:
+            _logger.warning("tallyspan.instrument() was called again; keeping the first instrumentation")
+            return _current
+        settings = Settings(
+            capture_content=resolve_capture_content(capture_content),
+            db_path=None if store is None else resolve_db_path(None if isinstance(store, _DefaultStore) else store),
+            contracts=_load_contracts(contracts),
+            service_name=service_name,
+            mark_error_status=mark_error_status,
+            evaluation_events=evaluation_events,
+            ledger_log_tool=ledger_log_tool,
+            otlp_traces=otlp_traces_requested(),
+            otlp_logs=otlp_logs_requested(),
+        )
+        provider = _resolve_provider(tracer_provider, service_name)
+        chain, names = _build_chain(settings)
+        head = _Switch(chain)
+        provider.add_span_processor(head)
+        enabled = _instrument_libraries(instrumentors, provider, settings)
+        _current = Instrumentation(
+            tracer_provider=provider,
+            settings=settings,
+            processor=head,
+            instrumentors=enabled,
+            components=names,
+            _head=head,
+        )
+        return _current
+
+
+def uninstrument() -> None:
+    """Undo ``instrument()``: unpatch the libraries, flush and stop our processors. Safe to call twice."""
+    global _current
+    with _lock:
+        current, _current = _current, None
+    if current is None:
+        return
+    for instrumentor in current.instrumentors:
+        try:
+            instrumentor.uninstrument()
+        except Exception:  # unpatching one library must not keep the others patched
+            swallowed(_logger, "uninstrument", f"{type(instrumentor).__name__} failed to uninstrument")
+    current.shutdown()
+
+
+def _load_contracts(contracts: Any) -> Any:
+    if contracts is None:
+        return None
+    factory = _component_factory("contracts")
+    if factory is None:
+        raise ConfigError("contracts were given but the contract loader is not installed")
+    return factory(contracts)
+
+
+def _resolve_provider(tracer_provider: TracerProvider | None, service_name: str | None) -> TracerProvider:
+    global _own_provider
+    if tracer_provider is not None:
+        if not isinstance(tracer_provider, TracerProvider):
+            raise ConfigError("tracer_provider must be an opentelemetry.sdk.trace.TracerProvider")
+        return tracer_provider
+    current = trace.get_tracer_provider()
+    if isinstance(current, TracerProvider):
+        return current
+    if _own_provider is None:
+        name = service_name or os.environ.get(ENV_SERVICE_NAME) or Path(sys.argv[0] or "python").stem
+        _own_provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
+        trace.set_tracer_provider(_own_provider)
+    return _own_provider
+
+
+def _component_entry_point(name: str) -> EntryPoint | None:
+    found = entry_points(group=COMPONENT_GROUP, name=name)
+    return next(iter(found), None)
+
+
+def _component_factory(name: str) -> Any:
+    entry_point = _component_entry_point(name)
+    return None if entry_point is None else entry_point.load()
+
+
+def _build_chain(settings: Settings) -> tuple[SpanProcessor, tuple[str, ...]]:
+    sinks: list[SpanProcessor] = []
+    names: list[str] = []
+    if settings.otlp_traces:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        sinks.append(BatchSpanProcessor(OTLPSpanExporter()))
+        names.append("otlp")
+    if settings.db_path is not None:
+        store_factory: ComponentFactory | None = _component_factory("store")
+        if store_factory is not None:
+            sinks.append(store_factory((), settings))
+            names.append("store")
+    chain: Sequence[SpanProcessor] = sinks
+    for name in _CHAIN_ORDER:
+        factory: ComponentFactory | None = _component_factory(name)
+        if factory is not None:
+            chain = (factory(chain, settings),)
+            names.append(name)
+    worker: ComponentFactory | None = _component_factory("worker")
+    if worker is None:
+        raise ConfigError("tallyspan_processors is not installed: reinstall tallyspan")
+    return worker(chain, settings), tuple(names)
+
+
+def _instrument_libraries(
+    names: Iterable[str] | None, provider: TracerProvider, settings: Settings
+) -> tuple[BaseInstrumentor, ...]:
+    wanted = None if names is None else set(names)
+    enabled: list[BaseInstrumentor] = []
+    for entry_point in entry_points(group=INSTRUMENTOR_GROUP):
+        if wanted is None:
+            if not entry_point.value.startswith(_OWN_INSTRUMENTORS_PACKAGE):
+                continue
+        elif entry_point.name not in wanted:
+            continue
+        try:
+            instrumentor = entry_point.load()()
+            if get_dependency_conflicts(instrumentor.instrumentation_dependencies()) is not None:
+                _logger.debug("skipping %s: its library is not installed", entry_point.name)
+                continue
+            instrumentor.instrument(tracer_provider=provider, capture_content=settings.capture_content)
+        except Exception:  # one instrumentor failing to install must not stop the app or the others
+            swallowed(_logger, f"instrumentor.{entry_point.name}", f"could not instrument {entry_point.name}")
+            continue
+        enabled.append(instrumentor)
+    return tuple(enabled)
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    # A provider the app owns may never be shut down: do not lose the spans still queued in our worker.
+    current = _current
+    if current is not None:
+        try:
+            current.force_flush(5000)
+        except Exception:  # at exit there is nobody left to tell but the log
+            swallowed(_logger, "atexit", "flushing tallyspan at exit failed")

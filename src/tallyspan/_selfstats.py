@@ -1,0 +1,52 @@
+"""Counters of our own failures and drops, and a log-once helper, so a swallowed error is never silent.
+
+Every ``except Exception:`` on the span path calls :func:`swallowed`, which counts the error under a
+stable key and logs it with its traceback the first time that key is seen (later ones at debug), so a
+broken extractor cannot flood the host application's logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+
+__all__ = ["count", "reset_stats", "stats", "swallowed"]
+
+_lock = threading.Lock()
+_counters: Counter[str] = Counter()
+_logged: set[str] = set()
+
+
+def count(key: str, amount: int = 1) -> None:
+    """Add ``amount`` to the counter ``key``."""
+    with _lock:
+        _counters[key] += amount
+
+
+def swallowed(logger: logging.Logger, key: str, message: str) -> None:
+    """Record an exception we caught so the app goes on: count it, log it once with its traceback.
+
+    Call it from inside the ``except`` block.
+    """
+    with _lock:
+        _counters[f"errors.{key}"] += 1
+        first = key not in _logged
+        _logged.add(key)
+    if first:
+        logger.warning("%s (logged once; later ones are counted in tallyspan.stats())", message, exc_info=True)
+    else:
+        logger.debug(message, exc_info=True)
+
+
+def stats() -> dict[str, int]:
+    """Return a snapshot of the counters: ``errors.*`` for swallowed errors, ``dropped.*`` for drops."""
+    with _lock:
+        return dict(_counters)
+
+
+def reset_stats() -> None:
+    """Zero every counter and forget which errors were logged (for tests)."""
+    with _lock:
+        _counters.clear()
+        _logged.clear()

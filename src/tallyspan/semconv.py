@@ -1,0 +1,181 @@
+"""Every attribute, event, span and log name tallyspan emits, in one place.
+
+Nothing else in the code base spells one of these names as a string literal: collector configs,
+dashboards and tests are checked against this module, so a rename here is a rename everywhere.
+
+The ``gen_ai.*`` names are taken from the OpenTelemetry semantic-conventions package (the latest
+GenAI conventions); the ``tallyspan.*`` names are our own namespace (ARCHITECTURE.md, "Names we emit").
+
+Usage::
+
+    from tallyspan import semconv
+    span.attributes[semconv.VIOLATION_TYPES]
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
+from opentelemetry.semconv._incubating.attributes import mcp_attributes as _mcp
+from opentelemetry.semconv._incubating.attributes import openai_attributes as _openai
+from opentelemetry.semconv.attributes import error_attributes as _error
+from opentelemetry.semconv.attributes import server_attributes as _server
+
+# --- GenAI semantic conventions ------------------------------------------------------------------
+
+GEN_AI_OPERATION_NAME: Final = _gen_ai.GEN_AI_OPERATION_NAME
+GEN_AI_PROVIDER_NAME: Final = _gen_ai.GEN_AI_PROVIDER_NAME
+GEN_AI_REQUEST_MODEL: Final = _gen_ai.GEN_AI_REQUEST_MODEL
+GEN_AI_REQUEST_MAX_TOKENS: Final = _gen_ai.GEN_AI_REQUEST_MAX_TOKENS
+GEN_AI_REQUEST_TEMPERATURE: Final = _gen_ai.GEN_AI_REQUEST_TEMPERATURE
+GEN_AI_REQUEST_TOP_P: Final = _gen_ai.GEN_AI_REQUEST_TOP_P
+GEN_AI_REQUEST_TOP_K: Final = _gen_ai.GEN_AI_REQUEST_TOP_K
+GEN_AI_REQUEST_FREQUENCY_PENALTY: Final = _gen_ai.GEN_AI_REQUEST_FREQUENCY_PENALTY
+GEN_AI_REQUEST_PRESENCE_PENALTY: Final = _gen_ai.GEN_AI_REQUEST_PRESENCE_PENALTY
+GEN_AI_REQUEST_STOP_SEQUENCES: Final = _gen_ai.GEN_AI_REQUEST_STOP_SEQUENCES
+GEN_AI_REQUEST_SEED: Final = _gen_ai.GEN_AI_REQUEST_SEED
+GEN_AI_REQUEST_CHOICE_COUNT: Final = _gen_ai.GEN_AI_REQUEST_CHOICE_COUNT
+GEN_AI_REQUEST_STREAM: Final = _gen_ai.GEN_AI_REQUEST_STREAM
+GEN_AI_REQUEST_ENCODING_FORMATS: Final = _gen_ai.GEN_AI_REQUEST_ENCODING_FORMATS
+GEN_AI_OUTPUT_TYPE: Final = _gen_ai.GEN_AI_OUTPUT_TYPE
+GEN_AI_RESPONSE_ID: Final = _gen_ai.GEN_AI_RESPONSE_ID
+GEN_AI_RESPONSE_MODEL: Final = _gen_ai.GEN_AI_RESPONSE_MODEL
+GEN_AI_RESPONSE_FINISH_REASONS: Final = _gen_ai.GEN_AI_RESPONSE_FINISH_REASONS
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: Final = _gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK
+GEN_AI_USAGE_INPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_INPUT_TOKENS
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS
+GEN_AI_EMBEDDINGS_DIMENSION_COUNT: Final = _gen_ai.GEN_AI_EMBEDDINGS_DIMENSION_COUNT
+GEN_AI_CONVERSATION_ID: Final = _gen_ai.GEN_AI_CONVERSATION_ID
+GEN_AI_TOOL_NAME: Final = _gen_ai.GEN_AI_TOOL_NAME
+GEN_AI_TOOL_CALL_ID: Final = _gen_ai.GEN_AI_TOOL_CALL_ID
+GEN_AI_TOOL_TYPE: Final = _gen_ai.GEN_AI_TOOL_TYPE
+GEN_AI_TOOL_DESCRIPTION: Final = _gen_ai.GEN_AI_TOOL_DESCRIPTION
+GEN_AI_AGENT_NAME: Final = _gen_ai.GEN_AI_AGENT_NAME
+GEN_AI_AGENT_ID: Final = _gen_ai.GEN_AI_AGENT_ID
+GEN_AI_WORKFLOW_NAME: Final = _gen_ai.GEN_AI_WORKFLOW_NAME
+# Content: exported only when the user opts in (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT).
+GEN_AI_INPUT_MESSAGES: Final = _gen_ai.GEN_AI_INPUT_MESSAGES
+GEN_AI_OUTPUT_MESSAGES: Final = _gen_ai.GEN_AI_OUTPUT_MESSAGES
+GEN_AI_SYSTEM_INSTRUCTIONS: Final = _gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = _gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS
+GEN_AI_TOOL_CALL_RESULT: Final = _gen_ai.GEN_AI_TOOL_CALL_RESULT
+GEN_AI_EVALUATION_NAME: Final = _gen_ai.GEN_AI_EVALUATION_NAME
+GEN_AI_EVALUATION_SCORE_LABEL: Final = _gen_ai.GEN_AI_EVALUATION_SCORE_LABEL
+GEN_AI_EVALUATION_SCORE_VALUE: Final = _gen_ai.GEN_AI_EVALUATION_SCORE_VALUE
+GEN_AI_EVALUATION_EXPLANATION: Final = _gen_ai.GEN_AI_EVALUATION_EXPLANATION
+
+OPENAI_REQUEST_SERVICE_TIER: Final = _openai.OPENAI_REQUEST_SERVICE_TIER
+OPENAI_RESPONSE_SERVICE_TIER: Final = _openai.OPENAI_RESPONSE_SERVICE_TIER
+OPENAI_RESPONSE_SYSTEM_FINGERPRINT: Final = _openai.OPENAI_RESPONSE_SYSTEM_FINGERPRINT
+MCP_METHOD_NAME: Final = _mcp.MCP_METHOD_NAME
+MCP_SESSION_ID: Final = _mcp.MCP_SESSION_ID
+ERROR_TYPE: Final = _error.ERROR_TYPE
+SERVER_ADDRESS: Final = _server.SERVER_ADDRESS
+SERVER_PORT: Final = _server.SERVER_PORT
+
+# gen_ai.operation.name values
+OPERATION_CHAT: Final = "chat"
+OPERATION_TEXT_COMPLETION: Final = "text_completion"
+OPERATION_GENERATE_CONTENT: Final = "generate_content"
+OPERATION_EMBEDDINGS: Final = "embeddings"
+OPERATION_EXECUTE_TOOL: Final = "execute_tool"
+OPERATION_INVOKE_AGENT: Final = "invoke_agent"
+OPERATION_INVOKE_WORKFLOW: Final = "invoke_workflow"
+OPERATION_CREATE_AGENT: Final = "create_agent"
+#: Operations whose spans carry model output, so the checks apply to them.
+MODEL_OPERATIONS: Final = frozenset(
+    {OPERATION_CHAT, OPERATION_TEXT_COMPLETION, OPERATION_GENERATE_CONTENT}
+)
+#: Operations whose spans delimit an agent run, so the ledger reconciles at their end.
+RUN_OPERATIONS: Final = frozenset({OPERATION_INVOKE_AGENT, OPERATION_INVOKE_WORKFLOW})
+
+# gen_ai.provider.name values
+PROVIDER_OPENAI: Final = "openai"
+PROVIDER_ANTHROPIC: Final = "anthropic"
+PROVIDER_OLLAMA: Final = "ollama"
+
+#: Span names are "{operation} {target}"; these build them.
+def span_name(operation: str, target: str | None) -> str:
+    """Return the span name the GenAI conventions give an operation on a model, tool or agent."""
+    return f"{operation} {target}" if target else operation
+
+
+# --- Other instrumentations' content attributes, read by the checks ---------------------------------
+
+#: OpenLLMetry (traceloop) flattens completions as gen_ai.completion.{i}.content.
+OPENLLMETRY_COMPLETION_PREFIX: Final = "gen_ai.completion."
+#: OpenInference flattens output messages as llm.output_messages.{i}.message.content.
+OPENINFERENCE_OUTPUT_MESSAGES_PREFIX: Final = "llm.output_messages."
+OPENINFERENCE_OUTPUT_VALUE: Final = "output.value"
+OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+
+# --- tallyspan.* ---------------------------------------------------------------------------------
+
+STAGE: Final = "tallyspan.stage"
+"""The stage (kind of work) whose contract applies to a model span."""
+RUN_NAME: Final = "tallyspan.run.name"
+"""The name given to ``tallyspan.run(name)`` on the span that delimits an agent run."""
+ENQUEUED_AT: Final = "tallyspan.enqueued_at"
+"""Epoch seconds at which the stage's work was queued (``tallyspan.stage(..., enqueued_at=)``)."""
+
+VIOLATION_TYPES: Final = "tallyspan.violation_types"
+"""string[]: sorted, unique violation types; absent when the span is clean."""
+VIOLATION_COUNT: Final = "tallyspan.violation_count"
+"""int: the number of violations."""
+FAILURE_CLASS: Final = "tallyspan.failure_class"
+"""string: the most severe failure class among the violations."""
+VIOLATED: Final = "tallyspan.violated"
+"""bool: true when the span has violations (Jaeger cannot search inside arrays)."""
+CONTRACT: Final = "tallyspan.contract"
+"""string: the name of the contract the span was checked against."""
+
+TOOL_OUTCOME: Final = "tallyspan.tool.outcome"
+"""string: succeeded, failed or rejected, on execute_tool spans."""
+TOOL_RISK: Final = "tallyspan.tool.risk"
+"""string: the risk the user declared with ``@tallyspan.tool(risk=...)``."""
+
+LEDGER_BALANCED: Final = "tallyspan.ledger.balanced"
+"""bool, on run spans: every observed call has exactly one matching claim."""
+LEDGER_PROTOCOL_OK: Final = "tallyspan.ledger.protocol_ok"
+"""bool, on run spans: the logging protocol was followed."""
+LEDGER_DISCREPANCY_TYPES: Final = "tallyspan.ledger.discrepancy_types"
+"""string[], on run spans: sorted, unique ledger discrepancy types."""
+LEDGER_OBSERVED_COUNT: Final = "tallyspan.ledger.observed_count"
+LEDGER_CLAIMED_COUNT: Final = "tallyspan.ledger.claimed_count"
+
+# Event names and their attributes
+EVENT_VIOLATION: Final = "tallyspan.violation"
+EVENT_LEDGER_ENTRY: Final = "tallyspan.ledger.entry"
+EVENT_LEDGER_DISCREPANCY: Final = "tallyspan.ledger.discrepancy"
+EVENT_LEDGER_RECONCILIATION: Final = "tallyspan.ledger.reconciliation"
+EVENT_GEN_AI_EVALUATION_RESULT: Final = "gen_ai.evaluation.result"
+
+VIOLATION_TYPE: Final = "tallyspan.violation.type"
+VIOLATION_FAILURE_CLASS: Final = "tallyspan.violation.failure_class"
+VIOLATION_DETAIL: Final = "tallyspan.violation.detail"
+
+LEDGER_SIDE: Final = "tallyspan.ledger.side"
+"""string: "observed" (what the instrumentation saw) or "claimed" (what the agent logged)."""
+LEDGER_CALL_ID: Final = "tallyspan.ledger.call_id"
+LEDGER_TOOL_NAME: Final = "tallyspan.ledger.tool_name"
+LEDGER_OUTCOME: Final = "tallyspan.ledger.outcome"
+LEDGER_SEQ: Final = "tallyspan.ledger.seq"
+LEDGER_SUMMARY: Final = "tallyspan.ledger.summary"
+LEDGER_DISCREPANCY_TYPE: Final = "tallyspan.ledger.discrepancy_type"
+LEDGER_DETAIL: Final = "tallyspan.ledger.detail"
+LEDGER_RUN_SPAN_ID: Final = "tallyspan.ledger.run_span_id"
+
+LEDGER_SIDE_OBSERVED: Final = "observed"
+LEDGER_SIDE_CLAIMED: Final = "claimed"
+
+# Outcome values
+OUTCOME_SUCCEEDED: Final = "succeeded"
+OUTCOME_FAILED: Final = "failed"
+OUTCOME_REJECTED: Final = "rejected"
+
+#: The instrumentation scope name of our tracers.
+INSTRUMENTATION_SCOPE: Final = "tallyspan"
