@@ -111,6 +111,8 @@ class Settings:
     """Also mirror each check as a ``gen_ai.evaluation.result`` event."""
     ledger_log_tool: str = "log_action"
     """The tool through which the agent logs its own actions."""
+    ledger_sinks: tuple[Any, ...] = ()
+    """Where the ledger processor writes entries and reconciliations (``tallyspan.ledger.LedgerSink``)."""
     otlp_traces: bool = False
     otlp_logs: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)

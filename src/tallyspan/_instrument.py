@@ -13,6 +13,7 @@ Each link is made by a factory registered under the ``tallyspan.components`` ent
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import sys
@@ -134,6 +135,7 @@ def instrument(
     mark_error_status: bool = True,
     evaluation_events: bool = False,
     ledger_log_tool: str = "log_action",
+    span_processors: Sequence[SpanProcessor] = (),
 ) -> Instrumentation:
     """Instrument every supported library that is installed, and check every model output.
 
@@ -155,6 +157,8 @@ def instrument(
         mark_error_status: set status ERROR on violating spans.
         evaluation_events: also add a ``gen_ai.evaluation.result`` event per check.
         ledger_log_tool: the tool through which the agent logs its own actions.
+        span_processors: more processors at the end of our chain: they receive the enriched spans
+            (with violations and ledger balance), e.g. ``SimpleSpanProcessor(your_exporter)``.
 
     Returns:
         The active :class:`Instrumentation`.
@@ -180,7 +184,7 @@ def instrument(
             otlp_logs=otlp_logs_requested(),
         )
         provider = _resolve_provider(tracer_provider, service_name)
-        chain, names = _build_chain(settings)
+        chain, names = _build_chain(settings, span_processors)
         head = _Switch(chain)
         provider.add_span_processor(head)
         enabled = _instrument_libraries(instrumentors, provider, settings)
@@ -213,10 +217,9 @@ def uninstrument() -> None:
 def _load_contracts(contracts: Any) -> Any:
     if contracts is None:
         return None
-    factory = _component_factory("contracts")
-    if factory is None:
-        raise ConfigError("contracts were given but the contract loader is not installed")
-    return factory(contracts)
+    from tallyspan._contracts import load_contracts
+
+    return load_contracts(contracts)
 
 
 def _resolve_provider(tracer_provider: TracerProvider | None, service_name: str | None) -> TracerProvider:
@@ -242,11 +245,19 @@ def _component_entry_point(name: str) -> EntryPoint | None:
 
 def _component_factory(name: str) -> Any:
     entry_point = _component_entry_point(name)
-    return None if entry_point is None else entry_point.load()
+    if entry_point is None:
+        return None
+    try:
+        return entry_point.load()
+    except (ImportError, AttributeError):  # a broken plugin is skipped, the rest of the chain still works
+        swallowed(_logger, f"component.{name}", f"could not load the tallyspan component {name!r}")
+        return None
 
 
-def _build_chain(settings: Settings) -> tuple[SpanProcessor, tuple[str, ...]]:
-    sinks: list[SpanProcessor] = []
+def _build_chain(
+    settings: Settings, extra_processors: Sequence[SpanProcessor]
+) -> tuple[SpanProcessor, tuple[str, ...]]:
+    sinks: list[SpanProcessor] = list(extra_processors)
     names: list[str] = []
     if settings.otlp_traces:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -258,6 +269,9 @@ def _build_chain(settings: Settings) -> tuple[SpanProcessor, tuple[str, ...]]:
         if store_factory is not None:
             sinks.append(store_factory((), settings))
             names.append("store")
+    ledger_sinks_factory = _component_factory("ledger_sinks")
+    if ledger_sinks_factory is not None:
+        settings = dataclasses.replace(settings, ledger_sinks=tuple(ledger_sinks_factory(settings)))
     chain: Sequence[SpanProcessor] = sinks
     for name in _CHAIN_ORDER:
         factory: ComponentFactory | None = _component_factory(name)
