@@ -1,0 +1,256 @@
+"""The embedded SQLite store: ``connect()``, the schema and its numbered, idempotent migrations.
+
+The store lives in the core, not in ``tallyspan_exporters``, because the ``tallyspan`` command (core)
+reads it and the core never imports the plugin packages; the exporter (a plugin) imports it from here.
+
+Schema (every id is lower-case hex: trace ids 32 characters, span ids 16; times are Unix nanoseconds;
+``*_types`` and ``attributes`` columns hold JSON)::
+
+    table                   one row per                          columns
+    ----------------------  -----------------------------------  ---------------------------------------
+    runs                    run span: invoke_agent,              trace_id, span_id, name, operation,
+                            invoke_workflow, or a local root     agent_name, run_name, start/end_unix_nano,
+                                                                 status_code, ledger_balanced,
+                                                                 ledger_protocol_ok (0/1/NULL),
+                                                                 ledger_discrepancy_types
+    spans                   exported span                        trace_id, span_id, parent_span_id, name,
+                                                                 kind, operation, provider, request_model,
+                                                                 response_model, stage, start/end_unix_nano,
+                                                                 duration_ns, status_code,
+                                                                 status_description, error_type,
+                                                                 input_tokens, output_tokens,
+                                                                 violation_count, violation_types,
+                                                                 failure_class, service_name, attributes
+    violations              ``tallyspan.violation`` event (or,   trace_id, span_id, stage, type,
+                            without events, entry of             failure_class, detail
+                            ``tallyspan.violation_types``)
+    ledger_entries          entry of either side of the books    trace_id, run_span_id, side
+                            (written by the ledger sink)         (observed|claimed), seq, call_id,
+                                                                 tool_name, outcome, summary, span_id,
+                                                                 time_unix_nano
+    ledger_reconciliations  reconciled run (ledger sink)         trace_id, run_span_id, run_name, balanced,
+                                                                 protocol_ok, discrepancy_types (JSON
+                                                                 array), discrepancies (JSON array of
+                                                                 {type, call_id, detail}), observed_count,
+                                                                 claimed_count, time_unix_nano
+    _tallyspan_migrations   applied migration                    name, applied_at
+
+The two ledger tables have exactly the columns above (no surrogate key; SQLite's rowid keeps the order
+of insertion) because the ledger sink of ``tallyspan_exporters`` inserts into them by column name.
+
+``spans.attributes`` holds the attributes exactly as exported, so message content is there only when
+the user opted in to capturing it. Re-exporting a span replaces its rows (primary key trace/span id).
+
+Migrations are functions ``mNNN_what(db)`` decorated with ``@migration``; ``connect()`` applies those
+not yet recorded in ``_tallyspan_migrations``, each in its own transaction, so it is safe to call on
+every open, from several processes at once. Never edit an applied migration: add the next one.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Final
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "LEDGER_ENTRIES",
+    "LEDGER_RECONCILIATIONS",
+    "MIGRATIONS",
+    "MIGRATIONS_TABLE",
+    "RUNS",
+    "SPANS",
+    "VIOLATIONS",
+    "applied_migrations",
+    "connect",
+    "migrate",
+    "migration",
+]
+
+RUNS: Final = "runs"
+SPANS: Final = "spans"
+VIOLATIONS: Final = "violations"
+LEDGER_ENTRIES: Final = "ledger_entries"
+LEDGER_RECONCILIATIONS: Final = "ledger_reconciliations"
+MIGRATIONS_TABLE: Final = "_tallyspan_migrations"
+
+BUSY_TIMEOUT_MS: Final = 5000
+"""How long a writer waits for another process's transaction before giving up."""
+
+Migration = Callable[[sqlite3.Connection], None]
+
+MIGRATIONS: list[Migration] = []
+"""Every migration, in the order they are applied."""
+
+
+def migration(function: Migration) -> Migration:
+    """Register ``function`` as the next migration; its ``__name__`` is recorded once applied."""
+    MIGRATIONS.append(function)
+    return function
+
+
+def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """Open (creating it and its folder if needed) the store at ``path``, migrated to the latest schema.
+
+    The connection is in autocommit mode (use ``with db:`` or ``BEGIN`` for transactions), WAL
+    journaling, a busy timeout of ``BUSY_TIMEOUT_MS``, rows as ``sqlite3.Row``, and may be used from
+    several threads as long as the caller serialises access.
+
+    Args:
+        path: the database file, or ``":memory:"``.
+
+    Returns:
+        The open connection.
+
+    Raises:
+        sqlite3.Error: the file cannot be opened or is not a database; OSError: the folder cannot be made.
+    """
+    name = os.fspath(path)
+    if name != ":memory:":
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(name, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    try:
+        db.row_factory = sqlite3.Row
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        db.execute("PRAGMA journal_mode = WAL")
+        # WAL plus NORMAL is durable against application crashes, and much faster than FULL.
+        db.execute("PRAGMA synchronous = NORMAL")
+        migrate(db)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def applied_migrations(db: sqlite3.Connection) -> list[str]:
+    """Return the names of the migrations applied to ``db``, in the order they were applied."""
+    db.execute(
+        f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+    )
+    return [row[0] for row in db.execute(f"SELECT name FROM {MIGRATIONS_TABLE} ORDER BY rowid")]
+
+
+def migrate(db: sqlite3.Connection) -> list[str]:
+    """Apply the migrations not yet recorded in ``db``; return the names of those applied now."""
+    done = set(applied_migrations(db))
+    applied: list[str] = []
+    for function in MIGRATIONS:
+        if function.__name__ in done:
+            continue
+        # IMMEDIATE takes the write lock first, so two processes cannot apply the same migration.
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            recorded = db.execute(
+                f"SELECT 1 FROM {MIGRATIONS_TABLE} WHERE name = ?", (function.__name__,)
+            ).fetchone()
+            if recorded is None:
+                function(db)
+                db.execute(
+                    f"INSERT INTO {MIGRATIONS_TABLE} (name, applied_at) VALUES (?, ?)",
+                    (function.__name__, datetime.now(timezone.utc).isoformat()),
+                )
+                applied.append(function.__name__)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+    return applied
+
+
+@migration
+def m001_initial(db: sqlite3.Connection) -> None:
+    """Runs, spans, violations and the two sides of the ledger."""
+    db.execute(
+        f"""CREATE TABLE {RUNS} (
+            trace_id TEXT NOT NULL,
+            span_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            operation TEXT,
+            agent_name TEXT,
+            run_name TEXT,
+            start_unix_nano INTEGER,
+            end_unix_nano INTEGER,
+            status_code TEXT NOT NULL,
+            ledger_balanced INTEGER,
+            ledger_protocol_ok INTEGER,
+            ledger_discrepancy_types TEXT NOT NULL DEFAULT '[]',
+            PRIMARY KEY (trace_id, span_id)
+        )"""
+    )
+    db.execute(
+        f"""CREATE TABLE {SPANS} (
+            trace_id TEXT NOT NULL,
+            span_id TEXT NOT NULL,
+            parent_span_id TEXT,
+            name TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            operation TEXT,
+            provider TEXT,
+            request_model TEXT,
+            response_model TEXT,
+            stage TEXT,
+            start_unix_nano INTEGER,
+            end_unix_nano INTEGER,
+            duration_ns INTEGER,
+            status_code TEXT NOT NULL,
+            status_description TEXT,
+            error_type TEXT,
+            input_tokens INTEGER,
+            output_tokens INTEGER,
+            violation_count INTEGER NOT NULL DEFAULT 0,
+            violation_types TEXT NOT NULL DEFAULT '[]',
+            failure_class TEXT,
+            service_name TEXT,
+            attributes TEXT NOT NULL DEFAULT '{{}}',
+            PRIMARY KEY (trace_id, span_id)
+        )"""
+    )
+    db.execute(f"CREATE INDEX {SPANS}_start ON {SPANS} (start_unix_nano)")
+    db.execute(f"CREATE INDEX {SPANS}_stage ON {SPANS} (stage)")
+    db.execute(
+        f"""CREATE TABLE {VIOLATIONS} (
+            id INTEGER PRIMARY KEY,
+            trace_id TEXT NOT NULL,
+            span_id TEXT NOT NULL,
+            stage TEXT,
+            type TEXT NOT NULL,
+            failure_class TEXT,
+            detail TEXT
+        )"""
+    )
+    db.execute(f"CREATE INDEX {VIOLATIONS}_span ON {VIOLATIONS} (trace_id, span_id)")
+    db.execute(
+        f"""CREATE TABLE {LEDGER_ENTRIES} (
+            trace_id TEXT,
+            run_span_id TEXT,
+            side TEXT,
+            seq INTEGER,
+            call_id TEXT,
+            tool_name TEXT,
+            outcome TEXT,
+            summary TEXT,
+            span_id TEXT,
+            time_unix_nano INTEGER
+        )"""
+    )
+    db.execute(f"CREATE INDEX {LEDGER_ENTRIES}_run ON {LEDGER_ENTRIES} (trace_id, run_span_id)")
+    db.execute(
+        f"""CREATE TABLE {LEDGER_RECONCILIATIONS} (
+            trace_id TEXT,
+            run_span_id TEXT,
+            run_name TEXT,
+            balanced INTEGER,
+            protocol_ok INTEGER,
+            discrepancy_types TEXT,
+            discrepancies TEXT,
+            observed_count INTEGER,
+            claimed_count INTEGER,
+            time_unix_nano INTEGER
+        )"""
+    )
+    db.execute(
+        f"CREATE INDEX {LEDGER_RECONCILIATIONS}_run ON {LEDGER_RECONCILIATIONS} (trace_id, run_span_id)"
+    )
