@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -81,3 +82,73 @@ def instrumented(
     )
     yield instrumentation
     tallyspan.uninstrument()
+
+
+class OTLPReceiver:
+    """A real OTLP/HTTP (protobuf) receiver on 127.0.0.1: decodes what exporters send to /v1/traces and /v1/logs."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+            ExportLogsServiceRequest,
+            ExportLogsServiceResponse,
+        )
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+            ExportTraceServiceResponse,
+        )
+
+        receiver = self
+        self.spans: list[Any] = []
+        self.log_records: list[Any] = []
+        self.paths: list[str] = []
+        self.lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with receiver.lock:
+                    receiver.paths.append(self.path)
+                    if self.path == "/v1/traces":
+                        request = ExportTraceServiceRequest.FromString(body)
+                        for resource_spans in request.resource_spans:
+                            for scope_spans in resource_spans.scope_spans:
+                                receiver.spans.extend(scope_spans.spans)
+                        reply = ExportTraceServiceResponse().SerializeToString()
+                    elif self.path == "/v1/logs":
+                        logs_request = ExportLogsServiceRequest.FromString(body)
+                        for resource_logs in logs_request.resource_logs:
+                            for scope_logs in resource_logs.scope_logs:
+                                receiver.log_records.extend(scope_logs.log_records)
+                        reply = ExportLogsServiceResponse().SerializeToString()
+                    else:
+                        self.send_response(404)
+                        self.end_headers()
+                        return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def otlp_receiver() -> Iterator[OTLPReceiver]:
+    """A running OTLP/HTTP receiver; point OTEL_EXPORTER_OTLP_ENDPOINT at ``.endpoint``."""
+    receiver = OTLPReceiver()
+    yield receiver
+    receiver.close()

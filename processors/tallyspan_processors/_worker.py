@@ -16,8 +16,7 @@ import time
 import weakref
 from collections.abc import Sequence
 
-from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
-from opentelemetry.context import Context
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach, detach, set_value
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from tallyspan._config import Settings

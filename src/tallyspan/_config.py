@@ -64,7 +64,9 @@ def resolve_capture_content(argument: bool | None) -> bool:
     if raw in _TRUE:
         return True
     if raw not in _FALSE:
-        _logger.warning("%s=%r is not a boolean; message content is not captured", ENV_CAPTURE_MESSAGE_CONTENT, raw)
+        _logger.warning(
+            "%s=%r is not a boolean; message content is not captured", ENV_CAPTURE_MESSAGE_CONTENT, raw
+        )
     return False
 
 
@@ -87,7 +89,9 @@ def _exporter_wanted(selector_env: str, endpoint_envs: tuple[str, ...]) -> bool:
 
 def otlp_traces_requested() -> bool:
     """True when the standard OTLP variables ask for trace export (an endpoint, or ``OTEL_TRACES_EXPORTER=otlp``)."""
-    return _exporter_wanted(ENV_TRACES_EXPORTER, (ENV_EXPORTER_OTLP_ENDPOINT, ENV_EXPORTER_OTLP_TRACES_ENDPOINT))
+    return _exporter_wanted(
+        ENV_TRACES_EXPORTER, (ENV_EXPORTER_OTLP_ENDPOINT, ENV_EXPORTER_OTLP_TRACES_ENDPOINT)
+    )
 
 
 def otlp_logs_requested() -> bool:

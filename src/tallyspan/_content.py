@@ -12,7 +12,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 from tallyspan._selfstats import count
 
@@ -57,7 +57,7 @@ class ToolContent:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-Content = Union[ModelContent, ToolContent]
+Content: TypeAlias = ModelContent | ToolContent
 
 DEFAULT_MAX_ENTRIES = 4096
 

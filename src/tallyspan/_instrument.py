@@ -174,7 +174,9 @@ def instrument(
             return _current
         settings = Settings(
             capture_content=resolve_capture_content(capture_content),
-            db_path=None if store is None else resolve_db_path(None if isinstance(store, _DefaultStore) else store),
+            db_path=None
+            if store is None
+            else resolve_db_path(None if isinstance(store, _DefaultStore) else store),
             contracts=_load_contracts(contracts),
             service_name=service_name,
             mark_error_status=mark_error_status,

@@ -34,7 +34,9 @@ def swallowed(logger: logging.Logger, key: str, message: str) -> None:
         first = key not in _logged
         _logged.add(key)
     if first:
-        logger.warning("%s (logged once; later ones are counted in tallyspan.stats())", message, exc_info=True)
+        logger.warning(
+            "%s (logged once; later ones are counted in tallyspan.stats())", message, exc_info=True
+        )
     else:
         logger.debug(message, exc_info=True)
 

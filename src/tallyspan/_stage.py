@@ -23,9 +23,7 @@ class StageInfo:
     enqueued_at: float | None = None
 
 
-_current: contextvars.ContextVar[StageInfo | None] = contextvars.ContextVar(
-    "tallyspan_stage", default=None
-)
+_current: contextvars.ContextVar[StageInfo | None] = contextvars.ContextVar("tallyspan_stage", default=None)
 
 
 def current_stage() -> StageInfo | None:

@@ -105,4 +105,3 @@ _SEVERITY = {failure_class: rank for rank, failure_class in enumerate(FailureCla
 def most_severe(classes: Iterable[FailureClass]) -> FailureClass | None:
     """Return the most severe of ``classes`` (declaration order of ``FailureClass``), or None."""
     return min(classes, key=_SEVERITY.__getitem__, default=None)
-

@@ -87,9 +87,7 @@ OPERATION_INVOKE_AGENT: Final = "invoke_agent"
 OPERATION_INVOKE_WORKFLOW: Final = "invoke_workflow"
 OPERATION_CREATE_AGENT: Final = "create_agent"
 #: Operations whose spans carry model output, so the checks apply to them.
-MODEL_OPERATIONS: Final = frozenset(
-    {OPERATION_CHAT, OPERATION_TEXT_COMPLETION, OPERATION_GENERATE_CONTENT}
-)
+MODEL_OPERATIONS: Final = frozenset({OPERATION_CHAT, OPERATION_TEXT_COMPLETION, OPERATION_GENERATE_CONTENT})
 #: Operations whose spans delimit an agent run, so the ledger reconciles at their end.
 RUN_OPERATIONS: Final = frozenset({OPERATION_INVOKE_AGENT, OPERATION_INVOKE_WORKFLOW})
 
@@ -97,6 +95,7 @@ RUN_OPERATIONS: Final = frozenset({OPERATION_INVOKE_AGENT, OPERATION_INVOKE_WORK
 PROVIDER_OPENAI: Final = "openai"
 PROVIDER_ANTHROPIC: Final = "anthropic"
 PROVIDER_OLLAMA: Final = "ollama"
+
 
 #: Span names are "{operation} {target}"; these build them.
 def span_name(operation: str, target: str | None) -> str:

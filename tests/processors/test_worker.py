@@ -1,0 +1,157 @@
+"""OffThreadProcessor: the app's thread only enqueues; one worker forwards in order, drains on flush."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, get_value
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import tallyspan
+from tallyspan_processors import OffThreadProcessor
+
+
+class _Recorder(SpanProcessor):
+    def __init__(self) -> None:
+        self.ended: list[str] = []
+        self.threads: set[str] = set()
+        self.suppressed: list[object] = []
+        self.flushed = 0
+        self.shut_down = 0
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.ended.append(span.name)
+        self.threads.add(threading.current_thread().name)
+        self.suppressed.append(get_value(_SUPPRESS_INSTRUMENTATION_KEY))
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.flushed += 1
+        return True
+
+    def shutdown(self) -> None:
+        self.shut_down += 1
+
+
+class _Failing(SpanProcessor):
+    def on_end(self, span: ReadableSpan) -> None:
+        raise RuntimeError("downstream is broken")
+
+
+class _Blocking(SpanProcessor):
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.entered.set()
+        self.release.wait(10)
+
+
+def _spans(provider: TracerProvider, count: int) -> None:
+    tracer = provider.get_tracer("test")
+    for index in range(count):
+        with tracer.start_as_current_span(f"span-{index}"):
+            pass
+
+
+def test_forwards_every_span_in_end_order_on_the_worker_thread() -> None:
+    recorder = _Recorder()
+    provider = TracerProvider()
+    provider.add_span_processor(OffThreadProcessor([recorder]))
+    _spans(provider, 50)
+    assert provider.force_flush()
+    assert recorder.ended == [f"span-{index}" for index in range(50)]
+    assert recorder.threads == {"tallyspan-worker"}
+    assert recorder.flushed == 1
+    provider.shutdown()
+
+
+def test_downstream_runs_with_instrumentation_suppressed() -> None:
+    recorder = _Recorder()
+    processor = OffThreadProcessor([recorder])
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 2)
+    processor.force_flush()
+    assert recorder.suppressed == [True, True]
+    provider.shutdown()
+
+
+def test_a_failing_downstream_neither_stops_the_worker_nor_the_others() -> None:
+    recorder = _Recorder()
+    provider = TracerProvider()
+    provider.add_span_processor(OffThreadProcessor([_Failing(), recorder]))
+    _spans(provider, 3)
+    assert provider.force_flush()
+    assert recorder.ended == ["span-0", "span-1", "span-2"]
+    assert tallyspan.stats()["errors.worker.on_end"] == 3
+    provider.shutdown()
+
+
+def test_full_queue_drops_and_counts_instead_of_blocking_the_app() -> None:
+    blocking = _Blocking()
+    processor = OffThreadProcessor([blocking], max_queue_size=2)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 1)
+    assert blocking.entered.wait(5)
+    _spans(provider, 5)  # 2 fit in the queue while the worker is stuck on the first
+    assert tallyspan.stats()["dropped.spans"] == 3
+    blocking.release.set()
+    assert processor.force_flush(5000)
+    provider.shutdown()
+
+
+def test_force_flush_times_out_when_the_worker_is_stuck() -> None:
+    blocking = _Blocking()
+    processor = OffThreadProcessor([blocking])
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 1)
+    assert blocking.entered.wait(5)
+    assert processor.force_flush(50) is False
+    blocking.release.set()
+    provider.shutdown()
+
+
+def test_shutdown_drains_then_shuts_downstream_once_and_later_spans_are_counted() -> None:
+    recorder = _Recorder()
+    processor = OffThreadProcessor([recorder])
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 4)
+    processor.shutdown()
+    processor.shutdown()
+    assert recorder.ended == ["span-0", "span-1", "span-2", "span-3"]
+    assert recorder.shut_down == 1
+    _spans(provider, 1)
+    assert tallyspan.stats()["dropped.spans_after_shutdown"] == 1
+
+
+def test_flush_without_any_span_returns_true_without_starting_a_thread() -> None:
+    recorder = _Recorder()
+    processor = OffThreadProcessor([recorder])
+    assert processor.force_flush(100) is True
+    assert processor._worker is None
+    processor.shutdown()
+
+
+def test_max_queue_size_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_queue_size"):
+        OffThreadProcessor([], max_queue_size=0)
+
+
+def test_spans_reach_an_exporter_identical_when_no_link_enriches_them() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(OffThreadProcessor([SimpleSpanProcessor(exporter)]))
+    with provider.get_tracer("test").start_as_current_span("only", attributes={"k": 1}) as span:
+        span_id = span.get_span_context().span_id
+    provider.force_flush()
+    (exported,) = exporter.get_finished_spans()
+    assert exported.context.span_id == span_id
+    assert dict(exported.attributes or {}) == {"k": 1}
+    provider.shutdown()
