@@ -1,7 +1,292 @@
-"""The embedded SQLite store as an OpenTelemetry exporter (the schema and ``connect`` live in the core)."""
+"""The embedded SQLite store as an OpenTelemetry exporter (the schema and ``connect`` live in the core).
+
+Usage::
+
+    from tallyspan_exporters import SQLiteSpanExporter
+    provider.add_span_processor(BatchSpanProcessor(SQLiteSpanExporter(".tallyspan/tallyspan.db")))
+
+``tallyspan.instrument()`` adds it for you through ``store_component`` (entry point ``store``).
+"""
 
 from __future__ import annotations
 
-from tallyspan._store_schema import MIGRATIONS, connect, migration
+import json
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
 
-__all__ = ["MIGRATIONS", "connect", "migration"]
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
+from opentelemetry.sdk.resources import SERVICE_NAME
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from tallyspan import semconv
+from tallyspan._config import Settings, resolve_db_path
+from tallyspan._selfstats import swallowed
+from tallyspan._store_schema import MIGRATIONS, RUNS, SPANS, VIOLATIONS, connect, migration
+from tallyspan._taxonomy import FAILURE_CLASS_OF, ViolationType
+
+# connect/MIGRATIONS/migration are re-exported so the ledger sink can reach the schema from here too.
+__all__ = ["MIGRATIONS", "SQLiteSpanExporter", "connect", "is_run_span", "migration", "store_component"]
+
+_logger = logging.getLogger(__name__)
+
+#: How often the batch processor writes when the app is busy but no batch is full.
+SCHEDULE_DELAY_MILLIS: Final = 500
+
+_SPAN_COLUMNS: Final = (
+    "trace_id", "span_id", "parent_span_id", "name", "kind", "operation", "provider", "request_model",
+    "response_model", "stage", "start_unix_nano", "end_unix_nano", "duration_ns", "status_code",
+    "status_description", "error_type", "input_tokens", "output_tokens", "violation_count",
+    "violation_types", "failure_class", "service_name", "attributes",
+)  # fmt: skip
+_RUN_COLUMNS: Final = (
+    "trace_id", "span_id", "name", "operation", "agent_name", "run_name", "start_unix_nano",
+    "end_unix_nano", "status_code", "ledger_balanced", "ledger_protocol_ok", "ledger_discrepancy_types",
+)  # fmt: skip
+_VIOLATION_COLUMNS: Final = ("trace_id", "span_id", "stage", "type", "failure_class", "detail")
+
+
+def _insert(table: str, columns: Sequence[str], verb: str = "INSERT OR REPLACE") -> str:
+    return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+
+
+_INSERT_SPAN: Final = _insert(SPANS, _SPAN_COLUMNS)
+_INSERT_RUN: Final = _insert(RUNS, _RUN_COLUMNS)
+_INSERT_VIOLATION: Final = _insert(VIOLATIONS, _VIOLATION_COLUMNS, verb="INSERT")
+_DELETE_VIOLATIONS: Final = f"DELETE FROM {VIOLATIONS} WHERE trace_id = ? AND span_id = ?"
+
+
+class SQLiteSpanExporter(SpanExporter):
+    """Write finished spans, their run summaries and violations to the embedded store.
+
+    ``export`` never raises: a failure (unwritable folder, corrupt file, locked database) is logged
+    once, counted in ``tallyspan.stats()`` and reported as ``SpanExportResult.FAILURE``. The database
+    is opened on the first export, so constructing the exporter never touches the disk. Thread-safe;
+    one transaction per batch.
+
+    Args:
+        path: the database file; default ``TALLYSPAN_DB`` or ``./.tallyspan/tallyspan.db``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self._path = resolve_db_path(path)
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self._is_shutdown = False
+
+    @property
+    def path(self) -> Path:
+        """The database file this exporter writes."""
+        return self._path
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Write ``spans`` in one transaction; SUCCESS, or FAILURE (logged and counted) without raising."""
+        if self._is_shutdown:
+            return SpanExportResult.FAILURE
+        try:
+            with _suppressed(), self._lock:
+                db = self._connection()
+                db.execute("BEGIN")
+                try:
+                    for span in spans:
+                        _write_span(db, span)
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+        except Exception:  # the store is a convenience: losing it must never break the app or the chain
+            swallowed(
+                _logger, "store.export", f"could not write spans to the tallyspan store at {self._path}"
+            )
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Nothing is buffered here: every ``export`` has committed when it returns."""
+        return True
+
+    def shutdown(self) -> None:
+        """Close the database; later exports return FAILURE."""
+        with self._lock:
+            self._is_shutdown = True
+            db, self._db = self._db, None
+        if db is not None:
+            try:
+                db.close()
+            except Exception:  # closing a broken connection must not raise out of provider shutdown
+                swallowed(_logger, "store.close", f"could not close the tallyspan store at {self._path}")
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = connect(self._path)
+        return self._db
+
+
+def store_component(downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor:
+    """The ``store`` link of ``instrument()``'s chain: a BatchSpanProcessor over ``SQLiteSpanExporter``.
+
+    A batch processor, not a simple one, even though the chain already runs on a worker: SQLite pays
+    per commit, so one transaction per batch keeps the store cheap under load, and disk latency never
+    holds up the checks of the spans behind it. ``force_flush`` stays exact: the worker drains its
+    queue into this processor first, whose own ``force_flush`` returns only once every queued span is
+    committed, so ``instrumentation.force_flush()`` followed by a read sees every span.
+
+    Args:
+        downstream: unused; the store is a sink.
+        settings: ``settings.db_path`` is the database (None falls back to ``TALLYSPAN_DB`` or default).
+    """
+    del downstream
+    return BatchSpanProcessor(
+        SQLiteSpanExporter(settings.db_path), schedule_delay_millis=SCHEDULE_DELAY_MILLIS
+    )
+
+
+@contextmanager
+def _suppressed() -> Iterator[None]:
+    # Our own writes must not be traced by a database instrumentation the app installed.
+    token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+    try:
+        yield
+    finally:
+        detach(token)
+
+
+def _hex_trace(trace_id: int) -> str:
+    return format(trace_id, "032x")
+
+
+def _hex_span(span_id: int) -> str:
+    return format(span_id, "016x")
+
+
+def is_run_span(span: ReadableSpan) -> bool:
+    """True for a span that delimits an agent run: invoke_agent/invoke_workflow, a named run, a local root."""
+    attributes = span.attributes or {}
+    if attributes.get(semconv.GEN_AI_OPERATION_NAME) in semconv.RUN_OPERATIONS:
+        return True
+    if semconv.RUN_NAME in attributes:
+        return True
+    return span.parent is None or span.parent.is_remote
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _flag(value: object) -> int | None:
+    return int(value) if isinstance(value, bool) else None
+
+
+def _json_list(value: object) -> str:
+    if isinstance(value, str):
+        return json.dumps([value])
+    if isinstance(value, Sequence):
+        return json.dumps([str(item) for item in value], ensure_ascii=False)
+    return "[]"
+
+
+def _json_attributes(attributes: Mapping[str, Any]) -> str:
+    plain = {key: list(value) if isinstance(value, tuple) else value for key, value in attributes.items()}
+    return json.dumps(plain, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _write_span(db: sqlite3.Connection, span: ReadableSpan) -> None:
+    context = span.get_span_context()
+    if context is None:
+        return
+    trace_id, span_id = _hex_trace(context.trace_id), _hex_span(context.span_id)
+    attributes: Mapping[str, Any] = span.attributes or {}
+    stage = _text(attributes.get(semconv.STAGE))
+    status_code = span.status.status_code.name
+    start, end = span.start_time, span.end_time
+    violation_types = attributes.get(semconv.VIOLATION_TYPES)
+    service = span.resource.attributes.get(SERVICE_NAME) if span.resource is not None else None
+    violations = _violation_rows(span, trace_id, span_id, stage, violation_types)
+    declared_count = _int(attributes.get(semconv.VIOLATION_COUNT))
+    db.execute(
+        _INSERT_SPAN,
+        (
+            trace_id,
+            span_id,
+            _hex_span(span.parent.span_id) if span.parent is not None else None,
+            span.name,
+            span.kind.name.lower(),
+            _text(attributes.get(semconv.GEN_AI_OPERATION_NAME)),
+            _text(attributes.get(semconv.GEN_AI_PROVIDER_NAME)),
+            _text(attributes.get(semconv.GEN_AI_REQUEST_MODEL)),
+            _text(attributes.get(semconv.GEN_AI_RESPONSE_MODEL)),
+            stage,
+            start,
+            end,
+            end - start if start is not None and end is not None else None,
+            status_code,
+            span.status.description,
+            _text(attributes.get(semconv.ERROR_TYPE)),
+            _int(attributes.get(semconv.GEN_AI_USAGE_INPUT_TOKENS)),
+            _int(attributes.get(semconv.GEN_AI_USAGE_OUTPUT_TOKENS)),
+            declared_count if declared_count is not None else len(violations),
+            _json_list(violation_types),
+            _text(attributes.get(semconv.FAILURE_CLASS)),
+            _text(service),
+            _json_attributes(attributes),
+        ),
+    )
+    db.execute(_DELETE_VIOLATIONS, (trace_id, span_id))
+    db.executemany(_INSERT_VIOLATION, violations)
+    if is_run_span(span):
+        db.execute(
+            _INSERT_RUN,
+            (
+                trace_id,
+                span_id,
+                span.name,
+                _text(attributes.get(semconv.GEN_AI_OPERATION_NAME)),
+                _text(attributes.get(semconv.GEN_AI_AGENT_NAME)),
+                _text(attributes.get(semconv.RUN_NAME)),
+                start,
+                end,
+                status_code,
+                _flag(attributes.get(semconv.LEDGER_BALANCED)),
+                _flag(attributes.get(semconv.LEDGER_PROTOCOL_OK)),
+                _json_list(attributes.get(semconv.LEDGER_DISCREPANCY_TYPES)),
+            ),
+        )
+
+
+def _violation_rows(
+    span: ReadableSpan, trace_id: str, span_id: str, stage: str | None, violation_types: object
+) -> list[tuple[str, str, str | None, str, str | None, str | None]]:
+    rows = [
+        (
+            trace_id,
+            span_id,
+            stage,
+            str(event.attributes.get(semconv.VIOLATION_TYPE, "")),
+            _text(event.attributes.get(semconv.VIOLATION_FAILURE_CLASS)),
+            _text(event.attributes.get(semconv.VIOLATION_DETAIL)),
+        )
+        for event in span.events
+        if event.name == semconv.EVENT_VIOLATION and event.attributes is not None
+    ]
+    if rows or violation_types is None:
+        return rows
+    # No events (another producer, or events dropped by limits): one row per listed type.
+    types = json.loads(_json_list(violation_types))
+    return [(trace_id, span_id, stage, str(kind), _failure_class(str(kind)), None) for kind in types]
+
+
+def _failure_class(kind: str) -> str | None:
+    try:
+        return FAILURE_CLASS_OF[ViolationType(kind)].value
+    except ValueError:  # a type from a newer tallyspan or another producer: keep the row, class unknown
+        return None
