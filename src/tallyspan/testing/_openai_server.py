@@ -1,0 +1,656 @@
+"""A local OpenAI-compatible HTTP server that replays scripted replies, for tests and the demo.
+
+It speaks the wire format the ``openai`` package parses (chat completions, Responses and embeddings,
+JSON and server-sent events), on 127.0.0.1, with the standard library only.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import itertools
+import json
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+__all__ = ["OpenAICompatibleServer", "RecordedRequest", "ScriptedReply", "ScriptedToolCall"]
+
+_STREAM_PIECE_CHARS = 12
+"""Text is streamed in pieces of about this many characters, so clients see several deltas."""
+
+
+@dataclass(frozen=True)
+class ScriptedToolCall:
+    """A function call the scripted model requests.
+
+    Args:
+        name: the function name.
+        arguments: the argument text (sent verbatim) or a dict (sent as JSON).
+        call_id: the call id; ``None`` numbers it ``call_1``, ``call_2``, ... per server.
+    """
+
+    name: str
+    arguments: str | Mapping[str, Any] = "{}"
+    call_id: str | None = None
+
+    @property
+    def arguments_text(self) -> str:
+        """The arguments as the wire carries them."""
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(dict(self.arguments), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class ScriptedReply:
+    """What the server answers to one request.
+
+    Token counts default to estimates from the text lengths. ``status`` other than 200 sends
+    OpenAI's error body; ``raw_body`` sends that text verbatim instead of a well-formed reply;
+    ``abort_after_chunks`` closes the connection mid-stream after that many events.
+    """
+
+    text: str = ""
+    tool_calls: Sequence[ScriptedToolCall] = ()
+    reasoning: str = ""
+    """Sent as ``reasoning_content`` on chat completions, as a reasoning item on Responses."""
+    finish_reason: str | None = None
+    """Default: ``tool_calls`` when there are tool calls, else ``stop``."""
+    model: str | None = None
+    """Default: the request's model."""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    status: int = 200
+    delay_s: float = 0.0
+    abort_after_chunks: int | None = None
+    raw_body: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """A request the server received: its path, parsed JSON body and headers (lower-case names)."""
+
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def stream(self) -> bool:
+        """True when the client asked for server-sent events."""
+        return bool(self.body.get("stream"))
+
+
+ReplyHandler = Callable[[RecordedRequest], ScriptedReply]
+
+
+class _AbortedError(Exception):
+    """Raised inside the handler to drop the connection mid-stream."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as httpx expects
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Stay quiet: tests and the demo own the terminal."""
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        request = RecordedRequest(
+            path=self.path, body=body, headers={k.lower(): v for k, v in self.headers.items()}
+        )
+        owner = self.server.owner
+        reply = owner._next_reply(request)
+        if reply.delay_s > 0:
+            time.sleep(reply.delay_s)
+        try:
+            self._answer(owner, request, reply)
+        except (_AbortedError, ConnectionError, BrokenPipeError):
+            self.close_connection = True
+            _hard_close(self.connection)
+
+    def do_GET(self) -> None:
+        self._send_json(404, _error_body(404, f"no route for GET {self.path}"))
+
+    def _answer(self, owner: OpenAICompatibleServer, request: RecordedRequest, reply: ScriptedReply) -> None:
+        path = request.path.split("?", 1)[0].rstrip("/")
+        if reply.raw_body is not None:
+            if request.stream:
+                self._send_stream(iter([reply.raw_body]), reply, raw=True)
+            else:
+                self._send_bytes(reply.status, reply.raw_body.encode(), "application/json")
+            return
+        if reply.status != 200:
+            self._send_json(reply.status, _error_body(reply.status, f"scripted error {reply.status}"))
+            return
+        if path.endswith("/chat/completions"):
+            if request.stream:
+                self._send_stream(_chat_events(owner, request, reply), reply)
+            else:
+                self._send_json(200, _chat_body(owner, request, reply))
+        elif path.endswith("/responses"):
+            if request.stream:
+                self._send_stream(_responses_events(owner, request, reply), reply)
+            else:
+                self._send_json(200, _response_object(owner, request, reply, _response_id(owner)))
+        elif path.endswith("/embeddings"):
+            self._send_json(200, _embeddings_body(request, reply))
+        else:
+            self._send_json(404, _error_body(404, f"no route for POST {self.path}"))
+
+    def _send_json(self, status: int, payload: Mapping[str, Any]) -> None:
+        self._send_bytes(status, json.dumps(payload, ensure_ascii=False).encode(), "application/json")
+
+    def _send_bytes(self, status: int, data: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-request-id", f"req_{self.server.owner._next_number('request')}")
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _send_stream(self, events: Iterator[str], reply: ScriptedReply, *, raw: bool = False) -> None:
+        self.send_response(reply.status)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        for sent, event in enumerate(events):
+            if reply.abort_after_chunks is not None and sent >= reply.abort_after_chunks:
+                raise _AbortedError
+            data = event.encode() if raw else f"data: {event}\n\n".encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+        if not raw:
+            done = b"data: [DONE]\n\n"
+            self.wfile.write(f"{len(done):x}\r\n".encode() + done + b"\r\n")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+def _hard_close(sock: socket.socket) -> None:
+    # The point is an abrupt close the client notices; errors closing a dead socket don't matter.
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, owner: OpenAICompatibleServer) -> None:
+        self.owner = owner
+        self.open_connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self.open_connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self.open_connections.discard(request)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Stay quiet: clients dropping connections (resets, aborted streams) is what tests do."""
+
+    def close_idle_connections(self) -> None:
+        """Drop keep-alive connections so their handler threads finish when the server stops."""
+        with self._connections_lock:
+            connections = list(self.open_connections)
+        for connection in connections:
+            _hard_close(connection)
+
+
+class OpenAICompatibleServer:
+    """A scripted OpenAI-compatible server on 127.0.0.1, started by ``with`` or :meth:`start`.
+
+    Args:
+        replies: replies to send, in order; when they run out, ``default_reply`` is sent.
+        handler: instead of a queue, a function choosing the reply for each request.
+        default_reply: the reply once the queue is empty (text ``"ok"``).
+
+    Example::
+
+        with OpenAICompatibleServer(replies=[ScriptedReply(text="hello")]) as server:
+            client = openai.OpenAI(base_url=server.base_url, api_key="test-key")
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            assert server.requests[0].body["model"] == "m"
+    """
+
+    def __init__(
+        self,
+        replies: Sequence[ScriptedReply] = (),
+        *,
+        handler: ReplyHandler | None = None,
+        default_reply: ScriptedReply | None = None,
+    ) -> None:
+        self._replies: deque[ScriptedReply] = deque(replies)
+        self._handler = handler
+        self.default_reply = default_reply if default_reply is not None else ScriptedReply(text="ok")
+        self._requests: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self._counters: dict[str, itertools.count[int]] = {}
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> OpenAICompatibleServer:
+        """Bind a free port and serve on a daemon thread; returns self."""
+        if self._httpd is None:
+            self._httpd = _HTTPServer(self)
+            self._thread = threading.Thread(
+                target=self._httpd.serve_forever, args=(0.05,), name="tallyspan-openai-server", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release the port."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.close_idle_connections()
+            httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> OpenAICompatibleServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # --- public state ------------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The bound port (the server must be started)."""
+        if self._httpd is None:
+            raise RuntimeError("the server is not running; use `with` or start()")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``, the ``base_url`` for ``openai.OpenAI``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A copy of the requests received so far, in order."""
+        with self._lock:
+            return list(self._requests)
+
+    def add_reply(self, reply: ScriptedReply) -> None:
+        """Queue one more reply."""
+        with self._lock:
+            self._replies.append(reply)
+
+    # --- used by the handler -----------------------------------------------------------------------
+
+    def _next_reply(self, request: RecordedRequest) -> ScriptedReply:
+        with self._lock:
+            self._requests.append(request)
+            if self._handler is None:
+                return self._replies.popleft() if self._replies else self.default_reply
+        return self._handler(request)
+
+    def _next_number(self, kind: str) -> int:
+        with self._lock:
+            counter = self._counters.setdefault(kind, itertools.count(1))
+            return next(counter)
+
+
+# --- bodies ----------------------------------------------------------------------------------------
+
+
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    kind = "invalid_request_error" if 400 <= status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def _estimate_tokens(text: str) -> int:
+    return max(1, (len(text) + 3) // 4)
+
+
+def _prompt_text(body: Mapping[str, Any]) -> str:
+    parts: list[str] = []
+    for key in ("messages", "input", "instructions"):
+        value = body.get(key)
+        if value is not None:
+            parts.append(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+    return "".join(parts)
+
+
+def _usage_numbers(request: RecordedRequest, reply: ScriptedReply) -> tuple[int, int]:
+    prompt = reply.prompt_tokens
+    if prompt is None:
+        prompt = _estimate_tokens(_prompt_text(request.body))
+    completion = reply.completion_tokens
+    if completion is None:
+        arguments = "".join(call.arguments_text for call in reply.tool_calls)
+        completion = _estimate_tokens(reply.text + reply.reasoning + arguments) + reply.reasoning_tokens
+    return prompt, completion
+
+
+def _model(request: RecordedRequest, reply: ScriptedReply) -> str:
+    return reply.model if reply.model is not None else str(request.body.get("model", "unknown-model"))
+
+
+def _finish_reason(reply: ScriptedReply) -> str:
+    if reply.finish_reason is not None:
+        return reply.finish_reason
+    return "tool_calls" if reply.tool_calls else "stop"
+
+
+def _call_ids(owner: OpenAICompatibleServer, reply: ScriptedReply) -> list[str]:
+    return [call.call_id or f"call_{owner._next_number('call')}" for call in reply.tool_calls]
+
+
+def _pieces(text: str) -> list[str]:
+    return [text[i : i + _STREAM_PIECE_CHARS] for i in range(0, len(text), _STREAM_PIECE_CHARS)]
+
+
+def _chat_usage(request: RecordedRequest, reply: ScriptedReply) -> dict[str, Any]:
+    prompt, completion = _usage_numbers(request, reply)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": reply.cached_tokens, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": reply.reasoning_tokens, "audio_tokens": 0},
+    }
+
+
+def _chat_body(
+    owner: OpenAICompatibleServer, request: RecordedRequest, reply: ScriptedReply
+) -> dict[str, Any]:
+    choice_count = request.body.get("n") or 1
+    choices = []
+    for index in range(int(choice_count)):
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None, "refusal": None}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments_text},
+                }
+                for call, call_id in zip(reply.tool_calls, _call_ids(owner, reply), strict=True)
+            ]
+        if reply.reasoning:
+            message["reasoning_content"] = reply.reasoning
+        choices.append(
+            {"index": index, "message": message, "finish_reason": _finish_reason(reply), "logprobs": None}
+        )
+    return {
+        "id": f"chatcmpl-{owner._next_number('chat')}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": _model(request, reply),
+        "system_fingerprint": "fp_tallyspan",
+        "service_tier": "default",
+        "choices": choices,
+        "usage": _chat_usage(request, reply),
+    }
+
+
+def _chat_events(
+    owner: OpenAICompatibleServer, request: RecordedRequest, reply: ScriptedReply
+) -> Iterator[str]:
+    completion_id = f"chatcmpl-{owner._next_number('chat')}"
+    created = int(time.time())
+    model = _model(request, reply)
+    options = request.body.get("stream_options") or {}
+    include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
+        payload: dict[str, Any] = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": "fp_tallyspan",
+            "service_tier": "default",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+        }
+        if include_usage:
+            payload["usage"] = None
+        return json.dumps(payload, ensure_ascii=False)
+
+    yield chunk({"role": "assistant", "content": "", "refusal": None})
+    for piece in _pieces(reply.reasoning):
+        yield chunk({"reasoning_content": piece})
+    for piece in _pieces(reply.text):
+        yield chunk({"content": piece})
+    for index, (call, call_id) in enumerate(zip(reply.tool_calls, _call_ids(owner, reply), strict=True)):
+        opening = {
+            "index": index,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        yield chunk({"tool_calls": [opening]})
+        for piece in _pieces(call.arguments_text):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    yield chunk({}, _finish_reason(reply))
+    if include_usage:
+        yield json.dumps(
+            {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "system_fingerprint": "fp_tallyspan",
+                "choices": [],
+                "usage": _chat_usage(request, reply),
+            }
+        )
+
+
+# --- Responses API ---------------------------------------------------------------------------------
+
+
+def _response_id(owner: OpenAICompatibleServer) -> str:
+    return f"resp_{owner._next_number('response')}"
+
+
+def _response_output(
+    owner: OpenAICompatibleServer, reply: ScriptedReply, response_id: str
+) -> list[dict[str, Any]]:
+    output: list[dict[str, Any]] = []
+    if reply.reasoning:
+        output.append(
+            {
+                "id": f"rs_{response_id}",
+                "type": "reasoning",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": reply.reasoning}],
+                "status": "completed",
+            }
+        )
+    if reply.text:
+        output.append(_message_item(response_id, reply.text, "completed"))
+    for index, (call, call_id) in enumerate(zip(reply.tool_calls, _call_ids(owner, reply), strict=True)):
+        output.append(
+            _function_call_item(response_id, index, call.name, call_id, call.arguments_text, "completed")
+        )
+    return output
+
+
+def _message_item(response_id: str, text: str | None, status: str) -> dict[str, Any]:
+    content = (
+        [] if text is None else [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+    )
+    return {
+        "id": f"msg_{response_id}",
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": content,
+    }
+
+
+def _function_call_item(
+    response_id: str, index: int, name: str, call_id: str, arguments: str, status: str
+) -> dict[str, Any]:
+    return {
+        "id": f"fc_{response_id}_{index}",
+        "type": "function_call",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+def _response_object(
+    owner: OpenAICompatibleServer,
+    request: RecordedRequest,
+    reply: ScriptedReply,
+    response_id: str,
+    *,
+    output: list[dict[str, Any]] | None = None,
+    status: str | None = None,
+    with_usage: bool = True,
+) -> dict[str, Any]:
+    reason = _finish_reason(reply)
+    final_status = "incomplete" if reason == "length" else "completed"
+    incomplete = {"reason": "max_output_tokens"} if final_status == "incomplete" and status is None else None
+    prompt, completion = _usage_numbers(request, reply)
+    body: dict[str, Any] = {
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status or final_status,
+        "model": _model(request, reply),
+        "output": output if output is not None else _response_output(owner, reply, response_id),
+        "parallel_tool_calls": True,
+        "tool_choice": request.body.get("tool_choice", "auto"),
+        "tools": request.body.get("tools", []),
+        "temperature": request.body.get("temperature"),
+        "top_p": request.body.get("top_p"),
+        "max_output_tokens": request.body.get("max_output_tokens"),
+        "instructions": request.body.get("instructions"),
+        "service_tier": "default",
+        "error": None,
+        "incomplete_details": incomplete,
+        "usage": None,
+    }
+    if with_usage:
+        body["usage"] = {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": reply.cached_tokens, "cache_write_tokens": 0},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
+            "total_tokens": prompt + completion,
+        }
+    return body
+
+
+def _responses_events(
+    owner: OpenAICompatibleServer, request: RecordedRequest, reply: ScriptedReply
+) -> Iterator[str]:
+    response_id = _response_id(owner)
+    sequence = itertools.count(0)
+
+    def event(kind: str, **fields: Any) -> str:
+        return json.dumps({"type": kind, "sequence_number": next(sequence), **fields}, ensure_ascii=False)
+
+    pending = _response_object(
+        owner, request, reply, response_id, output=[], status="in_progress", with_usage=False
+    )
+    yield event("response.created", response=pending)
+    yield event("response.in_progress", response=pending)
+    final_output = _response_output(owner, reply, response_id)
+    for output_index, item in enumerate(final_output):
+        if item["type"] == "reasoning":
+            yield event(
+                "response.output_item.added",
+                output_index=output_index,
+                item={**item, "status": "in_progress"},
+            )
+        elif item["type"] == "message":
+            text = item["content"][0]["text"]
+            yield event(
+                "response.output_item.added",
+                output_index=output_index,
+                item=_message_item(response_id, None, "in_progress"),
+            )
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            where = {"item_id": item["id"], "output_index": output_index, "content_index": 0}
+            yield event("response.content_part.added", part=part, **where)
+            for piece in _pieces(text):
+                yield event("response.output_text.delta", delta=piece, logprobs=[], **where)
+            yield event("response.output_text.done", text=text, logprobs=[], **where)
+            yield event("response.content_part.done", part=item["content"][0], **where)
+        else:
+            added = {**item, "arguments": "", "status": "in_progress"}
+            yield event("response.output_item.added", output_index=output_index, item=added)
+            where = {"item_id": item["id"], "output_index": output_index}
+            for piece in _pieces(item["arguments"]):
+                yield event("response.function_call_arguments.delta", delta=piece, **where)
+            yield event(
+                "response.function_call_arguments.done",
+                arguments=item["arguments"],
+                name=item["name"],
+                **where,
+            )
+        yield event("response.output_item.done", output_index=output_index, item=item)
+    final = _response_object(owner, request, reply, response_id, output=final_output)
+    kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+    yield event(kind, response=final)
+
+
+# --- embeddings --------------------------------------------------------------------------------------
+
+
+def _embeddings_body(request: RecordedRequest, reply: ScriptedReply) -> dict[str, Any]:
+    raw_input = request.body.get("input", "")
+    inputs = raw_input if isinstance(raw_input, list) else [raw_input]
+    dimensions = int(request.body.get("dimensions") or 8)
+    as_base64 = request.body.get("encoding_format") == "base64"
+    data = []
+    for index, item in enumerate(inputs):
+        seed = sum(ord(ch) for ch in str(item)) + index
+        vector = [((seed * (k + 1)) % 97) / 97.0 for k in range(dimensions)]
+        embedding: Any = (
+            base64.b64encode(struct.pack(f"<{dimensions}f", *vector)).decode() if as_base64 else vector
+        )
+        data.append({"object": "embedding", "index": index, "embedding": embedding})
+    prompt = (
+        reply.prompt_tokens
+        if reply.prompt_tokens is not None
+        else _estimate_tokens("".join(str(item) for item in inputs))
+    )
+    return {
+        "object": "list",
+        "data": data,
+        "model": _model(request, reply),
+        "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
+    }
