@@ -9,11 +9,13 @@ Usage::
         client.chat.completions.create(...)            # a "chat" span, checked against the contract
 """
 
+from tallyspan import ledger
 from tallyspan._errors import ConfigError, ContractError, Rejected, TallyspanError
 from tallyspan._instrument import DEFAULT_STORE, Instrumentation, instrument, instrumentation, uninstrument
 from tallyspan._selfstats import reset_stats, stats
 from tallyspan._stage import StageInfo, current_stage, stage
 from tallyspan._taxonomy import FAILURE_CLASS_OF, FailureClass, ViolationType
+from tallyspan._tool import run, tool
 
 __all__ = [
     "DEFAULT_STORE",
@@ -29,9 +31,12 @@ __all__ = [
     "current_stage",
     "instrument",
     "instrumentation",
+    "ledger",
     "reset_stats",
+    "run",
     "stage",
     "stats",
+    "tool",
     "uninstrument",
 ]
 
