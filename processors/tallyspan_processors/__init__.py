@@ -1,7 +1,15 @@
 """tallyspan's OpenTelemetry span processors: the wrapping chain, the checks and the ledger."""
 
 from tallyspan_processors._enrich import enriched_copy
+from tallyspan_processors._ledger import LedgerProcessor, ledger_component
 from tallyspan_processors._worker import OffThreadProcessor, worker_component
 from tallyspan_processors._wrapping import WrappingProcessor
 
-__all__ = ["OffThreadProcessor", "WrappingProcessor", "enriched_copy", "worker_component"]
+__all__ = [
+    "LedgerProcessor",
+    "OffThreadProcessor",
+    "WrappingProcessor",
+    "enriched_copy",
+    "ledger_component",
+    "worker_component",
+]

@@ -1,0 +1,367 @@
+"""The ledger processor: per agent run, the observed tool calls against the agent's own log.
+
+It sits in the wrapping chain below the checks (``worker > checks > ledger > sinks``) and sees every
+ended span, in order, on the worker thread.
+
+**Which run.** A run is the nearest ``invoke_agent`` / ``invoke_workflow`` span (``tallyspan.run``
+makes one), else the trace's local root span. An ended span knows only its parent's id, and children
+end before their parents, so ``on_start`` (which sees every live span, on the app's thread) records
+``span id -> run span id`` in a bounded map; ``process`` looks the span up there when it ends.
+
+**What is buffered.** Each run's entries (``_ledger_sources``): ordinary ``execute_tool`` spans on the
+observed side; log-tool spans, log-tool calls requested by a model, and ``tallyspan.ledger.claim()``
+events on the claimed side. A log call requested by the model and then executed as a tool is counted
+once (same tool-call id). Entries are ordered by time (span end, event time) when the run ends, which
+gives ``seq``. Buffers are bounded (drops counted in ``tallyspan.stats()``) and freed when the run ends.
+
+**Content.** The arguments of log calls come from the ContentBuffer. This processor pops the content
+of every ``execute_tool`` and model span it reads; the checks processor above it must therefore only
+*peek* at model content it wants the ledger to see (else the ledger falls back to the captured
+``gen_ai.output.messages``, present only when content capture is on).
+
+**At the run's end.** ``reconcile()``; the run span is forwarded with ``tallyspan.ledger.balanced``,
+``protocol_ok``, the counts, ``discrepancy_types`` (absent when there are none, like
+``tallyspan.violation_types``), one ``tallyspan.ledger.entry`` event per entry (both columns, capped
+at ``max_span_events``) and one ``tallyspan.ledger.discrepancy`` event per discrepancy, and status ERROR
+when the books do not balance (``mark_error_status``). Entries and the reconciliation go to the
+ledger sinks. Every run span is reconciled, even an empty one; a local root that is not a run span
+only when something was entered for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from tallyspan import semconv
+from tallyspan._config import Settings
+from tallyspan._content import content_buffer
+from tallyspan._selfstats import count, swallowed
+from tallyspan.ledger import (
+    PROTOCOL_TYPES,
+    Claim,
+    LedgerEntry,
+    LedgerRecord,
+    LedgerSink,
+    LogToolSpec,
+    Observed,
+    Reconciliation,
+    reconcile,
+)
+from tallyspan_processors._enrich import enriched_copy
+from tallyspan_processors._ledger_sources import RawEntry, entries_of
+from tallyspan_processors._wrapping import WrappingProcessor, flush_all
+
+__all__ = ["LedgerProcessor", "ledger_component"]
+
+_logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_TRACKED_SPANS: Final = 65536
+DEFAULT_MAX_OPEN_RUNS: Final = 1024
+DEFAULT_MAX_ENTRIES_PER_RUN: Final = 100_000
+DEFAULT_MAX_SPAN_EVENTS: Final = 1000
+_MAX_CLOSED_RUNS: Final = 4096
+
+
+@dataclass
+class _Books:
+    trace_id: int
+    entries: list[RawEntry] = field(default_factory=list)
+    log_call_ids: set[str] = field(default_factory=set)
+    dropped: int = 0
+
+
+def _is_run_span(attributes: Any) -> bool:
+    return attributes.get(semconv.GEN_AI_OPERATION_NAME) in semconv.RUN_OPERATIONS or semconv.RUN_NAME in attributes
+
+
+class LedgerProcessor(WrappingProcessor):
+    """Reconcile each agent run's books when its span ends, and forward the run span with the balance.
+
+    Args:
+        downstream: the processors the (enriched) spans go to.
+        sinks: where entries and reconciliations are written (``tallyspan.ledger.LedgerSink``).
+        spec: the log tool and its argument names.
+        capture_content: put the agents' summaries on span events and in the sinks.
+        mark_error_status: set status ERROR on run spans whose books do not balance.
+        max_tracked_spans: live spans whose run is remembered; the oldest are forgotten (counted).
+        max_open_runs: runs buffered at once; the oldest is dropped unreconciled (counted).
+        max_entries_per_run: entries buffered per run; more are dropped (counted, and reported on the run).
+        max_span_events: ``tallyspan.ledger.entry`` events put on one run span; the sinks get all entries.
+    """
+
+    def __init__(
+        self,
+        downstream: Sequence[SpanProcessor],
+        *,
+        sinks: Sequence[LedgerSink] = (),
+        spec: LogToolSpec | None = None,
+        capture_content: bool = False,
+        mark_error_status: bool = True,
+        max_tracked_spans: int = DEFAULT_MAX_TRACKED_SPANS,
+        max_open_runs: int = DEFAULT_MAX_OPEN_RUNS,
+        max_entries_per_run: int = DEFAULT_MAX_ENTRIES_PER_RUN,
+        max_span_events: int = DEFAULT_MAX_SPAN_EVENTS,
+    ) -> None:
+        super().__init__(downstream)
+        for label, value in (
+            ("max_tracked_spans", max_tracked_spans),
+            ("max_open_runs", max_open_runs),
+            ("max_entries_per_run", max_entries_per_run),
+        ):
+            if value < 1:
+                raise ValueError(f"{label} must be at least 1")
+        self._sinks = tuple(sinks)
+        self._spec = spec or LogToolSpec()
+        self._capture_content = capture_content
+        self._mark_error_status = mark_error_status
+        self._max_tracked_spans = max_tracked_spans
+        self._max_open_runs = max_open_runs
+        self._max_entries_per_run = max_entries_per_run
+        self._max_span_events = max(0, max_span_events)
+        self._lock = threading.Lock()
+        self._run_of: OrderedDict[int, int] = OrderedDict()
+        self._runs: OrderedDict[int, _Books] = OrderedDict()
+        self._closed_runs: OrderedDict[int, None] = OrderedDict()
+        self._shut_down = False
+        content_buffer().add_consumer()
+
+    @property
+    def sinks(self) -> tuple[LedgerSink, ...]:
+        """The ledger sinks this processor writes to."""
+        return self._sinks
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        try:
+            self._track(span)
+        except Exception:  # losing one span's run must not break the span's start in the app
+            swallowed(_logger, "ledger.on_start", "the ledger processor failed in on_start")
+        super().on_start(span, parent_context=parent_context)
+
+    def _track(self, span: Span) -> None:
+        context = span.get_span_context()
+        span_id = context.span_id
+        run_id = span_id
+        if not _is_run_span(span.attributes or {}):
+            parent = span.parent
+            if parent is not None and not parent.is_remote:
+                with self._lock:
+                    run_id = self._run_of.get(parent.span_id, span_id)
+        with self._lock:
+            self._run_of[span_id] = run_id
+            while len(self._run_of) > self._max_tracked_spans:
+                self._run_of.popitem(last=False)
+                count("dropped.ledger_tracked_spans")
+
+    def process(self, span: ReadableSpan) -> ReadableSpan:
+        context = span.context
+        if context is None:
+            return span
+        span_id = context.span_id
+        with self._lock:
+            run_id = self._run_of.pop(span_id, None)
+        if run_id is None:  # started before us, or forgotten: its parent's run, else its own
+            parent = span.parent
+            with self._lock:
+                known = self._run_of.get(parent.span_id) if parent is not None and not parent.is_remote else None
+            run_id = known if known is not None else span_id
+        for entry in entries_of(span, self._spec):
+            self._enter(run_id, context.trace_id, entry)
+        if run_id != span_id:
+            return span
+        with self._lock:
+            books = self._runs.pop(span_id, None)
+            self._closed_runs[span_id] = None
+            while len(self._closed_runs) > _MAX_CLOSED_RUNS:
+                self._closed_runs.popitem(last=False)
+        if books is None:
+            if not _is_run_span(span.attributes or {}):
+                return span  # a local root with nothing on the books is not an agent run
+            books = _Books(context.trace_id)
+        return self._close(span, books)
+
+    def _enter(self, run_id: int, trace_id: int, entry: RawEntry) -> None:
+        with self._lock:
+            if run_id in self._closed_runs:
+                count("dropped.ledger_late_entries")  # its run was already reconciled
+                return
+            books = self._runs.get(run_id)
+            if books is None:
+                books = self._runs[run_id] = _Books(trace_id)
+                while len(self._runs) > self._max_open_runs:
+                    self._runs.popitem(last=False)
+                    count("dropped.ledger_runs")
+            if entry.log_call_id is not None:
+                if entry.log_call_id in books.log_call_ids:
+                    return  # requested by the model, then executed: one call, one claim
+                books.log_call_ids.add(entry.log_call_id)
+            if len(books.entries) >= self._max_entries_per_run:
+                books.dropped += 1
+                count("dropped.ledger_entries")
+                return
+            books.entries.append(entry)
+
+    def _close(self, span: ReadableSpan, books: _Books) -> ReadableSpan:
+        # Stable sort: entries at the same instant keep the order in which their spans ended.
+        ordered = sorted(books.entries, key=lambda entry: entry.time_unix_nano)
+        observed: list[Observed] = []
+        claims: list[Claim] = []
+        for seq, entry in enumerate(ordered):
+            if entry.side == semconv.LEDGER_SIDE_OBSERVED:
+                observed.append(Observed(entry.call_id, entry.tool_name or "", entry.outcome or "", seq))
+            else:
+                claims.append(
+                    Claim(entry.call_id, entry.tool_name, entry.outcome, entry.summary, seq, entry.malformed)
+                )
+        result = reconcile(observed, claims, log_tool=self._spec.tool)
+        observed_count = sum(1 for o in observed if o.tool_name != self._spec.tool)
+        run_span_id = span.context.span_id if span.context is not None else 0
+        records = [self._record(books.trace_id, run_span_id, seq, entry) for seq, entry in enumerate(ordered)]
+        attributes = span.attributes or {}
+        run_name = str(
+            attributes.get(semconv.RUN_NAME)
+            or attributes.get(semconv.GEN_AI_AGENT_NAME)
+            or attributes.get(semconv.GEN_AI_WORKFLOW_NAME)
+            or span.name
+        )
+        self._export(
+            records,
+            LedgerRecord(
+                books.trace_id,
+                run_span_id,
+                run_name,
+                result,
+                observed_count,
+                len(claims),
+                span.end_time or 0,
+            ),
+        )
+        return self._enriched(span, result, records, observed_count, len(claims), books.dropped)
+
+    def _record(self, trace_id: int, run_span_id: int, seq: int, entry: RawEntry) -> LedgerEntry:
+        return LedgerEntry(
+            trace_id=trace_id,
+            run_span_id=run_span_id,
+            side=entry.side,
+            seq=seq,
+            call_id=entry.call_id,
+            tool_name=entry.tool_name,
+            outcome=entry.outcome,
+            summary=entry.summary if self._capture_content else "",
+            span_id=entry.span_id or None,
+            time_unix_nano=entry.time_unix_nano,
+            malformed=entry.malformed,
+        )
+
+    def _enriched(
+        self,
+        span: ReadableSpan,
+        result: Reconciliation,
+        records: Sequence[LedgerEntry],
+        observed_count: int,
+        claimed_count: int,
+        dropped: int,
+    ) -> ReadableSpan:
+        attributes: dict[str, AttributeValue] = {
+            semconv.LEDGER_BALANCED: result.balanced,
+            semconv.LEDGER_PROTOCOL_OK: result.protocol_ok,
+            semconv.LEDGER_OBSERVED_COUNT: observed_count,
+            semconv.LEDGER_CLAIMED_COUNT: claimed_count,
+            semconv.LEDGER_DISCREPANCY_COUNT: len(result.discrepancies),
+        }
+        if result.discrepancy_types:
+            attributes[semconv.LEDGER_DISCREPANCY_TYPES] = list(result.discrepancy_types)
+        if dropped:
+            attributes[semconv.LEDGER_DROPPED_ENTRIES] = dropped
+        events = [_entry_event(record) for record in records[: self._max_span_events]]
+        if len(records) > self._max_span_events:
+            count("dropped.ledger_span_events", len(records) - self._max_span_events)
+        end = span.end_time
+        for discrepancy in result.discrepancies:
+            event_attributes: dict[str, AttributeValue] = {
+                semconv.LEDGER_DISCREPANCY_TYPE: discrepancy.type,
+                semconv.LEDGER_DETAIL: discrepancy.detail,
+            }
+            if discrepancy.call_id is not None:
+                event_attributes[semconv.LEDGER_CALL_ID] = discrepancy.call_id
+            events.append(Event(semconv.EVENT_LEDGER_DISCREPANCY, event_attributes, timestamp=end))
+        status = None
+        if not result.balanced and self._mark_error_status and span.status.status_code is not StatusCode.ERROR:
+            unbalanced = [t for t in result.discrepancy_types if t not in PROTOCOL_TYPES]
+            status = Status(StatusCode.ERROR, f"ledger unbalanced: {', '.join(unbalanced)}")
+        return enriched_copy(span, attributes=attributes, events=events, status=status)
+
+    def _export(self, records: Sequence[LedgerEntry], record: LedgerRecord) -> None:
+        for sink in self._sinks:
+            try:
+                if records and not sink.export_entries(records):
+                    count("errors.ledger_sink.entries")
+                if not sink.export_reconciliation(record):
+                    count("errors.ledger_sink.reconciliation")
+            except Exception:  # a sink breaking its promise not to raise must not cost the span
+                swallowed(_logger, "ledger.sink", f"ledger sink {type(sink).__name__} raised")
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        flushed = flush_all(self._downstream, timeout_millis)
+        for sink in self._sinks:
+            try:
+                flushed = sink.force_flush(timeout_millis) and flushed
+            except Exception:  # one sink's failure must not stop the others flushing
+                swallowed(_logger, "ledger.sink.flush", f"ledger sink {type(sink).__name__} failed to flush")
+                flushed = False
+        return flushed
+
+    def shutdown(self) -> None:
+        if self._shut_down:
+            return
+        self._shut_down = True
+        content_buffer().remove_consumer()
+        with self._lock:
+            if self._runs:
+                count("dropped.ledger_runs", len(self._runs))  # runs that never ended are not reconciled
+            self._runs.clear()
+            self._run_of.clear()
+            self._closed_runs.clear()
+        for sink in self._sinks:
+            try:
+                sink.shutdown()
+            except Exception:  # one sink's failure must not keep the others open
+                swallowed(_logger, "ledger.sink.shutdown", f"ledger sink {type(sink).__name__} failed to shut down")
+        super().shutdown()
+
+
+def _entry_event(record: LedgerEntry) -> Event:
+    attributes: dict[str, AttributeValue] = {
+        semconv.LEDGER_SIDE: record.side,
+        semconv.LEDGER_SEQ: record.seq,
+    }
+    for key, value in (
+        (semconv.LEDGER_CALL_ID, record.call_id),
+        (semconv.LEDGER_TOOL_NAME, record.tool_name),
+        (semconv.LEDGER_OUTCOME, record.outcome),
+        (semconv.LEDGER_SUMMARY, record.summary or None),
+        (semconv.LEDGER_MALFORMED, record.malformed),
+    ):
+        if value is not None:
+            attributes[key] = value
+    return Event(semconv.EVENT_LEDGER_ENTRY, attributes, timestamp=record.time_unix_nano or None)
+
+
+def ledger_component(downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor:
+    """The ``ledger`` entry point of ``tallyspan.components``."""
+    return LedgerProcessor(
+        downstream,
+        sinks=tuple(sink for sink in settings.ledger_sinks if isinstance(sink, LedgerSink)),
+        spec=LogToolSpec(tool=settings.ledger_log_tool),
+        capture_content=settings.capture_content,
+        mark_error_status=settings.mark_error_status,
+    )

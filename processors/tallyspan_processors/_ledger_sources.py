@@ -1,0 +1,148 @@
+"""Where the ledger's entries come from: an ended span read into observed calls and the agent's claims.
+
+* ``execute_tool`` spans of ordinary tools are observed calls (outcome from ``tallyspan.tool.outcome``,
+  else the span status, so other instrumentations' tool spans count too).
+* ``execute_tool`` spans of the log tool are claims: their arguments come from the ContentBuffer
+  (``ToolContent``), else from ``gen_ai.tool.call.arguments`` when content is captured.
+* Model spans contribute the log-tool calls the model requested: from the ContentBuffer
+  (``ModelContent.tool_calls``), else from ``gen_ai.output.messages`` when content is captured.
+* ``tallyspan.ledger.claim`` events (``tallyspan.ledger.claim()``) on any span are claims.
+
+Each entry carries a time (span end, or event time) that orders it in the run, and, for log-tool
+calls, the id of that log call, so one call requested by the model and then executed by the harness
+is counted once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from tallyspan import semconv
+from tallyspan._content import ModelContent, ToolContent, content_buffer
+from tallyspan.ledger import LogToolSpec, normalize_outcome, parse_log_arguments
+
+__all__ = ["RawEntry", "entries_of"]
+
+
+@dataclass(frozen=True)
+class RawEntry:
+    """One entry of either column before the run is reconciled and ``seq`` assigned."""
+
+    side: str
+    time_unix_nano: int
+    span_id: int
+    call_id: str | None
+    tool_name: str | None
+    outcome: str | None
+    summary: str = ""
+    malformed: str | None = None
+    log_call_id: str | None = None
+    """For a log-tool call, the id of that call (to count it once); else None."""
+
+
+def entries_of(span: ReadableSpan, spec: LogToolSpec) -> Iterator[RawEntry]:
+    """Yield the ledger entries ``span`` contributes (taking its content out of the ContentBuffer)."""
+    attributes = span.attributes or {}
+    operation = attributes.get(semconv.GEN_AI_OPERATION_NAME)
+    span_id = span.context.span_id if span.context is not None else 0
+    end = span.end_time or 0
+    if operation == semconv.OPERATION_EXECUTE_TOOL:
+        yield from _tool_entries(span, attributes, spec, span_id, end)
+    elif operation in semconv.MODEL_OPERATIONS:
+        yield from _requested_log_calls(attributes, spec, span_id, end)
+    for event in span.events:
+        if event.name == semconv.EVENT_LEDGER_CLAIM:
+            yield _claim_event(event.attributes or {}, span_id, event.timestamp or end)
+
+
+def _tool_entries(
+    span: ReadableSpan, attributes: Mapping[str, Any], spec: LogToolSpec, span_id: int, end: int
+) -> Iterator[RawEntry]:
+    content = content_buffer().pop(span_id)
+    tool_name = attributes.get(semconv.GEN_AI_TOOL_NAME)
+    if not isinstance(tool_name, str) or not tool_name:
+        prefix = f"{semconv.OPERATION_EXECUTE_TOOL} "
+        tool_name = span.name[len(prefix) :] if span.name.startswith(prefix) else span.name
+    raw_call_id = attributes.get(semconv.GEN_AI_TOOL_CALL_ID)
+    call_id = str(raw_call_id) if raw_call_id is not None and raw_call_id != "" else None
+    if tool_name == spec.tool:
+        arguments: Any = content.arguments if isinstance(content, ToolContent) else None
+        if arguments is None:
+            arguments = attributes.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS)
+        yield _claim(arguments, spec, span_id, end, call_id, unavailable="log call arguments not available")
+        return
+    outcome = normalize_outcome(attributes.get(semconv.TOOL_OUTCOME))
+    if outcome is None:
+        outcome = semconv.OUTCOME_FAILED if span.status.status_code is StatusCode.ERROR else semconv.OUTCOME_SUCCEEDED
+    yield RawEntry(semconv.LEDGER_SIDE_OBSERVED, end, span_id, call_id, tool_name, outcome)
+
+
+def _requested_log_calls(
+    attributes: Mapping[str, Any], spec: LogToolSpec, span_id: int, end: int
+) -> Iterator[RawEntry]:
+    content = content_buffer().pop(span_id)
+    if isinstance(content, ModelContent):
+        for call in content.tool_calls:
+            if call.name == spec.tool:
+                yield _claim(call.arguments, spec, span_id, end, call.call_id, unavailable="no arguments")
+        return
+    # No content in process (another instrumentation made the span): read the captured output messages.
+    for name, arguments, call_id in _captured_tool_calls(attributes.get(semconv.GEN_AI_OUTPUT_MESSAGES)):
+        if name == spec.tool:
+            yield _claim(arguments, spec, span_id, end, call_id, unavailable="no arguments")
+
+
+def _captured_tool_calls(raw: Any) -> Iterator[tuple[str, Any, str | None]]:
+    if not isinstance(raw, str):
+        return
+    try:
+        messages = json.loads(raw)
+    except ValueError:  # captured content that is not JSON is not ours to judge
+        return
+    if not isinstance(messages, list):
+        return
+    for message in messages:
+        parts = message.get("parts") if isinstance(message, dict) else None
+        for part in parts if isinstance(parts, list) else ():
+            if isinstance(part, dict) and part.get("type") == "tool_call" and isinstance(part.get("name"), str):
+                call_id = part.get("id")
+                yield part["name"], part.get("arguments"), None if call_id is None else str(call_id)
+
+
+def _claim(
+    arguments: Any, spec: LogToolSpec, span_id: int, time: int, log_call_id: str | None, *, unavailable: str
+) -> RawEntry:
+    if arguments is None:
+        return RawEntry(
+            semconv.LEDGER_SIDE_CLAIMED, time, span_id, None, None, None, malformed=unavailable, log_call_id=log_call_id
+        )
+    parsed = parse_log_arguments(arguments, spec=spec)
+    return RawEntry(
+        semconv.LEDGER_SIDE_CLAIMED,
+        time,
+        span_id,
+        parsed.call_id,
+        parsed.tool_name,
+        parsed.claimed_outcome,
+        parsed.summary,
+        parsed.malformed,
+        log_call_id,
+    )
+
+
+_CLAIM_EVENT_SPEC = LogToolSpec(
+    call_id=(semconv.LEDGER_CALL_ID,),
+    tool_name=(semconv.LEDGER_TOOL_NAME,),
+    outcome=(semconv.LEDGER_OUTCOME,),
+    summary=(semconv.LEDGER_SUMMARY,),
+)
+
+
+def _claim_event(attributes: Mapping[str, Any], span_id: int, time: int) -> RawEntry:
+    return _claim(dict(attributes), _CLAIM_EVENT_SPEC, span_id, time, None, unavailable="empty claim")
