@@ -73,6 +73,11 @@ OPENAI_RESPONSE_SERVICE_TIER: Final = _openai.OPENAI_RESPONSE_SERVICE_TIER
 OPENAI_RESPONSE_SYSTEM_FINGERPRINT: Final = _openai.OPENAI_RESPONSE_SYSTEM_FINGERPRINT
 MCP_METHOD_NAME: Final = _mcp.MCP_METHOD_NAME
 MCP_SESSION_ID: Final = _mcp.MCP_SESSION_ID
+MCP_PROTOCOL_VERSION: Final = _mcp.MCP_PROTOCOL_VERSION
+#: The MCP method of a tool call (``mcp.method.name`` value).
+MCP_METHOD_TOOLS_CALL: Final = "tools/call"
+#: ``error.type`` of a tool call that returned an error result (MCP ``isError``), per the MCP conventions.
+ERROR_TYPE_TOOL_ERROR: Final = "tool_error"
 ERROR_TYPE: Final = _error.ERROR_TYPE
 SERVER_ADDRESS: Final = _server.SERVER_ADDRESS
 SERVER_PORT: Final = _server.SERVER_PORT
@@ -154,6 +159,10 @@ EVENT_LEDGER_RECONCILIATION: Final = "tallyspan.ledger.reconciliation"
 EVENT_LEDGER_CLAIM: Final = "tallyspan.ledger.claim"
 """Added by ``tallyspan.ledger.claim()`` on the current span: one claim of the agent's column."""
 EVENT_GEN_AI_EVALUATION_RESULT: Final = "gen_ai.evaluation.result"
+EVENT_AGENT_HANDOFF: Final = "tallyspan.agent.handoff"
+"""On an ``invoke_agent`` span: the agent handed the conversation to another agent (no GenAI span exists)."""
+HANDOFF_FROM_AGENT: Final = "tallyspan.handoff.from_agent"
+HANDOFF_TO_AGENT: Final = "tallyspan.handoff.to_agent"
 
 VIOLATION_TYPE: Final = "tallyspan.violation.type"
 VIOLATION_FAILURE_CLASS: Final = "tallyspan.violation.failure_class"
