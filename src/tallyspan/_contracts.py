@@ -1,0 +1,341 @@
+"""Contracts: what a stage's deliverable must look like, loaded from YAML, TOML, a mapping or objects.
+
+A contracts file::
+
+    contracts:
+      weekly_report:
+        language: ja
+        min_chars: 200
+        required: ['^判定[:：]\\s*(合格|不合格)', {name: verdict, pattern: 'verdict'}]
+        forbidden: ['<\\|im_end\\|>']
+        claims: {allowed: ['導入企業300社']}
+    default:                      # optional: spans whose stage has no contract
+      allow_refusal: false
+    match:                        # optional: bind by stage / agent name / model (glob patterns)
+      - {agent: reviewer, model: 'gpt-4o*', contract: weekly_report}
+
+``ContractSet.contract_for`` resolves in that order of precedence: the first ``match`` rule whose
+keys all match, then the contract named like the stage, then ``default``. Regexes are compiled at
+load with the ``regex`` package (multi-line mode: ``^`` and ``$`` match at line ends) and matched
+with a time limit, so a hostile pattern cannot hang the process.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import regex
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from tallyspan._errors import ContractError
+from tallyspan._language import SUPPORTED_LANGUAGES
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = ["Claims", "Contract", "ContractSet", "MatchRule", "NamedPattern", "load_contracts"]
+
+#: Time limit for one regex match on one output.
+REGEX_TIMEOUT_S = 0.1
+_REGEX_FLAGS = regex.MULTILINE | regex.VERSION1
+
+
+class NamedPattern(BaseModel):
+    """A regex with a name to report instead of the pattern itself."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    pattern: str
+
+
+class Claims(BaseModel):
+    """The claims an organisation may make (customers, adoption figures, superlatives)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allowed: list[str] = Field(default_factory=list)
+
+
+class Contract(BaseModel):
+    """What a stage's output must look like; ``Contract(**mapping)`` takes a contracts file's entry.
+
+    Raises:
+        pydantic.ValidationError: on direct construction with a bad field (``load_contracts`` turns it
+            into a ``ContractError`` naming the file, stage, field and line).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    language: str | None = None
+    """Required output language: ja, en, zh or ko."""
+    min_chars: int | None = Field(default=None, ge=0)
+    """Least characters, whitespace and stripped reasoning excluded."""
+    max_chars: int | None = Field(default=None, ge=0)
+    required: list[str | NamedPattern] = Field(default_factory=list)
+    """Regexes that must each match somewhere in the output."""
+    forbidden: list[str | NamedPattern] = Field(default_factory=list)
+    """Regexes that must not match anywhere in the output."""
+    json_schema: dict[str, Any] | None = None
+    """The output must be JSON valid against this schema (a subset: see ``_jsonschema``)."""
+    allow_refusal: bool = False
+    allow_reasoning: bool = False
+    claims: Claims | None = None
+    """When set, claims not covered by ``claims.allowed`` are ``unearned_claim``."""
+    deadline_s: float | None = Field(default=None, gt=0)
+    """A call longer than this is a ``timeout``."""
+    max_wait_s: float | None = Field(default=None, ge=0)
+    """Waiting longer than this between ``enqueued_at`` and the model call is ``scheduler_starvation``."""
+
+    _required: tuple[tuple[str, regex.Pattern[str]], ...] = PrivateAttr(default=())
+    _forbidden: tuple[tuple[str, regex.Pattern[str]], ...] = PrivateAttr(default=())
+
+    @field_validator("language")
+    @classmethod
+    def _known_language(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        code = value.strip().lower().replace("_", "-").split("-")[0]
+        if code not in SUPPORTED_LANGUAGES:
+            raise ValueError(f"unsupported language {value!r}; use one of {', '.join(sorted(SUPPORTED_LANGUAGES))}")
+        return code
+
+    @field_validator("required", "forbidden")
+    @classmethod
+    def _patterns_compile(cls, value: list[str | NamedPattern]) -> list[str | NamedPattern]:
+        for item in value:
+            pattern = item.pattern if isinstance(item, NamedPattern) else item
+            try:
+                regex.compile(pattern, _REGEX_FLAGS)
+            except regex.error as exc:
+                raise ValueError(f"invalid regex {pattern!r}: {exc}") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _compile(self) -> Contract:
+        if self.min_chars is not None and self.max_chars is not None and self.min_chars > self.max_chars:
+            raise ValueError(f"min_chars {self.min_chars} > max_chars {self.max_chars}")
+        self._required = tuple(_compiled(item) for item in self.required)
+        self._forbidden = tuple(_compiled(item) for item in self.forbidden)
+        return self
+
+    @property
+    def required_patterns(self) -> tuple[tuple[str, regex.Pattern[str]], ...]:
+        """(name, compiled regex) of each required pattern."""
+        return self._required
+
+    @property
+    def forbidden_patterns(self) -> tuple[tuple[str, regex.Pattern[str]], ...]:
+        """(name, compiled regex) of each forbidden pattern."""
+        return self._forbidden
+
+
+def _compiled(item: str | NamedPattern) -> tuple[str, regex.Pattern[str]]:
+    if isinstance(item, NamedPattern):
+        return item.name, regex.compile(item.pattern, _REGEX_FLAGS)
+    return item, regex.compile(item, _REGEX_FLAGS)
+
+
+class MatchRule(BaseModel):
+    """Binds a contract to spans by stage, agent name and/or model (glob patterns, all must match)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    contract: str
+    stage: str | None = None
+    agent: str | None = None
+    model: str | None = None
+
+    @model_validator(mode="after")
+    def _has_a_key(self) -> MatchRule:
+        if self.stage is None and self.agent is None and self.model is None:
+            raise ValueError("a match rule needs at least one of stage, agent, model")
+        return self
+
+    def matches(self, stage: str | None, agent_name: str | None, model: str | None) -> bool:
+        """True when every key the rule sets matches the span's value."""
+        for pattern, value in ((self.stage, stage), (self.agent, agent_name), (self.model, model)):
+            if pattern is not None and (value is None or not fnmatch.fnmatchcase(value, pattern)):
+                return False
+        return True
+
+
+class ContractSet(BaseModel):
+    """Contracts by stage, an optional default and ``match`` rules; see :meth:`contract_for`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    contracts: dict[str, Contract] = Field(default_factory=dict)
+    default: Contract | None = None
+    match: list[MatchRule] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _rules_name_contracts(self) -> ContractSet:
+        for index, rule in enumerate(self.match):
+            if rule.contract not in self.contracts and not (rule.contract == "default" and self.default):
+                raise ValueError(f"match[{index}] names an unknown contract {rule.contract!r}")
+        return self
+
+    def contract_for(
+        self, stage: str | None, agent_name: str | None = None, model: str | None = None
+    ) -> tuple[str, Contract] | None:
+        """Return (name, contract) for a span, or None when no contract applies.
+
+        Order: the first ``match`` rule that matches, the contract named ``stage``, the default.
+        """
+        for rule in self.match:
+            if rule.matches(stage, agent_name, model):
+                if rule.contract in self.contracts:
+                    return rule.contract, self.contracts[rule.contract]
+                if self.default is not None:
+                    return "default", self.default
+        if stage is not None and stage in self.contracts:
+            return stage, self.contracts[stage]
+        if self.default is not None:
+            return "default", self.default
+        return None
+
+
+# --- loading ---------------------------------------------------------------------------------------
+
+
+def load_contracts(source: Any) -> ContractSet:
+    """Load contracts from a file path (YAML or TOML), a mapping, a list, or a ``ContractSet``.
+
+    Args:
+        source: a ``str``/``PathLike`` path to ``.yaml``/``.yml``/``.toml``; a mapping in the file's
+            form (``{"contracts": {...}, "default": ..., "match": [...]}``) or just ``{stage: contract}``;
+            a list of ``Contract`` objects or mappings, each with a ``stage`` key (for mappings) or
+            used in order as ``stage_0``...; or a ``ContractSet``.
+
+    Returns:
+        The validated, compiled ``ContractSet``.
+
+    Raises:
+        ContractError: naming the file, the stage, the field and (YAML) the line.
+    """
+    if isinstance(source, ContractSet):
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        return _load_file(Path(source))
+    if isinstance(source, Contract):
+        return ContractSet(default=source)
+    if isinstance(source, Mapping):
+        return _from_mapping(dict(source), file=None, node=None)
+    if isinstance(source, Sequence) and not isinstance(source, (bytes, bytearray)):
+        return _from_list(source)
+    raise ContractError(f"contracts must be a path, a mapping, a list or a ContractSet, not {type(source).__name__}")
+
+
+def _load_file(path: Path) -> ContractSet:
+    file = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ContractError(f"cannot read the contracts file: {exc.strerror or exc}", file=file) from exc
+    node: yaml.Node | None = None
+    if path.suffix.lower() == ".toml":
+        try:
+            data: Any = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ContractError(f"invalid TOML: {exc}", file=file) from exc
+    else:
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = mark.line + 1 if mark is not None else None
+            raise ContractError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}", file=file, line=line) from exc
+    if data is None:
+        return ContractSet()
+    if not isinstance(data, Mapping):
+        raise ContractError("the file must hold a mapping with a 'contracts' section", file=file, line=1)
+    return _from_mapping(dict(data), file=file, node=node)
+
+
+_TOP_KEYS = frozenset({"contracts", "default", "match"})
+
+
+def _from_mapping(data: dict[str, Any], *, file: str | None, node: yaml.Node | None) -> ContractSet:
+    if not _TOP_KEYS.intersection(data):
+        data = {"contracts": data}  # the short form: {stage: contract}
+        node = _wrap_node(node)
+    try:
+        return ContractSet.model_validate(data)
+    except ValidationError as exc:
+        raise _contract_error(exc, file=file, node=node) from exc
+
+
+def _from_list(items: Sequence[Any]) -> ContractSet:
+    contracts: dict[str, Contract] = {}
+    for index, item in enumerate(items):
+        if isinstance(item, Contract):
+            contracts[f"stage_{index}"] = item
+            continue
+        if not isinstance(item, Mapping) or not isinstance(item.get("stage"), str):
+            raise ContractError(f"item {index} must be a Contract or a mapping with a 'stage' key")
+        fields = {key: value for key, value in item.items() if key != "stage"}
+        try:
+            contracts[item["stage"]] = Contract(**fields)
+        except ValidationError as exc:
+            raise _contract_error(exc, file=None, node=None, stage=item["stage"]) from exc
+    return ContractSet(contracts=contracts)
+
+
+def _wrap_node(node: yaml.Node | None) -> yaml.Node | None:
+    if node is None:
+        return None
+    return yaml.MappingNode("tag:yaml.org,2002:map", [(yaml.ScalarNode("tag:yaml.org,2002:str", "contracts"), node)])
+
+
+def _contract_error(
+    exc: ValidationError, *, file: str | None, node: yaml.Node | None, stage: str | None = None
+) -> ContractError:
+    error = exc.errors()[0]
+    location = tuple(error["loc"])
+    field: str | None = None
+    if stage is None and len(location) >= 2 and location[0] == "contracts":
+        stage, rest = str(location[1]), location[2:]
+    elif location and location[0] == "default":
+        stage, rest = "default", location[1:]
+    else:
+        rest = location
+    names = [str(part) for part in rest if not str(part).startswith(("str", "NamedPattern"))]
+    if names:
+        field = ".".join(names)
+    message = str(error["msg"])
+    if error["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    return ContractError(message, file=file, stage=stage, field=field, line=_line_of(node, location))
+
+
+def _line_of(node: yaml.Node | None, location: tuple[Any, ...]) -> int | None:
+    """The 1-based line of the deepest YAML node on ``location`` (pydantic's error path)."""
+    if node is None:
+        return None
+    line = node.start_mark.line + 1
+    for part in location:
+        child: yaml.Node | None = None
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == str(part):
+                    child = value
+                    break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            child = node.value[part]
+        if child is None:
+            break
+        node = child
+        line = node.start_mark.line + 1
+    return line

@@ -1,0 +1,153 @@
+"""Refusals, leaked reasoning and unearned claims: phrase rules in Japanese, English and Chinese.
+
+Pure functions of the text. Details name the kind of finding, never the text itself.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+
+import regex
+
+__all__ = ["find_claims", "find_reasoning_leak", "is_refusal", "strip_reasoning"]
+
+# --- refusal ---------------------------------------------------------------------------------------
+
+_REFUSAL = regex.compile(
+    r"(?i)"
+    # English
+    r"\bI(?:'m| am)\s+(?:sorry|afraid),?\s+(?:but\s+)?I\s+(?:can(?:'|no)t|cannot|am unable to|won't|will not)\b"
+    r"|\bI\s+(?:can(?:'|no)t|cannot|won't|will not|am unable to|am not able to)\s+"
+    r"(?:help|assist|provide|fulfil|fulfill|comply|do that|answer|complete|create|write|generate)\b"
+    r"|\bas an AI(?: language model)?,?\s+I\s+(?:can(?:'|no)t|cannot|don't|do not|am (?:not|unable))\b"
+    r"|\bI\s+must\s+(?:decline|refuse)\b"
+    # Japanese
+    r"|申し訳(?:ありません|ございません|ない)(?:が|けれど)[^。\n]{0,60}?(?:でき(?:ません|かねます)|いたしかねます|控えさせて)"
+    r"|(?:お答え|回答|お手伝い|対応|お応え|ご協力|提供|作成)(?:することは|は|が)?(?:でき(?:ません|かねます)|いたしかねます)"
+    r"|(?:AI|人工知能|言語モデル)(?:です|である|として)[^。\n]{0,40}?(?:できません|持っていません|ありません)"
+    r"|お断り(?:いたします|します|させていただきます)"
+    # Chinese
+    r"|(?:抱歉|对不起|對不起|很遗憾|很遺憾)[，,、]?\s*我(?:不能|无法|無法|没办法|不可以)"
+    r"|作为(?:一个)?(?:AI|人工智能|语言模型)[^。\n]{0,20}?(?:不能|无法)"
+    r"|我(?:无法|無法|不能)(?:提供|回答|帮助|幫助|协助|協助|完成)"
+)
+#: A refusal is a short answer that says no near its start; a long answer with a caveat is an answer.
+_REFUSAL_WINDOW = 240
+_REFUSAL_MAX_CHARS = 400
+
+
+def is_refusal(text: str) -> bool:
+    """True when ``text`` is a refusal: a refusal phrase near the start of a short answer."""
+    if not text:
+        return False
+    head = text.lstrip()[:_REFUSAL_WINDOW]
+    if not _REFUSAL.search(head, timeout=1.0):
+        return False
+    return len("".join(text.split())) <= _REFUSAL_MAX_CHARS
+
+
+# --- reasoning -------------------------------------------------------------------------------------
+
+_THINK_BLOCK = regex.compile(r"(?is)<(think|thinking|reasoning|reflection)>.*?(?:</\1>|\Z)")
+_LONE_CLOSE = regex.compile(r"(?i)</(?:think|thinking|reasoning|reflection)>")
+_HARMONY = regex.compile(r"<\|(?:channel|start|message|end|return|constrain)\|>|<\|channel\|>\s*analysis")
+_OPENERS = regex.compile(
+    r"(?i)^\s*(?:"
+    r"(?:okay|ok|alright|hmm+|so),?\s+(?:so\s+)?(?:let me|let's|i need to|i should|the user|we need to|first,? i)"
+    r"|let me (?:think|analy[sz]e|figure|work through|break (?:this|it) down|start by)"
+    r"|the user (?:is asking|asks|wants|has asked|requests|would like)"
+    r"|we need to (?:answer|respond|produce|write|figure|determine|output)"
+    r"|first,? i (?:need|should|will) (?:to )?(?:understand|figure|think|analy[sz]e)"
+    r"|ユーザー(?:は|が)[^。\n]{0,60}?(?:求めて|尋ねて|聞いて|質問して|依頼して|望んで)い(?:る|ます)"
+    r"|(?:えーと|えっと|うーん|ふむ)[、。,]"
+    r"|(?:好的，)?(?:嗯+，|用户(?:要求|问|想|希望|让我))"
+    r")"
+)
+
+
+def strip_reasoning(text: str) -> str:
+    """Return ``text`` without think blocks and anything before a lone closing tag."""
+    text = _THINK_BLOCK.sub("", text)
+    closing = list(_LONE_CLOSE.finditer(text))
+    if closing:
+        text = text[closing[-1].end() :]
+    return text
+
+
+def find_reasoning_leak(text: str, reasoning_text: str = "") -> str | None:
+    """Return a content-free description of leaked reasoning in ``text``, or None.
+
+    Args:
+        text: the answer.
+        reasoning_text: reasoning the provider returned in its own field; seeing it repeated in the
+            answer is a leak too.
+    """
+    if _THINK_BLOCK.search(text):
+        return "think block in the output"
+    if _LONE_CLOSE.search(text):
+        return "closing think tag in the output"
+    if _HARMONY.search(text):
+        return "harmony channel token in the output"
+    if _OPENERS.search(text[:200]):
+        return "output opens with reasoning"
+    probe = "".join(reasoning_text.split())[:60]
+    if len(probe) >= 30 and probe in "".join(text.split()):
+        return "the provider's reasoning is repeated in the output"
+    return None
+
+
+# --- claims ----------------------------------------------------------------------------------------
+
+_CLAIM_KINDS: Sequence[tuple[str, regex.Pattern[str]]] = (
+    ("percentage", regex.compile(r"\d+(?:[.,]\d+)?\s*(?:%|percent\b|パーセント|百分之)")),
+    (
+        "customer",
+        regex.compile(
+            r"(?i)\b(?:\d[\d,.]*\+?\s*(?:k|m|million|thousand)?|thousands|millions|hundreds)\s+(?:of\s+)?"
+            r"(?:customers|users|companies|businesses|clients|teams|organi[sz]ations|enterprises)\b"
+            r"|\b(?:trusted|used|adopted|chosen|relied on)\s+by\b"
+            r"|[\d,.万千百億]+\s*(?:社|人|名|件|団体|企業)(?:以上)?(?:の(?:お客様|企業|ユーザー)|が|に)"
+            r"(?:導入|採用|利用|愛用|選ばれ)"
+            r"|(?:導入|採用)(?:実績|企業数|社数)"
+            r"|[\d,.万千]+\s*(?:家)?(?:企业|客户|用户)"
+        ),
+    ),
+    (
+        "superlative",
+        regex.compile(
+            r"(?i)\b(?:world'?s|industry'?s|market'?s|the)\s+(?:first|leading|best|largest|fastest|only|#1|number one)\b"
+            r"|#1\b|\bnumber one\b|\bmarket leader\b|\bindustry[- ]leading\b"
+            r"|(?:業界|世界|国内|日本|市場)(?:初|最大|最高|最速|唯一|No\.?\s*1|ナンバーワン|一位|トップ)"
+            r"|シェア(?:No\.?\s*1|一位|トップ)|満足度\s*(?:No\.?\s*1|一位)"
+            r"|(?:行业|业界|全球|国内)(?:第一|领先|最大|首个|首家)"
+        ),
+    ),
+)
+_SENTENCE_END = regex.compile(r"[。！？!?\n]|\.(?:\s|$)")
+
+
+def _normalize(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def _sentence_around(text: str, start: int, end: int) -> str:
+    left = max((m.end() for m in _SENTENCE_END.finditer(text, 0, start)), default=0)
+    right_match = _SENTENCE_END.search(text, end)
+    return text[left : right_match.end() if right_match else len(text)]
+
+
+def find_claims(text: str, allowed: Sequence[str]) -> list[str]:
+    """Return the kinds of claims in ``text`` that no phrase of ``allowed`` covers (one per claim).
+
+    A claim is covered when an allowed phrase occurs (NFKC, case-folded) in the claim's sentence.
+    """
+    normalized = _normalize(text)
+    allowed_normalized = [_normalize(phrase) for phrase in allowed if phrase.strip()]
+    found: list[str] = []
+    for kind, pattern in _CLAIM_KINDS:
+        for match in pattern.finditer(normalized, timeout=1.0):
+            sentence = _sentence_around(normalized, match.start(), match.end())
+            if not any(phrase in sentence for phrase in allowed_normalized):
+                found.append(kind)
+    return found
