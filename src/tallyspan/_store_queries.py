@@ -1,0 +1,325 @@
+"""Read side of the embedded store: plain dataclasses for the ``tallyspan`` command and for scripts.
+
+Usage::
+
+    from tallyspan._store_queries import open_store, report, list_spans
+
+    with open_store(".tallyspan/tallyspan.db") as db:
+        print(report(db).model_calls)
+
+Every query takes an open connection (see ``open_store``) and returns frozen dataclasses of plain
+values (str, int, bool, None, lists), so ``dataclasses.asdict`` turns them into JSON directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tallyspan import semconv
+from tallyspan._errors import TallyspanError
+from tallyspan._store_schema import LEDGER_RECONCILIATIONS, RUNS, SPANS, VIOLATIONS, connect
+
+__all__ = [
+    "ErrorCount",
+    "LedgerRun",
+    "ModelUsage",
+    "Report",
+    "SpanRow",
+    "StageSummary",
+    "StoreNotFoundError",
+    "ViolationCount",
+    "ledger_runs",
+    "list_spans",
+    "open_store",
+    "report",
+    "violations_by_stage_and_type",
+]
+
+
+class StoreNotFoundError(TallyspanError):
+    """There is no store at the given path: nothing has been recorded there yet."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            f"No tallyspan store found at {path} — run your app with tallyspan.instrument() "
+            "or `tallyspan demo` first"
+        )
+        self.path = path
+
+
+@contextmanager
+def open_store(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
+    """Open an existing store (migrating it if it is older than this tallyspan), and close it after.
+
+    Raises:
+        StoreNotFoundError: there is no file at ``path``; reading never creates one.
+    """
+    location = Path(path)
+    if not location.is_file():
+        raise StoreNotFoundError(location)
+    db = connect(location)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+@dataclass(frozen=True)
+class ModelUsage:
+    """Model calls to one model (the response model, else the requested one) and their tokens."""
+
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    """Model calls made in one stage and how many of them violated its contract."""
+
+    stage: str
+    calls: int
+    violating: int
+
+
+@dataclass(frozen=True)
+class ErrorCount:
+    """Spans that ended with one ``error.type`` (the call failed, as opposed to a bad deliverable)."""
+
+    error_type: str
+    count: int
+
+
+@dataclass(frozen=True)
+class ViolationCount:
+    """Violations of one type in one stage (stage None: spans outside any stage)."""
+
+    stage: str | None
+    type: str
+    failure_class: str | None
+    count: int
+
+
+@dataclass(frozen=True)
+class LedgerRun:
+    """The state of one run's books: from its reconciliation record, else from its run span."""
+
+    trace_id: str
+    run_span_id: str
+    run_name: str | None
+    balanced: bool | None
+    protocol_ok: bool | None
+    discrepancy_types: list[str]
+    observed_count: int | None
+    claimed_count: int | None
+
+
+@dataclass(frozen=True)
+class Report:
+    """What ``tallyspan report`` shows: volumes, models, stages, errors, violations, ledger status."""
+
+    store: str
+    spans: int
+    traces: int
+    runs: int
+    model_calls: int
+    tool_calls: int
+    violating_calls: int
+    models: list[ModelUsage]
+    stages: list[StageSummary]
+    errors: list[ErrorCount]
+    violations: list[ViolationCount]
+    ledger: list[LedgerRun]
+
+    @property
+    def unbalanced_runs(self) -> int:
+        """Runs whose books do not balance or whose logging protocol was broken."""
+        return sum(1 for run in self.ledger if run.balanced is False or run.protocol_ok is False)
+
+
+@dataclass(frozen=True)
+class SpanRow:
+    """One span as ``tallyspan spans`` lists it (times in Unix nanoseconds, duration in milliseconds)."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    operation: str | None
+    model: str | None
+    stage: str | None
+    start_unix_nano: int | None
+    duration_ms: float | None
+    status_code: str
+    error_type: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    violation_types: list[str]
+    failure_class: str | None
+
+
+_MODEL_OPERATIONS = tuple(sorted(semconv.MODEL_OPERATIONS | {semconv.OPERATION_EMBEDDINGS}))
+_IN_MODEL_OPERATIONS = f"operation IN ({', '.join('?' for _ in _MODEL_OPERATIONS)})"
+
+
+def _scalar(db: sqlite3.Connection, sql: str, parameters: tuple[Any, ...] = ()) -> int:
+    row = db.execute(sql, parameters).fetchone()
+    return int(row[0] or 0) if row is not None else 0
+
+
+def _bool(value: object) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def _list(value: object) -> list[str]:
+    if not isinstance(value, str) or not value:
+        return []
+    try:
+        parsed = json.loads(value)
+    except ValueError:  # written by an older or foreign writer: show it rather than fail the report
+        return [value]
+    return [str(item) for item in parsed] if isinstance(parsed, list) else [str(parsed)]
+
+
+def report(db: sqlite3.Connection, store: str = "") -> Report:
+    """Summarise everything in the store."""
+    models = [
+        ModelUsage(row["model"], row["calls"], row["input_tokens"] or 0, row["output_tokens"] or 0)
+        for row in db.execute(
+            f"""SELECT COALESCE(response_model, request_model, '(unknown)') AS model, COUNT(*) AS calls,
+                       SUM(input_tokens) AS input_tokens, SUM(output_tokens) AS output_tokens
+                FROM {SPANS} WHERE {_IN_MODEL_OPERATIONS} GROUP BY model ORDER BY calls DESC, model""",
+            _MODEL_OPERATIONS,
+        )
+    ]
+    stages = [
+        StageSummary(row["stage"], row["calls"], row["violating"] or 0)
+        for row in db.execute(
+            f"""SELECT stage, COUNT(*) AS calls, SUM(violation_count > 0) AS violating
+                FROM {SPANS} WHERE stage IS NOT NULL GROUP BY stage ORDER BY stage"""
+        )
+    ]
+    errors = [
+        ErrorCount(row["error_type"], row["n"])
+        for row in db.execute(
+            f"""SELECT error_type, COUNT(*) AS n FROM {SPANS} WHERE error_type IS NOT NULL
+                GROUP BY error_type ORDER BY n DESC, error_type"""
+        )
+    ]
+    return Report(
+        store=store,
+        spans=_scalar(db, f"SELECT COUNT(*) FROM {SPANS}"),
+        traces=_scalar(db, f"SELECT COUNT(DISTINCT trace_id) FROM {SPANS}"),
+        runs=_scalar(db, f"SELECT COUNT(*) FROM {RUNS}"),
+        model_calls=_scalar(
+            db, f"SELECT COUNT(*) FROM {SPANS} WHERE {_IN_MODEL_OPERATIONS}", _MODEL_OPERATIONS
+        ),
+        tool_calls=_scalar(
+            db, f"SELECT COUNT(*) FROM {SPANS} WHERE operation = ?", (semconv.OPERATION_EXECUTE_TOOL,)
+        ),
+        violating_calls=_scalar(db, f"SELECT COUNT(*) FROM {SPANS} WHERE violation_count > 0"),
+        models=models,
+        stages=stages,
+        errors=errors,
+        violations=violations_by_stage_and_type(db),
+        ledger=ledger_runs(db),
+    )
+
+
+def violations_by_stage_and_type(db: sqlite3.Connection) -> list[ViolationCount]:
+    """Count violations per (stage, type), most frequent first."""
+    return [
+        ViolationCount(row["stage"], row["type"], row["failure_class"], row["n"])
+        for row in db.execute(
+            f"""SELECT stage, type, MAX(failure_class) AS failure_class, COUNT(*) AS n FROM {VIOLATIONS}
+                GROUP BY stage, type ORDER BY n DESC, stage, type"""
+        )
+    ]
+
+
+def ledger_runs(db: sqlite3.Connection) -> list[LedgerRun]:
+    """Every run whose books were reconciled: the latest reconciliation record per run, then runs that
+    only carry the balance on their span (no ledger sink installed), in time order."""
+    runs: dict[tuple[str, str], LedgerRun] = {}
+    for row in db.execute(
+        f"""SELECT trace_id, run_span_id, run_name, balanced, protocol_ok, discrepancy_types,
+                   observed_count, claimed_count FROM {LEDGER_RECONCILIATIONS}
+            ORDER BY time_unix_nano, rowid"""
+    ):
+        runs[(row["trace_id"], row["run_span_id"])] = LedgerRun(
+            trace_id=row["trace_id"],
+            run_span_id=row["run_span_id"],
+            run_name=row["run_name"],
+            balanced=_bool(row["balanced"]),
+            protocol_ok=_bool(row["protocol_ok"]),
+            discrepancy_types=_list(row["discrepancy_types"]),
+            observed_count=row["observed_count"],
+            claimed_count=row["claimed_count"],
+        )
+    for row in db.execute(
+        f"""SELECT trace_id, span_id, COALESCE(run_name, agent_name, name) AS run_name, ledger_balanced,
+                   ledger_protocol_ok, ledger_discrepancy_types FROM {RUNS}
+            WHERE ledger_balanced IS NOT NULL OR ledger_protocol_ok IS NOT NULL ORDER BY start_unix_nano"""
+    ):
+        runs.setdefault(
+            (row["trace_id"], row["span_id"]),
+            LedgerRun(
+                trace_id=row["trace_id"],
+                run_span_id=row["span_id"],
+                run_name=row["run_name"],
+                balanced=_bool(row["ledger_balanced"]),
+                protocol_ok=_bool(row["ledger_protocol_ok"]),
+                discrepancy_types=_list(row["ledger_discrepancy_types"]),
+                observed_count=None,
+                claimed_count=None,
+            ),
+        )
+    return list(runs.values())
+
+
+def list_spans(
+    db: sqlite3.Connection, trace_id: str | None = None, limit: int | None = None
+) -> list[SpanRow]:
+    """The spans in start order: of one trace (``trace_id`` or a unique prefix of it), else the latest ``limit``."""
+    where, parameters = "", ()  # type: tuple[str, tuple[Any, ...]]
+    if trace_id:
+        where, parameters = "WHERE trace_id LIKE ? ESCAPE '\\'", (_like_prefix(trace_id.lower()),)
+    latest = f"LIMIT {int(limit)}" if limit is not None and limit > 0 else ""
+    rows = db.execute(
+        f"""SELECT * FROM (SELECT * FROM {SPANS} {where} ORDER BY start_unix_nano DESC, rowid DESC {latest})
+            ORDER BY start_unix_nano, rowid""",
+        parameters,
+    ).fetchall()
+    return [
+        SpanRow(
+            trace_id=row["trace_id"],
+            span_id=row["span_id"],
+            parent_span_id=row["parent_span_id"],
+            name=row["name"],
+            operation=row["operation"],
+            model=row["response_model"] or row["request_model"],
+            stage=row["stage"],
+            start_unix_nano=row["start_unix_nano"],
+            duration_ms=None if row["duration_ns"] is None else round(row["duration_ns"] / 1e6, 3),
+            status_code=row["status_code"],
+            error_type=row["error_type"],
+            input_tokens=row["input_tokens"],
+            output_tokens=row["output_tokens"],
+            violation_types=_list(row["violation_types"]),
+            failure_class=row["failure_class"],
+        )
+        for row in rows
+    ]
+
+
+def _like_prefix(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"{escaped}%"

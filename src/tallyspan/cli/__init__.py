@@ -1,0 +1,68 @@
+"""The ``tallyspan`` command: reads the embedded store; one module per subcommand.
+
+Each subcommand module defines a ``click.Command`` named ``command`` that returns nothing but data to
+the renderer (``_render.emit``); only the group maps our errors to a message and an exit code.
+Commands get the shared options through ``@pass_state`` (``tallyspan.cli._state.CliState``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tallyspan._config import resolve_db_path
+from tallyspan._errors import TallyspanError
+from tallyspan.cli._state import CliState
+from tallyspan.cli.demo import command as demo_command
+from tallyspan.cli.report import command as report_command
+from tallyspan.cli.spans import command as spans_command
+
+__all__ = ["main"]
+
+_logger = logging.getLogger(__name__)
+
+#: Commands other modules provide; registered only when they import, so the CLI works without them.
+_OPTIONAL_COMMANDS = ("check", "ledger")
+
+
+class _Group(click.Group):
+    """The group, plus the one place where errors become messages and exit codes."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TallyspanError as exc:
+            _logger.debug("tallyspan command failed", exc_info=True)
+            raise click.ClickException(str(exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            state = ctx.find_object(CliState)
+            where = f" at {state.db_path}" if state is not None else ""
+            raise click.ClickException(f"The tallyspan store{where} could not be read: {exc}") from exc
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="tallyspan", prog_name="tallyspan")
+@click.option(
+    "--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="The store to read. [default: TALLYSPAN_DB, else ./.tallyspan/tallyspan.db]",
+)  # fmt: skip
+@click.pass_context
+def main(ctx: click.Context, db_path: Path | None) -> None:
+    """Make the silent failures of LLM agents visible: read what tallyspan.instrument() recorded."""
+    ctx.obj = CliState(db_path=resolve_db_path(db_path))
+
+
+for _command in (report_command, spans_command, demo_command):
+    main.add_command(_command)
+
+for _name in _OPTIONAL_COMMANDS:
+    try:
+        _optional = importlib.import_module(f"{__name__}.{_name}")
+        main.add_command(_optional.command)
+    except (ImportError, AttributeError):  # not written or not installed yet: the other commands still work
+        _logger.debug("tallyspan %s is not available", _name, exc_info=True)
