@@ -14,6 +14,8 @@ The server speaks the real wire formats (chat completions and Responses, JSON an
 embeddings) on 127.0.0.1, with the standard library only, so it needs no extra dependency.
 """
 
+from tallyspan.testing._anthropic_server import AnthropicReply, AnthropicServer
+from tallyspan.testing._ollama_server import OllamaReply, OllamaServer
 from tallyspan.testing._openai_server import (
     OpenAICompatibleServer,
     RecordedRequest,
@@ -22,8 +24,27 @@ from tallyspan.testing._openai_server import (
     ScriptedToolCall,
 )
 
-__all__ = ["OpenAICompatibleServer", "RecordedRequest", "ReplyHandler", "ScriptedReply", "ScriptedToolCall"]
+__all__ = [
+    "AnthropicReply",
+    "AnthropicServer",
+    "OllamaReply",
+    "OllamaServer",
+    "OpenAICompatibleServer",
+    "RecordedRequest",
+    "ReplyHandler",
+    "ScriptedReply",
+    "ScriptedToolCall",
+]
 
-for _cls in (OpenAICompatibleServer, RecordedRequest, ScriptedReply, ScriptedToolCall):
+for _cls in (
+    AnthropicReply,
+    AnthropicServer,
+    OllamaReply,
+    OllamaServer,
+    OpenAICompatibleServer,
+    RecordedRequest,
+    ScriptedReply,
+    ScriptedToolCall,
+):
     _cls.__module__ = "tallyspan.testing"
 del _cls
