@@ -112,6 +112,8 @@ def span_name(operation: str, target: str | None) -> str:
 
 #: OpenLLMetry (traceloop) flattens completions as gen_ai.completion.{i}.content.
 OPENLLMETRY_COMPLETION_PREFIX: Final = "gen_ai.completion."
+#: ... and prompts as gen_ai.prompt.{i}.content (stripped by collector-config/otelcol-strip-content.yaml).
+OPENLLMETRY_PROMPT_PREFIX: Final = "gen_ai.prompt."
 #: OpenInference flattens output messages as llm.output_messages.{i}.message.content.
 OPENINFERENCE_OUTPUT_MESSAGES_PREFIX: Final = "llm.output_messages."
 OPENINFERENCE_OUTPUT_VALUE: Final = "output.value"
@@ -191,6 +193,17 @@ LEDGER_SIDE_CLAIMED: Final = "claimed"
 OUTCOME_SUCCEEDED: Final = "succeeded"
 OUTCOME_FAILED: Final = "failed"
 OUTCOME_REJECTED: Final = "rejected"
+
+# --- Metric names (collector-config/: the count connector derives them from our spans) -----------
+
+METRIC_VIOLATIONS: Final = "tallyspan.violations"
+"""Counter of ``tallyspan.violation`` span events by type, failure class and stage.
+
+Prometheus shows it as ``tallyspan_violations_total``."""
+METRIC_LEDGER_RUNS: Final = "tallyspan.ledger.runs"
+"""Counter of agent-run spans whose ledger was reconciled (``tallyspan_ledger_runs_total``)."""
+METRIC_LEDGER_UNBALANCED_RUNS: Final = "tallyspan.ledger.unbalanced_runs"
+"""Counter of agent-run spans whose books did not balance (``tallyspan_ledger_unbalanced_runs_total``)."""
 
 #: The instrumentation scope name of our tracers.
 INSTRUMENTATION_SCOPE: Final = "tallyspan"
