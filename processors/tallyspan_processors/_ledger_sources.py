@@ -103,7 +103,7 @@ def _captured_tool_calls(raw: Any) -> Iterator[tuple[str, Any, str | None]]:
         return
     try:
         messages = json.loads(raw)
-    except ValueError:  # captured content that is not JSON is not ours to judge
+    except (ValueError, RecursionError):  # captured content that is not (sane) JSON is not ours to judge
         return
     if not isinstance(messages, list):
         return

@@ -194,7 +194,7 @@ def parse_log_arguments(
     if isinstance(arguments, str | bytes):
         try:
             parsed = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # malformed or hostile (deeply nested) JSON is a bad log
             return Claim(None, None, None, seq=seq, malformed="arguments are not valid JSON")
     if not isinstance(parsed, Mapping):
         return Claim(None, None, None, seq=seq, malformed="arguments are not a JSON object")
