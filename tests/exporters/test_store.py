@@ -1,0 +1,412 @@
+"""The embedded store: migrations from a blank database, idempotency, and export of real spans."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
+
+import tallyspan
+from tallyspan import _store_schema, semconv
+from tallyspan._config import Settings
+from tallyspan._store_schema import MIGRATIONS, applied_migrations, connect, migrate
+from tallyspan_exporters import SQLiteSpanExporter, store_component
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[sqlite3.Connection]:
+    db = connect(db_path)
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def exporter(db_path: Path) -> Iterator[SQLiteSpanExporter]:
+    exporter = SQLiteSpanExporter(db_path)
+    yield exporter
+    exporter.shutdown()
+
+
+@pytest.fixture
+def provider(exporter: SQLiteSpanExporter) -> Iterator[TracerProvider]:
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: "weekly-reports"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider
+    provider.shutdown()
+
+
+def _columns(db: sqlite3.Connection, table: str) -> list[str]:
+    return [row["name"] for row in db.execute(f"PRAGMA table_info({table})")]
+
+
+def _rows(db_path: Path, sql: str) -> list[dict[str, object]]:
+    db = connect(db_path)
+    try:
+        return [dict(row) for row in db.execute(sql)]
+    finally:
+        db.close()
+
+
+# --- connect and migrations ------------------------------------------------------------------------
+
+
+def test_connect_creates_the_folder_and_applies_every_migration(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "store.db"
+    db = connect(path)
+    try:
+        assert path.is_file()
+        assert applied_migrations(db) == [function.__name__ for function in MIGRATIONS] == ["m001_initial"]
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert tables == {
+            "_tallyspan_migrations",
+            "runs",
+            "spans",
+            "violations",
+            "ledger_entries",
+            "ledger_reconciliations",
+        }
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("PRAGMA busy_timeout").fetchone()[0] == _store_schema.BUSY_TIMEOUT_MS
+    finally:
+        db.close()
+
+
+def test_connecting_again_applies_nothing_and_keeps_the_data(db_path: Path) -> None:
+    first = connect(db_path)
+    first.execute("INSERT INTO ledger_entries (trace_id, side, seq) VALUES ('t', 'observed', 1)")
+    first.close()
+    second = connect(db_path)
+    try:
+        assert migrate(second) == []
+        assert applied_migrations(second) == ["m001_initial"]
+        assert second.execute("SELECT COUNT(*) FROM ledger_entries").fetchone()[0] == 1
+    finally:
+        second.close()
+
+
+def test_a_new_migration_is_applied_once_to_an_existing_store(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connect(db_path).close()
+    calls: list[str] = []
+
+    def m002_add_notes(db: sqlite3.Connection) -> None:
+        calls.append("m002")
+        db.execute("ALTER TABLE runs ADD COLUMN notes TEXT")
+
+    monkeypatch.setattr(_store_schema, "MIGRATIONS", [*MIGRATIONS, m002_add_notes])
+    db = connect(db_path)
+    db.close()
+    db = connect(db_path)
+    try:
+        assert calls == ["m002"]
+        assert applied_migrations(db) == ["m001_initial", "m002_add_notes"]
+        assert "notes" in _columns(db, "runs")
+    finally:
+        db.close()
+
+
+def test_a_failing_migration_is_rolled_back_and_not_recorded(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connect(db_path).close()
+
+    def m002_broken(db: sqlite3.Connection) -> None:
+        db.execute("CREATE TABLE half_done (x INTEGER)")
+        db.execute("THIS IS NOT SQL")
+
+    monkeypatch.setattr(_store_schema, "MIGRATIONS", [*MIGRATIONS, m002_broken])
+    with pytest.raises(sqlite3.OperationalError):
+        connect(db_path)
+    monkeypatch.undo()
+    db = connect(db_path)
+    try:
+        assert applied_migrations(db) == ["m001_initial"]
+        assert db.execute("SELECT name FROM sqlite_master WHERE name = 'half_done'").fetchone() is None
+    finally:
+        db.close()
+
+
+def test_the_ledger_tables_have_exactly_the_agreed_columns(store: sqlite3.Connection) -> None:
+    assert _columns(store, "ledger_entries") == [
+        "trace_id", "run_span_id", "side", "seq", "call_id", "tool_name", "outcome", "summary", "span_id",
+        "time_unix_nano",
+    ]  # fmt: skip
+    assert _columns(store, "ledger_reconciliations") == [
+        "trace_id", "run_span_id", "run_name", "balanced", "protocol_ok", "discrepancy_types",
+        "discrepancies", "observed_count", "claimed_count", "time_unix_nano",
+    ]  # fmt: skip
+
+
+def _finished_spans(make: Callable[[TracerProvider], object]) -> tuple[ReadableSpan, ...]:
+    """The spans ``make`` ends on a provider of its own, collected in memory."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    make(provider)
+    provider.shutdown()
+    return memory.get_finished_spans()
+
+
+# --- the exporter ----------------------------------------------------------------------------------
+
+
+def _agent_run(provider: TracerProvider) -> tuple[trace.Span, trace.Span, trace.Span]:
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span(
+        "invoke_agent reporter",
+        attributes={
+            semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_INVOKE_AGENT,
+            semconv.GEN_AI_AGENT_NAME: "reporter",
+            semconv.RUN_NAME: "weekly",
+            semconv.LEDGER_BALANCED: False,
+            semconv.LEDGER_PROTOCOL_OK: True,
+            semconv.LEDGER_DISCREPANCY_TYPES: ["unlogged_call"],
+        },
+    ) as run:
+        with tracer.start_as_current_span(
+            "chat qwen3",
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_CHAT,
+                semconv.GEN_AI_PROVIDER_NAME: semconv.PROVIDER_OPENAI,
+                semconv.GEN_AI_REQUEST_MODEL: "qwen3",
+                semconv.GEN_AI_RESPONSE_MODEL: "qwen3-32b",
+                semconv.GEN_AI_USAGE_INPUT_TOKENS: 120,
+                semconv.GEN_AI_USAGE_OUTPUT_TOKENS: 7,
+                semconv.STAGE: "weekly_report",
+                semconv.VIOLATION_TYPES: ["missing_required", "too_short"],
+                semconv.VIOLATION_COUNT: 2,
+                semconv.FAILURE_CLASS: "contract_violation",
+            },
+        ) as chat:
+            chat.add_event(
+                semconv.EVENT_VIOLATION,
+                {
+                    semconv.VIOLATION_TYPE: "too_short",
+                    semconv.VIOLATION_FAILURE_CLASS: "contract_violation",
+                    semconv.VIOLATION_DETAIL: "12 chars < min_chars 150",
+                },
+            )
+            chat.add_event(
+                semconv.EVENT_VIOLATION,
+                {
+                    semconv.VIOLATION_TYPE: "missing_required",
+                    semconv.VIOLATION_FAILURE_CLASS: "contract_violation",
+                    semconv.VIOLATION_DETAIL: "pattern 'verdict_line' not found",
+                },
+            )
+            chat.set_status(Status(StatusCode.ERROR, "contract_violation: too_short"))
+        with tracer.start_as_current_span(
+            "execute_tool fetch",
+            attributes={
+                semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_EXECUTE_TOOL,
+                semconv.GEN_AI_TOOL_NAME: "fetch",
+                semconv.ERROR_TYPE: "TimeoutError",
+            },
+        ) as tool:
+            pass
+    return run, chat, tool
+
+
+def test_exports_real_spans_with_their_runs_and_violations(provider: TracerProvider, db_path: Path) -> None:
+    run, chat, _tool = _agent_run(provider)
+    trace_id = format(run.get_span_context().trace_id, "032x")
+    run_id = format(run.get_span_context().span_id, "016x")
+    chat_id = format(chat.get_span_context().span_id, "016x")
+
+    spans = {row["name"]: row for row in _rows(db_path, "SELECT * FROM spans")}
+    assert len(spans) == 3
+    row = spans["chat qwen3"]
+    start, end = chat.start_time, chat.end_time  # type: ignore[attr-defined]
+    assert row == {
+        "trace_id": trace_id,
+        "span_id": chat_id,
+        "parent_span_id": run_id,
+        "name": "chat qwen3",
+        "kind": "client",
+        "operation": "chat",
+        "provider": "openai",
+        "request_model": "qwen3",
+        "response_model": "qwen3-32b",
+        "stage": "weekly_report",
+        "start_unix_nano": start,
+        "end_unix_nano": end,
+        "duration_ns": end - start,
+        "status_code": "ERROR",
+        "status_description": "contract_violation: too_short",
+        "error_type": None,
+        "input_tokens": 120,
+        "output_tokens": 7,
+        "violation_count": 2,
+        "violation_types": '["missing_required", "too_short"]',
+        "failure_class": "contract_violation",
+        "service_name": "weekly-reports",
+        "attributes": row["attributes"],
+    }
+    assert json.loads(str(row["attributes"]))[semconv.GEN_AI_USAGE_INPUT_TOKENS] == 120
+    assert json.loads(str(row["attributes"]))[semconv.VIOLATION_TYPES] == ["missing_required", "too_short"]
+    assert len(trace_id) == 32
+    assert len(chat_id) == 16
+    assert spans["execute_tool fetch"]["error_type"] == "TimeoutError"
+    assert spans["invoke_agent reporter"]["parent_span_id"] is None
+
+    assert _rows(db_path, "SELECT trace_id, span_id, stage, type, failure_class, detail FROM violations") == [
+        {
+            "trace_id": trace_id,
+            "span_id": chat_id,
+            "stage": "weekly_report",
+            "type": "too_short",
+            "failure_class": "contract_violation",
+            "detail": "12 chars < min_chars 150",
+        },
+        {
+            "trace_id": trace_id,
+            "span_id": chat_id,
+            "stage": "weekly_report",
+            "type": "missing_required",
+            "failure_class": "contract_violation",
+            "detail": "pattern 'verdict_line' not found",
+        },
+    ]
+    assert _rows(db_path, "SELECT * FROM runs") == [
+        {
+            "trace_id": trace_id,
+            "span_id": run_id,
+            "name": "invoke_agent reporter",
+            "operation": "invoke_agent",
+            "agent_name": "reporter",
+            "run_name": "weekly",
+            "start_unix_nano": run.start_time,  # type: ignore[attr-defined]
+            "end_unix_nano": run.end_time,  # type: ignore[attr-defined]
+            "status_code": "UNSET",
+            "ledger_balanced": 0,
+            "ledger_protocol_ok": 1,
+            "ledger_discrepancy_types": '["unlogged_call"]',
+        }
+    ]
+
+
+def test_violation_types_without_events_give_one_row_per_type(
+    provider: TracerProvider, db_path: Path
+) -> None:
+    with provider.get_tracer("test").start_as_current_span(
+        "chat m",
+        attributes={semconv.STAGE: "s", semconv.VIOLATION_TYPES: ["not_japanese", "made_up_type"]},
+    ):
+        pass
+    assert _rows(db_path, "SELECT stage, type, failure_class, detail FROM violations ORDER BY type") == [
+        {"stage": "s", "type": "made_up_type", "failure_class": None, "detail": None},
+        {"stage": "s", "type": "not_japanese", "failure_class": "language_corruption", "detail": None},
+    ]
+    assert _rows(db_path, "SELECT violation_count FROM spans") == [{"violation_count": 2}]
+
+
+def test_a_local_root_is_a_run_and_a_child_without_run_operation_is_not(
+    provider: TracerProvider, db_path: Path
+) -> None:
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("handle request"), tracer.start_as_current_span("chat m"):
+        pass
+    assert _rows(db_path, "SELECT name, operation FROM runs") == [
+        {"name": "handle request", "operation": None}
+    ]
+
+
+def test_exporting_a_span_again_replaces_its_rows(exporter: SQLiteSpanExporter, db_path: Path) -> None:
+    collected = _finished_spans(_agent_run)
+    assert exporter.export(collected) is SpanExportResult.SUCCESS
+    assert exporter.export(collected) is SpanExportResult.SUCCESS
+    assert _rows(db_path, "SELECT COUNT(*) AS n FROM spans") == [{"n": 3}]
+    assert _rows(db_path, "SELECT COUNT(*) AS n FROM violations") == [{"n": 2}]
+    assert _rows(db_path, "SELECT COUNT(*) AS n FROM runs") == [{"n": 1}]
+
+
+def test_spans_from_many_threads_are_all_written(provider: TracerProvider, db_path: Path) -> None:
+    tracer = provider.get_tracer("test")
+
+    def work(index: int) -> None:
+        for number in range(20):
+            with tracer.start_as_current_span(f"chat {index}-{number}"):
+                pass
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert _rows(db_path, "SELECT COUNT(*) AS n FROM spans") == [{"n": 80}]
+
+
+def test_an_unwritable_path_fails_the_export_without_raising(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the store's folder should be")
+    exporter = SQLiteSpanExporter(blocker / "tallyspan.db")
+    collected = _finished_spans(_agent_run)
+    assert exporter.export(collected) is SpanExportResult.FAILURE
+    assert exporter.export(collected) is SpanExportResult.FAILURE
+    assert tallyspan.stats()["errors.store.export"] == 2
+    exporter.shutdown()
+
+
+def test_a_corrupt_database_file_fails_the_export_without_raising(tmp_path: Path) -> None:
+    path = tmp_path / "corrupt.db"
+    path.write_bytes(b"this is not an SQLite database" * 100)
+    exporter = SQLiteSpanExporter(path)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("test").start_as_current_span("chat m"):
+        pass  # the SimpleSpanProcessor exports here: nothing may escape into the app
+    assert tallyspan.stats()["errors.store.export"] == 1
+    provider.shutdown()
+
+
+def test_export_after_shutdown_fails(exporter: SQLiteSpanExporter) -> None:
+    exporter.shutdown()
+    assert exporter.export([]) is SpanExportResult.FAILURE
+    exporter.shutdown()  # twice is fine
+
+
+def test_the_exporter_defaults_to_the_tallyspan_db_variable(db_path: Path) -> None:
+    assert SQLiteSpanExporter().path == db_path
+
+
+# --- the store component in instrument()'s chain ----------------------------------------------------
+
+
+def test_store_component_writes_everything_by_force_flush(db_path: Path) -> None:
+    processor = store_component((), Settings(db_path=db_path))
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("test")
+    for number in range(30):
+        with tracer.start_as_current_span(f"chat {number}"):
+            pass
+    assert processor.force_flush()
+    assert _rows(db_path, "SELECT COUNT(*) AS n FROM spans") == [{"n": 30}]
+    provider.shutdown()
+
+
+def test_instrument_writes_enriched_spans_to_the_store(
+    instrumented: tallyspan.Instrumentation, db_path: Path
+) -> None:
+    assert "store" in instrumented.components
+    tracer = instrumented.tracer_provider.get_tracer("test")
+    with tallyspan.run("reporter"), tracer.start_as_current_span("work"):
+        pass
+    assert instrumented.force_flush()
+    names = sorted(str(row["name"]) for row in _rows(db_path, "SELECT name FROM spans"))
+    assert names == ["invoke_agent reporter", "work"]
+    assert _rows(db_path, "SELECT agent_name, run_name FROM runs") == [
+        {"agent_name": "reporter", "run_name": "reporter"}
+    ]
