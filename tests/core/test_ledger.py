@@ -59,7 +59,9 @@ def test_a_malformed_claim_is_still_a_ledger_so_no_ledger_missing() -> None:
         ("cancel", "rejected", "tool 'book' claimed as 'cancel'; failed claimed as rejected"),
     ],
 )
-def test_pair_with_different_tool_or_outcome_is_mismatched(claimed_tool: str, claimed_outcome: str, detail: str) -> None:
+def test_pair_with_different_tool_or_outcome_is_mismatched(
+    claimed_tool: str, claimed_outcome: str, detail: str
+) -> None:
     result = reconcile([Observed("c1", "book", "failed", 0)], [Claim("c1", claimed_tool, claimed_outcome, "", 1)])
     assert result.discrepancies == (Discrepancy("mismatched_result", "c1", detail),)
     assert result.balanced is False
@@ -295,7 +297,7 @@ def test_bad_log_tool_spec_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="non-empty"):
         LogToolSpec(tool="")
-    with pytest.raises(ConfigError, match="LogToolSpec.outcome"):
+    with pytest.raises(ConfigError, match=r"LogToolSpec\.outcome"):
         LogToolSpec(outcome=())
 
 
