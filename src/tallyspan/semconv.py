@@ -20,6 +20,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _g
 from opentelemetry.semconv._incubating.attributes import mcp_attributes as _mcp
 from opentelemetry.semconv._incubating.attributes import openai_attributes as _openai
 from opentelemetry.semconv.attributes import error_attributes as _error
+from opentelemetry.semconv.attributes import exception_attributes as _exception
 from opentelemetry.semconv.attributes import server_attributes as _server
 
 # --- GenAI semantic conventions ------------------------------------------------------------------
@@ -79,6 +80,10 @@ MCP_METHOD_TOOLS_CALL: Final = "tools/call"
 #: ``error.type`` of a tool call that returned an error result (MCP ``isError``), per the MCP conventions.
 ERROR_TYPE_TOOL_ERROR: Final = "tool_error"
 ERROR_TYPE: Final = _error.ERROR_TYPE
+EXCEPTION_TYPE: Final = _exception.EXCEPTION_TYPE
+EXCEPTION_MESSAGE: Final = _exception.EXCEPTION_MESSAGE
+#: The span event the SDK records for an exception (``span.record_exception``).
+EVENT_EXCEPTION: Final = "exception"
 SERVER_ADDRESS: Final = _server.SERVER_ADDRESS
 SERVER_PORT: Final = _server.SERVER_PORT
 
@@ -117,6 +122,8 @@ OPENLLMETRY_PROMPT_PREFIX: Final = "gen_ai.prompt."
 #: OpenInference flattens output messages as llm.output_messages.{i}.message.content.
 OPENINFERENCE_OUTPUT_MESSAGES_PREFIX: Final = "llm.output_messages."
 OPENINFERENCE_OUTPUT_VALUE: Final = "output.value"
+#: ... and input messages as llm.input_messages.{i}.message.role / .content.
+OPENINFERENCE_INPUT_MESSAGES_PREFIX: Final = "llm.input_messages."
 OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
 
 # --- tallyspan.* ---------------------------------------------------------------------------------
