@@ -1,0 +1,103 @@
+"""Reading OpenAI SDK request arguments and objects without trusting their shape."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from opentelemetry.util.types import AttributeValue
+
+from tallyspan import semconv
+
+__all__ = ["as_dict", "given", "number", "server_attributes", "set_if", "text_of_content", "usage_attributes"]
+
+_DEFAULT_PORTS = {"https": 443, "http": 80}
+
+
+def given(value: Any) -> bool:
+    """False for None and the SDK's ``NOT_GIVEN`` / ``omit`` sentinels."""
+    return value is not None and type(value).__name__ not in ("NotGiven", "Omit")
+
+
+def number(value: Any) -> int | float | None:
+    """``value`` if it is a real number (bools excluded), else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def set_if(attributes: dict[str, AttributeValue], key: str, value: Any) -> None:
+    """Set ``key`` when ``value`` is a usable attribute value (str, number, or list of str)."""
+    if isinstance(value, (str, bool)) or number(value) is not None:
+        attributes[key] = value
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(item, str) for item in value):
+        attributes[key] = list(value)
+
+
+def as_dict(item: Any) -> dict[str, Any]:
+    """A message or item as a dict, whether the app passed a dict or an SDK object."""
+    if isinstance(item, Mapping):
+        return dict(item)
+    dump = getattr(item, "model_dump", None)
+    if callable(dump):
+        dumped = dump()
+        return dumped if isinstance(dumped, dict) else {}
+    return {}
+
+
+def text_of_content(content: Any) -> str | None:
+    """The text of a message's content: a string, or the text parts of a list joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Iterable) and not isinstance(content, (bytes, Mapping)):
+        texts = []
+        for part in content:
+            part_dict = as_dict(part)
+            text = part_dict.get("text")
+            if isinstance(text, str):
+                texts.append(text)
+        return "".join(texts) if texts else None
+    return None
+
+
+def server_attributes(resource: Any) -> dict[str, AttributeValue]:
+    """``server.address`` / ``server.port`` from the client behind an SDK resource."""
+    client = getattr(resource, "_client", None)
+    url = getattr(client, "base_url", None)
+    host = getattr(url, "host", None)
+    if not isinstance(host, str) or not host:
+        return {}
+    attributes: dict[str, AttributeValue] = {semconv.SERVER_ADDRESS: host}
+    port = getattr(url, "port", None)
+    if not isinstance(port, int):
+        port = _DEFAULT_PORTS.get(str(getattr(url, "scheme", "")))
+    if isinstance(port, int):
+        attributes[semconv.SERVER_PORT] = port
+    return attributes
+
+
+def _int_at(obj: Any, *path: str) -> int | None:
+    for name in path:
+        obj = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+        if obj is None:
+            return None
+    return obj if isinstance(obj, int) and not isinstance(obj, bool) else None
+
+
+def usage_attributes(
+    usage: Any, *, input_key: str, output_key: str, cached: tuple[str, ...], reasoning: tuple[str, ...]
+) -> dict[str, AttributeValue]:
+    """Token usage as ``gen_ai.usage.*``; the field names differ between Chat and Responses."""
+    attributes: dict[str, AttributeValue] = {}
+    if usage is None:
+        return attributes
+    for key, path in (
+        (semconv.GEN_AI_USAGE_INPUT_TOKENS, (input_key,)),
+        (semconv.GEN_AI_USAGE_OUTPUT_TOKENS, (output_key,)),
+        (semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, cached),
+        (semconv.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, reasoning),
+    ):
+        value = _int_at(usage, *path)
+        if value is not None:
+            attributes[key] = value
+    return attributes
