@@ -1,0 +1,255 @@
+"""The Anthropic instrumentor: ``messages.create`` / ``parse`` / ``stream``, sync and async.
+
+``create(stream=True)`` returns the SDK's stream wrapped in a proxy that ends the span once. The
+``messages.stream(...)`` manager is wrapped so its span opens on ``__enter__`` (when the request is
+made) and the raw event stream inside the ``MessageStream`` is observed by the same proxy, so
+``text_stream``, ``get_final_message()`` and ``until_done()`` keep working and still end the span.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from typing import Any
+
+import wrapt
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled, unwrap
+from opentelemetry.trace import Tracer
+
+from tallyspan import semconv
+from tallyspan._config import resolve_capture_content
+from tallyspan._selfstats import swallowed
+from tallyspan_instrumentors._common import (
+    AsyncStreamProxy,
+    GenAICall,
+    SyncStreamProxy,
+    finalize_if_proxy,
+    run_async,
+    run_sync,
+    start_genai_call,
+)
+from tallyspan_instrumentors.anthropic._extract import (
+    EventAccumulator,
+    extraction_of_message,
+    request_attributes,
+    request_content,
+)
+
+__all__ = ["AnthropicInstrumentor"]
+
+_logger = logging.getLogger(__name__)
+
+_MODULE = "anthropic.resources.messages.messages"
+_instruments = ("anthropic >= 0.40",)
+
+Factory = Callable[[Tracer, bool], Callable[..., Any]]
+
+
+def _starter(tracer: Tracer, capture: bool, instance: Any, kwargs: dict[str, Any], *, stream: bool) -> Any:
+    def start() -> GenAICall:
+        prompt, content_attributes = request_content(kwargs)
+        model = kwargs.get("model")
+        return start_genai_call(
+            tracer,
+            operation=semconv.OPERATION_CHAT,
+            model=model if isinstance(model, str) else None,
+            attributes=request_attributes(instance, kwargs, stream=stream),
+            capture_content=capture,
+            prompt=prompt,
+            content_attributes=content_attributes,
+        )
+
+    return start
+
+
+def _finish_sync(call: GenAICall, result: Any) -> Any:
+    if _is_stream(result):
+        return SyncStreamProxy(result, call, EventAccumulator())
+    call.finish(extraction_of_message(call, result) if _is_message(result) else None)
+    return result
+
+
+def _finish_async(call: GenAICall, result: Any) -> Any:
+    if _is_stream(result):
+        return AsyncStreamProxy(result, call, EventAccumulator())
+    call.finish(extraction_of_message(call, result) if _is_message(result) else None)
+    return result
+
+
+def _is_stream(result: Any) -> bool:
+    # The SDK's Stream / AsyncStream; a raw-response wrapper (with_raw_response) is neither.
+    return type(result).__name__ in ("Stream", "AsyncStream") and hasattr(result, "response")
+
+
+def _is_message(result: Any) -> bool:
+    return getattr(result, "type", None) == "message" and hasattr(result, "content")
+
+
+def _create(tracer: Tracer, capture: bool) -> Callable[..., Any]:
+    def wrapper(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        stream = kwargs.get("stream") is True
+        start = _starter(tracer, capture, instance, kwargs, stream=stream)
+        return run_sync(wrapped, args, kwargs, start, _finish_sync)
+
+    return wrapper
+
+
+def _create_async(tracer: Tracer, capture: bool) -> Callable[..., Any]:
+    async def wrapper(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        stream = kwargs.get("stream") is True
+        start = _starter(tracer, capture, instance, kwargs, stream=stream)
+        return await run_async(wrapped, args, kwargs, start, _finish_async)
+
+    return wrapper
+
+
+def _stream(tracer: Tracer, capture: bool) -> Callable[..., Any]:
+    def wrapper(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        manager = wrapped(*args, **kwargs)
+        if not is_instrumentation_enabled():
+            return manager
+        return _StreamManagerProxy(manager, _starter(tracer, capture, instance, kwargs, stream=True))
+
+    return wrapper
+
+
+def _stream_async(tracer: Tracer, capture: bool) -> Callable[..., Any]:
+    def wrapper(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        manager = wrapped(*args, **kwargs)
+        if not is_instrumentation_enabled():
+            return manager
+        return _AsyncStreamManagerProxy(manager, _starter(tracer, capture, instance, kwargs, stream=True))
+
+    return wrapper
+
+
+def _start_guarded(start: Callable[[], GenAICall]) -> GenAICall | None:
+    try:
+        return start()
+    except Exception:  # a request we cannot read runs untraced rather than failing the app
+        swallowed(_logger, "span.start", "tallyspan could not start an Anthropic stream span")
+        return None
+
+
+def _observe_raw_stream(message_stream: Any, call: GenAICall, proxy_type: type[Any]) -> Any:
+    """Swap the MessageStream's raw event stream for our proxy; returns the proxy (or None)."""
+    try:
+        proxy = proxy_type(message_stream._raw_stream, call, EventAccumulator())
+        message_stream._raw_stream = proxy
+        return proxy
+    except Exception:  # an SDK whose MessageStream changed shape: end the span, keep the stream
+        swallowed(_logger, "anthropic.stream", "tallyspan could not observe an Anthropic MessageStream")
+        call.finish(None)
+        return None
+
+
+class _StreamManagerProxy(wrapt.ObjectProxy[Any]):
+    """``messages.stream(...)``: the span opens on ``__enter__``, when the request is sent."""
+
+    def __init__(self, manager: Any, start: Callable[[], GenAICall]) -> None:
+        super().__init__(manager)
+        self._self_start = start
+        self._self_proxy: Any = None
+
+    def __enter__(self) -> Any:
+        call = _start_guarded(self._self_start) if is_instrumentation_enabled() else None
+        if call is None:
+            return self.__wrapped__.__enter__()
+        token = otel_context.attach(trace.set_span_in_context(call.span))
+        try:
+            message_stream = self.__wrapped__.__enter__()
+        except BaseException as exc:
+            call.fail(exc)
+            raise
+        finally:
+            otel_context.detach(token)
+        self._self_proxy = _observe_raw_stream(message_stream, call, SyncStreamProxy)
+        return message_stream
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        try:
+            return self.__wrapped__.__exit__(*exc_info)
+        finally:
+            # The MessageStream's close() ends the span through the proxy; this covers the odd SDK that doesn't.
+            finalize_if_proxy(self._self_proxy)
+
+
+class _AsyncStreamManagerProxy(wrapt.ObjectProxy[Any]):
+    """The async twin of :class:`_StreamManagerProxy`."""
+
+    def __init__(self, manager: Any, start: Callable[[], GenAICall]) -> None:
+        super().__init__(manager)
+        self._self_start = start
+        self._self_proxy: Any = None
+
+    async def __aenter__(self) -> Any:
+        call = _start_guarded(self._self_start) if is_instrumentation_enabled() else None
+        if call is None:
+            return await self.__wrapped__.__aenter__()
+        token = otel_context.attach(trace.set_span_in_context(call.span))
+        try:
+            message_stream = await self.__wrapped__.__aenter__()
+        except BaseException as exc:
+            call.fail(exc)
+            raise
+        finally:
+            otel_context.detach(token)
+        self._self_proxy = _observe_raw_stream(message_stream, call, AsyncStreamProxy)
+        return message_stream
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        try:
+            return await self.__wrapped__.__aexit__(*exc_info)
+        finally:
+            finalize_if_proxy(self._self_proxy)
+
+
+#: (module, "Class.method", wrapper factory): read by both _instrument and _uninstrument.
+_WRAPPED: tuple[tuple[str, str, Factory], ...] = (
+    (_MODULE, "Messages.create", _create),
+    (_MODULE, "Messages.parse", _create),
+    (_MODULE, "Messages.stream", _stream),
+    (_MODULE, "AsyncMessages.create", _create_async),
+    (_MODULE, "AsyncMessages.parse", _create_async),
+    (_MODULE, "AsyncMessages.stream", _stream_async),
+)
+
+
+class AnthropicInstrumentor(BaseInstrumentor):
+    """Traces Anthropic Messages calls as GenAI ``chat {model}`` spans.
+
+    Keyword arguments of :meth:`instrument`: ``tracer_provider`` (default: the global one) and
+    ``capture_content`` (default: ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``).
+    """
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        """The package versions this instrumentor supports."""
+        return _instruments
+
+    def _instrument(self, **kwargs: Any) -> None:
+        from tallyspan import __version__
+
+        tracer = trace.get_tracer(
+            semconv.INSTRUMENTATION_SCOPE, __version__, tracer_provider=kwargs.get("tracer_provider")
+        )
+        capture = resolve_capture_content(kwargs.get("capture_content"))
+        for module, name, factory in _WRAPPED:
+            wrapt.wrap_function_wrapper(module, name, factory(tracer, capture))
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        import importlib
+
+        for module, name, _factory in _WRAPPED:
+            owner_name, method = name.split(".")
+            unwrap(getattr(importlib.import_module(module), owner_name), method)
