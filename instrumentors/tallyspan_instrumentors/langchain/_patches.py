@@ -1,0 +1,213 @@
+"""The wrappers: every callback manager gets the handler; provider calls inside a chat run are not traced twice.
+
+* ``BaseCallbackManager.__init__``: after LangChain builds any callback manager (configured ones, the
+  children of a run, the groups), the handler is added as an inheritable handler, once (``add_handler``
+  skips a handler already present). No user code changes.
+* ``BaseChatModel._generate_with_cache`` / ``_agenerate_with_cache``: every ``invoke`` / ``ainvoke`` /
+  ``generate`` of a chat model (streamed or not) reaches the provider client through them, with the run
+  manager of the run the handler opened a ``chat`` span for. Around that call the ``chat`` span is made
+  current and the framework-model-call key of ``_common`` is set, so the OpenAI / Anthropic / Ollama
+  wrappers open no second span. The attach and its detach sit in the same frame, so nothing leaks.
+* ``BaseChatModel.stream`` / ``astream``: the model starts its run inside the first ``next()``, after
+  our frame would have attached anything. The wrapper therefore gives the run a known id (``run_id`` in
+  the config, unless the caller set one) and, around each ``next()``, sets the key to a marker that is
+  true once the handler holds a span for that id: the provider call is skipped exactly when LangChain's
+  span stands for it. (The chat span is not made current on this path; nothing of ours nests under it.)
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from tallyspan._selfstats import swallowed
+from tallyspan_instrumentors._common import framework_model_call_context
+from tallyspan_instrumentors.langchain._handler import TallyspanCallbackHandler
+
+__all__ = ["Wrapper", "async_generate_wrapper", "generate_wrapper", "manager_init_wrapper", "stream_wrapper"]
+
+_logger = logging.getLogger(__name__)
+
+Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
+
+
+def manager_init_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
+    """Wrap ``BaseCallbackManager.__init__`` so every manager carries ``handler``, inheritably."""
+
+    def wrapper(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        result = wrapped(*args, **kwargs)
+        try:
+            instance.add_handler(handler, inherit=True)
+        except Exception:  # a manager we cannot extend still works, untraced
+            swallowed(_logger, "langchain.manager", "tallyspan could not add its LangChain callback handler")
+        return result
+
+    return wrapper
+
+
+class _RunSpanMarker:
+    """Truthy once the handler holds a span for ``run_id``: read when the provider call starts."""
+
+    __slots__ = ("handler", "run_id")
+
+    def __init__(self, handler: TallyspanCallbackHandler, run_id: uuid.UUID) -> None:
+        self.handler = handler
+        self.run_id = run_id
+
+    def __bool__(self) -> bool:
+        return self.handler.span_of(self.run_id) is not None
+
+
+def _model_call_context(
+    handler: TallyspanCallbackHandler, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> Any:
+    """The context for the provider call of a chat run: our span current, provider spans off; or None."""
+    try:
+        # _generate_with_cache(self, messages, stop=None, run_manager=None, **kwargs)
+        run_manager = kwargs.get("run_manager", args[2] if len(args) > 2 else None)
+        run_id = getattr(run_manager, "run_id", None)
+        span = handler.span_of(run_id) if isinstance(run_id, uuid.UUID) else None
+        if span is None:
+            return None
+        return framework_model_call_context(True, trace.set_span_in_context(span))
+    except Exception:  # the call then runs as if we were not here (a provider span may appear)
+        swallowed(
+            _logger, "langchain.model_context", "tallyspan could not find the span of a LangChain model call"
+        )
+        return None
+
+
+def generate_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
+    """Wrap ``BaseChatModel._generate_with_cache``: the chat span is current around the provider call."""
+
+    def wrapper(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        context = _model_call_context(handler, args, kwargs)
+        if context is None:
+            return wrapped(*args, **kwargs)
+        token = otel_context.attach(context)
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            otel_context.detach(token)
+
+    return wrapper
+
+
+def async_generate_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
+    """Wrap ``BaseChatModel._agenerate_with_cache``, the async twin of :func:`generate_wrapper`."""
+
+    def wrapper(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        async def run() -> Any:
+            context = _model_call_context(handler, args, kwargs)
+            if context is None:
+                return await wrapped(*args, **kwargs)
+            token = otel_context.attach(context)
+            try:
+                return await wrapped(*args, **kwargs)
+            finally:
+                otel_context.detach(token)
+
+        return run()
+
+    return wrapper
+
+
+def _with_run_id(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any], uuid.UUID]:
+    """``stream(input, config=None, ...)`` arguments with a run id in the config (the caller's if set)."""
+    positional_config = len(args) > 1
+    config = args[1] if positional_config else kwargs.get("config")
+    config = dict(config) if isinstance(config, Mapping) else {}
+    run_id = config.get("run_id")
+    if not isinstance(run_id, uuid.UUID):
+        run_id = uuid.uuid4()
+        config["run_id"] = run_id
+    if positional_config:
+        args = (args[0], config, *args[2:])
+    else:
+        kwargs = {**kwargs, "config": config}
+    return args, kwargs, run_id
+
+
+def stream_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
+    """Wrap ``BaseChatModel.stream``: provider spans are skipped while LangChain's chat span stands."""
+
+    def wrapper(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if not handler.enabled:
+            return wrapped(*args, **kwargs)
+        try:
+            args, kwargs, run_id = _with_run_id(args, kwargs)
+            context = framework_model_call_context(_RunSpanMarker(handler, run_id))
+        except Exception:  # unusual arguments: stream untouched
+            swallowed(_logger, "langchain.stream", "tallyspan could not prepare a LangChain stream")
+            return wrapped(*args, **kwargs)
+        return _marked_stream(wrapped(*args, **kwargs), context)
+
+    return wrapper
+
+
+def _marked_stream(stream: Iterator[Any], context: otel_context.Context) -> Iterator[Any]:
+    try:
+        while True:
+            token = otel_context.attach(context)
+            try:
+                item = next(stream)
+            except StopIteration:
+                return
+            finally:
+                otel_context.detach(token)
+            yield item
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+
+
+def astream_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
+    """Wrap ``BaseChatModel.astream``, the async twin of :func:`stream_wrapper`."""
+
+    def wrapper(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if not handler.enabled:
+            return wrapped(*args, **kwargs)
+        try:
+            args, kwargs, run_id = _with_run_id(args, kwargs)
+            context = framework_model_call_context(_RunSpanMarker(handler, run_id))
+        except Exception:  # unusual arguments: stream untouched
+            swallowed(_logger, "langchain.stream", "tallyspan could not prepare a LangChain stream")
+            return wrapped(*args, **kwargs)
+        return _marked_astream(wrapped(*args, **kwargs), context)
+
+    return wrapper
+
+
+async def _marked_astream(stream: AsyncIterator[Any], context: otel_context.Context) -> AsyncIterator[Any]:
+    try:
+        while True:
+            token = otel_context.attach(context)
+            try:
+                item = await stream.__anext__()
+            except StopAsyncIteration:
+                return
+            finally:
+                otel_context.detach(token)
+            yield item
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
