@@ -138,11 +138,8 @@ class Report:
     errors: list[ErrorCount]
     violations: list[ViolationCount]
     ledger: list[LedgerRun]
-
-    @property
-    def unbalanced_runs(self) -> int:
-        """Runs whose books do not balance or whose logging protocol was broken."""
-        return sum(1 for run in self.ledger if run.balanced is False or run.protocol_ok is False)
+    unbalanced_runs: int
+    """Runs of ``ledger`` whose books do not balance or whose logging protocol was broken."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +211,7 @@ def report(db: sqlite3.Connection, store: str = "") -> Report:
                 GROUP BY error_type ORDER BY n DESC, error_type"""
         )
     ]
+    ledger = ledger_runs(db)
     return Report(
         store=store,
         spans=_scalar(db, f"SELECT COUNT(*) FROM {SPANS}"),
@@ -230,7 +228,8 @@ def report(db: sqlite3.Connection, store: str = "") -> Report:
         stages=stages,
         errors=errors,
         violations=violations_by_stage_and_type(db),
-        ledger=ledger_runs(db),
+        ledger=ledger,
+        unbalanced_runs=sum(1 for run in ledger if run.balanced is False or run.protocol_ok is False),
     )
 
 

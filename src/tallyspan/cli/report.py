@@ -26,14 +26,17 @@ def build_report(db_path: Path) -> Report:
         return report(db, store=str(db_path))
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def format_report(result: Report) -> str:
     """The report as readable text."""
-    runs = "run" if result.runs == 1 else "runs"
-    traces = "trace" if result.traces == 1 else "traces"
     lines = [
         f"tallyspan report — {result.store}",
-        f"  {result.spans} spans in {result.traces} {traces}, {result.runs} {runs}; "
-        f"{result.model_calls} model calls ({result.violating_calls} violating), {result.tool_calls} tool calls",
+        f"  {_count(result.spans, 'span')} in {_count(result.traces, 'trace')}, {_count(result.runs, 'run')}; "
+        f"{_count(result.model_calls, 'model call')} ({result.violating_calls} violating), "
+        f"{_count(result.tool_calls, 'tool call')}",
         "",
         "Models",
         table(
