@@ -26,7 +26,9 @@ from tallyspan_instrumentors._common import (
     AsyncStreamProxy,
     GenAICall,
     SyncStreamProxy,
+    _start_guarded,
     finalize_if_proxy,
+    framework_model_call_active,
     run_async,
     run_sync,
     start_genai_call,
@@ -115,7 +117,7 @@ def _stream(tracer: Tracer, capture: bool) -> Callable[..., Any]:
         wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         manager = wrapped(*args, **kwargs)
-        if not is_instrumentation_enabled():
+        if not is_instrumentation_enabled() or framework_model_call_active():
             return manager
         return _StreamManagerProxy(manager, _starter(tracer, capture, instance, kwargs, stream=True))
 
@@ -127,19 +129,18 @@ def _stream_async(tracer: Tracer, capture: bool) -> Callable[..., Any]:
         wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         manager = wrapped(*args, **kwargs)
-        if not is_instrumentation_enabled():
+        if not is_instrumentation_enabled() or framework_model_call_active():
             return manager
         return _AsyncStreamManagerProxy(manager, _starter(tracer, capture, instance, kwargs, stream=True))
 
     return wrapper
 
 
-def _start_guarded(start: Callable[[], GenAICall]) -> GenAICall | None:
-    try:
-        return start()
-    except Exception:  # a request we cannot read runs untraced rather than failing the app
-        swallowed(_logger, "span.start", "tallyspan could not start an Anthropic stream span")
+def _start_stream_call(start: Callable[[], GenAICall]) -> GenAICall | None:
+    """Open the span of a ``messages.stream`` manager, unless suppressed or a framework span stands for it."""
+    if not is_instrumentation_enabled() or framework_model_call_active():
         return None
+    return _start_guarded(start)
 
 
 def _observe_raw_stream(message_stream: Any, call: GenAICall, proxy_type: type[Any]) -> Any:
@@ -163,7 +164,7 @@ class _StreamManagerProxy(wrapt.ObjectProxy[Any]):
         self._self_proxy: Any = None
 
     def __enter__(self) -> Any:
-        call = _start_guarded(self._self_start) if is_instrumentation_enabled() else None
+        call = _start_stream_call(self._self_start)
         if call is None:
             return self.__wrapped__.__enter__()
         token = otel_context.attach(trace.set_span_in_context(call.span))
@@ -194,7 +195,7 @@ class _AsyncStreamManagerProxy(wrapt.ObjectProxy[Any]):
         self._self_proxy: Any = None
 
     async def __aenter__(self) -> Any:
-        call = _start_guarded(self._self_start) if is_instrumentation_enabled() else None
+        call = _start_stream_call(self._self_start)
         if call is None:
             return await self.__wrapped__.__aenter__()
         token = otel_context.attach(trace.set_span_in_context(call.span))
@@ -250,6 +251,6 @@ class AnthropicInstrumentor(BaseInstrumentor):
     def _uninstrument(self, **kwargs: Any) -> None:
         import importlib
 
-        for module, name, _factory in _WRAPPED:
+        for module, name, _ in _WRAPPED:
             owner_name, method = name.split(".")
             unwrap(getattr(importlib.import_module(module), owner_name), method)
