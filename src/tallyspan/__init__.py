@@ -10,6 +10,8 @@ Usage::
 """
 
 from tallyspan import ledger
+from tallyspan._checks import CheckResult, Violation, check
+from tallyspan._contracts import Contract, ContractSet, load_contracts
 from tallyspan._errors import ConfigError, ContractError, Rejected, TallyspanError
 from tallyspan._instrument import DEFAULT_STORE, Instrumentation, instrument, instrumentation, uninstrument
 from tallyspan._selfstats import reset_stats, stats
@@ -20,18 +22,24 @@ from tallyspan._tool import run, tool
 __all__ = [
     "DEFAULT_STORE",
     "FAILURE_CLASS_OF",
+    "CheckResult",
     "ConfigError",
+    "Contract",
     "ContractError",
+    "ContractSet",
     "FailureClass",
     "Instrumentation",
     "Rejected",
     "StageInfo",
     "TallyspanError",
+    "Violation",
     "ViolationType",
+    "check",
     "current_stage",
     "instrument",
     "instrumentation",
     "ledger",
+    "load_contracts",
     "reset_stats",
     "run",
     "stage",

@@ -120,7 +120,7 @@ def _pattern_search(pattern: regex.Pattern[str], text: str) -> bool | None:
 
 
 def check(
-    output: str,
+    output: str | None,
     contract: Contract | None = None,
     *,
     prompt: str | None = None,
@@ -134,7 +134,8 @@ def check(
     """Check one model output against a contract.
 
     Args:
-        output: the answer text (the first choice).
+        output: the answer text (the first choice); None when it is not known (not captured): only
+            the non-text checks (timeout, process_error, scheduler_starvation) run then.
         contract: the stage's contract; None applies the defaults (no refusal, no leaked reasoning).
         prompt: the question the output answers (the last user message), for answer_to_other_question.
         other_prompts: prompts of other calls in flight at the same time.
@@ -169,7 +170,11 @@ def check(
         if found is not None and found.type not in {violation.type for violation in violations}:
             violations.append(found)
         return CheckResult(tuple(violations))
-    violations.extend(_output_violations(output, contract, prompt, other_prompts, other_answers, reasoning_text))
+    if output is None:
+        return CheckResult(tuple(violations))
+    violations.extend(
+        _output_violations(output, contract, prompt, other_prompts, other_answers, reasoning_text)
+    )
     return CheckResult(tuple(violations))
 
 
@@ -185,13 +190,19 @@ def _output_violations(
     answer = strip_reasoning(output)
     length = len("".join(answer.split()))
     if contract.min_chars is not None and length < contract.min_chars:
-        violations.append(_violation(ViolationType.TOO_SHORT, f"{length} chars < min_chars {contract.min_chars}"))
+        violations.append(
+            _violation(ViolationType.TOO_SHORT, f"{length} chars < min_chars {contract.min_chars}")
+        )
     if contract.max_chars is not None and length > contract.max_chars:
-        violations.append(_violation(ViolationType.TOO_LONG, f"{length} chars > max_chars {contract.max_chars}"))
+        violations.append(
+            _violation(ViolationType.TOO_LONG, f"{length} chars > max_chars {contract.max_chars}")
+        )
     for name, pattern in contract.required_patterns:
         found = _pattern_search(pattern, answer)
         if found is None:
-            violations.append(_violation(ViolationType.MISSING_REQUIRED, f"pattern {name!r} timed out; not verified"))
+            violations.append(
+                _violation(ViolationType.MISSING_REQUIRED, f"pattern {name!r} timed out; not verified")
+            )
         elif not found:
             violations.append(_violation(ViolationType.MISSING_REQUIRED, f"pattern {name!r} not found"))
     if contract.json_schema is not None:
@@ -201,7 +212,9 @@ def _output_violations(
     for name, pattern in contract.forbidden_patterns:
         found = _pattern_search(pattern, output)
         if found is None:
-            violations.append(_violation(ViolationType.FORBIDDEN_PRESENT, f"pattern {name!r} timed out; not verified"))
+            violations.append(
+                _violation(ViolationType.FORBIDDEN_PRESENT, f"pattern {name!r} timed out; not verified")
+            )
         elif found:
             violations.append(_violation(ViolationType.FORBIDDEN_PRESENT, f"pattern {name!r} found"))
     if not contract.allow_refusal and is_refusal(answer):
@@ -214,13 +227,16 @@ def _output_violations(
         kinds = find_claims(answer, contract.claims.allowed)
         for kind in sorted(set(kinds)):
             violations.append(
-                _violation(ViolationType.UNEARNED_CLAIM, f"{kinds.count(kind)} {kind} claim(s) not in claims.allowed")
+                _violation(
+                    ViolationType.UNEARNED_CLAIM, f"{kinds.count(kind)} {kind} claim(s) not in claims.allowed"
+                )
             )
     other = other_question_detail(answer, prompt, other_prompts, other_answers)
     if other is not None:
         violations.append(_violation(ViolationType.ANSWER_TO_OTHER_QUESTION, other))
     if contract.language is not None:
         violations.extend(
-            _violation(violation_type, detail) for violation_type, detail in language_violations(answer, contract.language)
+            _violation(violation_type, detail)
+            for violation_type, detail in language_violations(answer, contract.language)
         )
     return violations

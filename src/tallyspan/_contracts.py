@@ -31,7 +31,15 @@ from typing import Any
 
 import regex
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tallyspan._errors import ContractError
 from tallyspan._language import SUPPORTED_LANGUAGES
@@ -39,7 +47,7 @@ from tallyspan._language import SUPPORTED_LANGUAGES
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 __all__ = ["Claims", "Contract", "ContractSet", "MatchRule", "NamedPattern", "load_contracts"]
 
@@ -105,7 +113,9 @@ class Contract(BaseModel):
             return None
         code = value.strip().lower().replace("_", "-").split("-")[0]
         if code not in SUPPORTED_LANGUAGES:
-            raise ValueError(f"unsupported language {value!r}; use one of {', '.join(sorted(SUPPORTED_LANGUAGES))}")
+            raise ValueError(
+                f"unsupported language {value!r}; use one of {', '.join(sorted(SUPPORTED_LANGUAGES))}"
+            )
         return code
 
     @field_validator("required", "forbidden")
@@ -232,7 +242,9 @@ def load_contracts(source: Any) -> ContractSet:
         return _from_mapping(dict(source), file=None, node=None)
     if isinstance(source, Sequence) and not isinstance(source, (bytes, bytearray)):
         return _from_list(source)
-    raise ContractError(f"contracts must be a path, a mapping, a list or a ContractSet, not {type(source).__name__}")
+    raise ContractError(
+        f"contracts must be a path, a mapping, a list or a ContractSet, not {type(source).__name__}"
+    )
 
 
 def _load_file(path: Path) -> ContractSet:
@@ -254,7 +266,9 @@ def _load_file(path: Path) -> ContractSet:
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             line = mark.line + 1 if mark is not None else None
-            raise ContractError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}", file=file, line=line) from exc
+            raise ContractError(
+                f"invalid YAML: {getattr(exc, 'problem', None) or exc}", file=file, line=line
+            ) from exc
     if data is None:
         return ContractSet()
     if not isinstance(data, Mapping):
@@ -294,7 +308,9 @@ def _from_list(items: Sequence[Any]) -> ContractSet:
 def _wrap_node(node: yaml.Node | None) -> yaml.Node | None:
     if node is None:
         return None
-    return yaml.MappingNode("tag:yaml.org,2002:map", [(yaml.ScalarNode("tag:yaml.org,2002:str", "contracts"), node)])
+    return yaml.MappingNode(
+        "tag:yaml.org,2002:map", [(yaml.ScalarNode("tag:yaml.org,2002:str", "contracts"), node)]
+    )
 
 
 def _contract_error(

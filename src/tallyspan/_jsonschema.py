@@ -43,7 +43,7 @@ def _type_ok(value: Any, expected: str) -> bool:
 
 
 def _type_name(value: Any) -> str:
-    for name, types in _TYPES.items():
+    for name in _TYPES:
         if _type_ok(value, name) and name != "number":
             return name
     return "number" if isinstance(value, float) else type(value).__name__
@@ -63,7 +63,9 @@ def _check(value: Any, schema: dict[str, Any], path: str, problems: list[str], l
     if expected is not None:
         names = expected if isinstance(expected, list) else [expected]
         if not any(_type_ok(value, str(name)) for name in names):
-            problems.append(f"json field {path} has type {_type_name(value)}, want {'|'.join(map(str, names))}")
+            problems.append(
+                f"json field {path} has type {_type_name(value)}, want {'|'.join(map(str, names))}"
+            )
             return
     if "enum" in schema and value not in schema["enum"]:
         problems.append(f"json field {path} is not one of the allowed values")

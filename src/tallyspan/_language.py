@@ -31,22 +31,34 @@ SUPPORTED_LANGUAGES = frozenset({"ja", "en", "zh", "ko"})
 _CODE_FENCE = regex.compile(r"(?ms)^[ \t]*(```|~~~)[^\n]*\n.*?(?:^[ \t]*\1[ \t]*$|\Z)")
 _INLINE_CODE = regex.compile(r"`[^`\n]+`")
 _URL = regex.compile(r"(?i)\b(?:https?://|www\.)\S+|\b[\w.+-]+@[\w-]+\.[\w.-]+")
+# Latin-only parentheses after a term are glosses: 基準率の無視（base rate neglect）, CO₂(g).
+_GLOSS = regex.compile(r"[（(][^（）()\n\p{Han}\p{Hiragana}\p{Katakana}]{1,80}[）)]")
+# TeX math: \[...\], \(...\), $$...$$, $...$ and \commands.
+_MATH = regex.compile(r"(?s)\\\[.*?\\\]|\\\(.*?\\\)|\$\$.*?\$\$|\$[^$\n]{1,200}\$|\\[A-Za-z]+")
+# Chat-template and markup tokens (<|im_end|>, <<SYS>>, </s>) are not words of any language.
+_MARKUP = regex.compile(r"<\|[^|<>\n]{1,40}\|>|<<?/?[A-Za-z_]{1,20}>>?")
 _QUOTED = regex.compile(r"「[^」\n]{0,200}」|『[^』\n]{0,200}』|\"[^\"\n]{0,200}\"|“[^”\n]{0,200}”")
 
 _KANA = regex.compile(r"[\u3041-\u309F\u30A1-\u30FA\u30FD-\u30FF\u31F0-\u31FF\uFF66-\uFF9D々〆]")
 _HAN = regex.compile(r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF]")
 _HANGUL = regex.compile(r"[\uAC00-\uD7AF\u1100-\u11FF\u3130-\u318F]")
-_LATIN_TOKEN = regex.compile(r"[A-Za-z][A-Za-z0-9]*(?:['’._/+-][A-Za-z0-9]+)*")
+_LATIN_TOKEN = regex.compile(r"(?<![\\^_])[A-Za-z][A-Za-z0-9]*(?:['’._/+^-][A-Za-z0-9]+)*")
+_ARTICLE_A = regex.compile(r"\ba(?= [a-z]{2,})")
 _CLAUSE_SPLIT = regex.compile(r"[。！？!?\n、，,；;：:]")
 
 # English words that carry grammar; two of them inside Japanese text make a broken mix.
-_ENGLISH_FUNCTION_WORDS = frozenset(
-    "a an the is are was were be been being am to of in on at for with from by and or but not no "
-    "this that these those it its we you they he she i me my our your their them us will would can "
-    "could should shall may might must do does did have has had as if so then than there here what "
-    "which who whom how why when where about into just also very some any all more most please thank "
-    "thanks let need needs".split()
+_ENGLISH_FUNCTION_WORDS_TEXT = (
+    "a an the is are was were be been being am to of in on at for with from by and or but not no this "
+    "that these those it its we you they he she i me my our your their them us will would can could "
+    "should shall may might must do does did have has had as if so then than there here what which "
+    "who whom how why when where about into just also very some any all more most please thank thanks "
+    "let need needs"
 )
+_ENGLISH_FUNCTION_WORDS = frozenset(_ENGLISH_FUNCTION_WORDS_TEXT.split())
+# Lowercase abbreviations that Japanese text uses as symbols.
+_NOT_WORDS = frozenset({"vs", "etc", "ok", "eg", "ie", "aka", "approx", "max", "min", "ex", "no", "ca"})
+#: Share of a Japanese text's prose in whole English sentence lines that makes it a broken mix.
+_ENGLISH_LINES_SHARE = 0.3
 
 # Japanese compounds that contain a character Chinese uses as a function word; removed before scoring.
 _JAPANESE_COMPOUNDS = regex.compile(
@@ -58,11 +70,27 @@ _JAPANESE_COMPOUNDS = regex.compile(
 )
 # Chinese function characters (outside the compounds above) and their weight in a kana-less clause.
 _CHINESE_FUNCTION_CHARS = {
-    "我": 1, "你": 1, "這": 1, "嗎": 1, "呢": 1, "吧": 1, "很": 1, "是": 1, "了": 1, "在": 1,
-    "也": 1, "請": 1,
+    "我": 1,
+    "你": 1,
+    "這": 1,
+    "嗎": 1,
+    "呢": 1,
+    "吧": 1,
+    "很": 1,
+    "是": 1,
+    "了": 1,
+    "在": 1,
+    "也": 1,
+    "請": 1,
 }
 _CHINESE_BIGRAMS = regex.compile("可以|但是|所以|如果|任何|如有|已經|沒有|什麼|怎麼|一個")
 _CHINESE_CLAUSE_SCORE = 2
+# A Chinese-only character run followed by a gloss is a name: 华为（ファーウェイ）.
+_GLOSSED_NAME = regex.compile(r"[\p{Han}]+(?=[（(])")
+#: Prose with quotes set aside is judged alone only when it holds this share of the text's letters.
+_UNQUOTED_MIN_SHARE = 0.3
+#: A Japanese-looking text mostly made of whole English sentence lines is English.
+_ENGLISH_PRIMARY_SHARE = 0.6
 
 
 @dataclass(frozen=True)
@@ -84,6 +112,8 @@ class ScriptProfile:
     """Clauses without kana that carry Chinese evidence."""
     chinese_chars: int = 0
     """Han characters in those clauses."""
+    english_line_share: float = 0.0
+    """Share of the prose in lines that are whole English sentences."""
 
 
 def _strip_code(text: str) -> tuple[str, str]:
@@ -127,29 +157,47 @@ def _word_kinds(prose: str) -> tuple[int, int, int]:
     for token in _LATIN_TOKEN.findall(prose):
         words += 1
         lower = token.lower()
-        if len(token) == 1 and token not in ("a", "I"):
-            continue  # single-letter labels: A社, プランB
+        if len(token) == 1 and token != "I":
+            continue  # single letters are labels and variables (A社, aとb); the article is counted below
         if lower in _ENGLISH_FUNCTION_WORDS and token in (lower, lower.capitalize()):
             function += 1
             ordinary += token == lower
             continue
         if len(token) < 2 or not token.isalpha():
             continue  # labels (A社), versions, identifiers (asyncio.gather), hyphenated terms
-        if token == lower:
+        if token == lower and lower not in _NOT_WORDS:
             ordinary += 1
-    return words, function, ordinary
+    articles = len(_ARTICLE_A.findall(prose))
+    return words + articles, function + articles, ordinary + articles
 
 
 def _profile_of(prose: str) -> ScriptProfile:
     kana = len(_KANA.findall(prose))
     han = len(_HAN.findall(prose))
     hangul = len(_HANGUL.findall(prose))
-    words, function, ordinary = _word_kinds(prose)
+    words = function = ordinary = 0
+    english_line_chars = 0
+    for line in prose.splitlines():
+        line_words, line_function, line_ordinary = _word_kinds(line)
+        words += line_words
+        if _KANA.search(line) or _HAN.search(line):
+            # English grammar counts where it is interleaved with Japanese, not in formula or code lines.
+            function += line_function
+            ordinary += line_ordinary
+        elif line_words >= 6 and line_function >= 2:
+            english_line_chars += len(line.strip())
     chinese_clauses = chinese_chars = total_score = 0
     if han:
         for clause in _CLAUSE_SPLIT.split(prose):
             clause_han = len(_HAN.findall(clause))
-            if not clause_han or _KANA.search(clause):
+            if not clause_han:
+                continue
+            if _KANA.search(clause):
+                # A Chinese-only character form inside a Japanese clause (結肠炎) is contamination too.
+                unglossed = _GLOSSED_NAME.sub("", clause)
+                if any(char in CHINESE_ONLY for char in unglossed):
+                    chinese_clauses += 1
+                    chinese_chars += sum(char in CHINESE_ONLY for char in unglossed)
                 continue
             score = _chinese_score(clause)
             total_score += score
@@ -167,9 +215,27 @@ def _profile_of(prose: str) -> ScriptProfile:
         primary = "zh" if total_score else "ja"  # kanji-only without Chinese evidence is Japanese
     elif chinese_chars > 0.7 * cjk and kana < 0.05 * cjk:
         primary = "zh"
+    elif english_line_chars >= _ENGLISH_PRIMARY_SHARE * len("".join(prose.split())):
+        primary = "en"  # English sentences with a Japanese line or two
     else:
         primary = "ja"
-    return ScriptProfile(primary, kana, han, hangul, words, function, ordinary, chinese_clauses, chinese_chars)
+    prose_chars = len("".join(prose.split())) or 1
+    return ScriptProfile(
+        primary,
+        kana,
+        han,
+        hangul,
+        words,
+        function,
+        ordinary,
+        chinese_clauses,
+        chinese_chars,
+        english_line_share=round(english_line_chars / prose_chars, 3),
+    )
+
+
+def _letters(text: str) -> int:
+    return sum(char.isalpha() for char in text)
 
 
 def profile(text: str) -> ScriptProfile:
@@ -179,27 +245,36 @@ def profile(text: str) -> ScriptProfile:
     only code has letters the primary is ``code`` (or ``ja``/``zh`` when the code holds CJK text).
     """
     prose, code = _strip_code(text)
-    prose = _URL.sub(" ", prose)
-    unquoted = _QUOTED.sub(" ", prose)
+    prose = _MARKUP.sub(" ", _MATH.sub(" ", _URL.sub(" ", prose)))
+    unquoted = _GLOSS.sub(" ", _QUOTED.sub(" ", prose))
     result = _profile_of(unquoted)
-    if result.primary != "none":
+    if result.primary != "none" and _letters(unquoted) >= _UNQUOTED_MIN_SHARE * _letters(prose):
         return result
-    result = _profile_of(prose)  # only quoted text: judge the quotes
+    result = _profile_of(prose)  # mostly quoted text: judge the quotes too
     if result.primary != "none" or not code:
         return result
-    in_code = _profile_of(code)
+    in_code = _profile_of(_MARKUP.sub(" ", code))
     if in_code.kana or in_code.han:
         # CJK text inside code (a JSON deliverable): judge its script, not the keys and identifiers.
         return ScriptProfile(
-            in_code.primary, in_code.kana, in_code.han, in_code.hangul,
-            chinese_clauses=in_code.chinese_clauses, chinese_chars=in_code.chinese_chars,
+            in_code.primary,
+            in_code.kana,
+            in_code.han,
+            in_code.hangul,
+            chinese_clauses=in_code.chinese_clauses,
+            chinese_chars=in_code.chinese_chars,
         )
     return ScriptProfile("code", words=in_code.words) if in_code.words else in_code
 
 
 def _is_mixed(found: ScriptProfile) -> bool:
-    """English grammar inside CJK text: two function words, or three ordinary lowercase words."""
-    return found.function_words >= 2 or found.ordinary_words >= 3
+    """English grammar inside CJK text: two function words, three ordinary lowercase words, or whole
+    English sentence lines making up a good part of the text."""
+    return (
+        found.function_words >= 2
+        or found.ordinary_words >= 3
+        or found.english_line_share >= _ENGLISH_LINES_SHARE
+    )
 
 
 def language_violations(text: str, required: str) -> list[tuple[ViolationType, str]]:
@@ -215,8 +290,6 @@ def language_violations(text: str, required: str) -> list[tuple[ViolationType, s
     counts = f"{found.kana} kana, {found.han} han, {found.words} latin words"
     if required == "ja":
         if found.primary in ("en", "zh", "ko", "code"):
-            if found.primary == "en" and found.kana + found.han and _is_mixed(found):
-                return [(ViolationType.BROKEN_LANGUAGE_MIX, f"English with Japanese fragments ({counts})")]
             return [(ViolationType.NOT_JAPANESE, f"primary language {found.primary}, not ja ({counts})")]
         violations: list[tuple[ViolationType, str]] = []
         if found.chinese_clauses:

@@ -116,7 +116,8 @@ _CLAIM_KINDS: Sequence[tuple[str, regex.Pattern[str]]] = (
     (
         "superlative",
         regex.compile(
-            r"(?i)\b(?:world'?s|industry'?s|market'?s|the)\s+(?:first|leading|best|largest|fastest|only|#1|number one)\b"
+            r"(?i)\b(?:world'?s|industry'?s|market'?s|the)\s+"
+            r"(?:first|leading|best|largest|fastest|only|#1|number one)\b"
             r"|#1\b|\bnumber one\b|\bmarket leader\b|\bindustry[- ]leading\b"
             r"|(?:業界|世界|国内|日本|市場)(?:初|最大|最高|最速|唯一|No\.?\s*1|ナンバーワン|一位|トップ)"
             r"|シェア(?:No\.?\s*1|一位|トップ)|満足度\s*(?:No\.?\s*1|一位)"

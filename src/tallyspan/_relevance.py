@@ -15,14 +15,17 @@ import regex
 __all__ = ["other_question_detail"]
 
 _CONTENT_RUN = regex.compile(r"[\p{Han}\p{Katakana}ー々]{2,}|[A-Za-z][A-Za-z0-9]{2,}|\d{2,}")
-_STOPWORDS = frozenset(
-    "the and for are but not you your with this that from have has was were will would can could "
-    "what which who how why when where about into just also very some any all more most please".split()
+_STOPWORDS_TEXT = (
+    "the and for are but not you your with this that from have has was were will would can could what "
+    "which who how why when where about into just also very some any all more most please"
 )
+_STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 #: The other prompt must explain the answer this much better than its own to be flagged.
 _MARGIN = 2.0
 _MIN_OVERLAP = 0.25
 _MIN_FEATURES = 4
+#: Shorter outputs ("OK", a bare verdict) are legitimately the same for different prompts.
+_MIN_REPEATED_CHARS = 40
 
 
 def _features(text: str) -> frozenset[str]:
@@ -60,7 +63,7 @@ def other_question_detail(
     if prompt is None:
         return None
     stripped_output = output.strip()
-    if stripped_output and len(stripped_output) >= 20:
+    if len(stripped_output) >= _MIN_REPEATED_CHARS:
         for other_prompt, other_output in other_answers:
             if other_output.strip() == stripped_output and other_prompt.strip() != prompt.strip():
                 return "the same output was returned for a different prompt"
@@ -79,5 +82,7 @@ def other_question_detail(
             continue
         other_score = _coverage(features, answer)
         if other_score >= _MIN_OVERLAP and other_score > _MARGIN * own_score:
-            return f"matches in-flight prompt #{index} ({other_score:.2f}) better than its own ({own_score:.2f})"
+            return (
+                f"matches in-flight prompt #{index} ({other_score:.2f}) better than its own ({own_score:.2f})"
+            )
     return None

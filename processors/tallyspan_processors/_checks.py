@@ -1,0 +1,243 @@
+"""The checks processor: every ended model span checked against its stage's contract.
+
+It sits in the wrapping chain (``worker > checks > ledger > sinks``) and runs on the worker thread.
+For each span whose ``gen_ai.operation.name`` is a model operation it
+
+1. finds the contract: ``settings.contracts.contract_for(tallyspan.stage, gen_ai.agent.name, model)``;
+   spans without one are forwarded untouched;
+2. reads the output: the ContentBuffer first, else the content other instrumentations captured
+   (``_checks_content``); without either only the non-text checks run;
+3. runs :func:`tallyspan.check` with the span's own facts: its duration (``deadline_s``), its error
+   (``error.type``, exception events, status), its wait (``tallyspan.enqueued_at`` vs its start), and
+   the prompts of other model calls in flight at the same time;
+4. forwards an enriched copy: ``tallyspan.violation_types``, ``.violation_count``, ``.failure_class``,
+   ``.violated``, ``.contract``, one ``tallyspan.violation`` event per violation, status ERROR (unless
+   ``mark_error_status`` is off) and, with ``evaluation_events``, ``gen_ai.evaluation.result`` events.
+
+The ledger processor below pops model content from the buffer, so when one is downstream we only
+peek; otherwise we pop every model span's entry (with or without a contract) so the buffer never grows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
+from opentelemetry.trace import Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from tallyspan import semconv
+from tallyspan._checks import CheckResult, check
+from tallyspan._config import Settings
+from tallyspan._content import ModelContent, content_buffer
+from tallyspan._contracts import Contract, ContractSet
+from tallyspan_processors._checks_content import SpanContent, captured_content
+from tallyspan_processors._enrich import enriched_copy
+from tallyspan_processors._ledger import LedgerProcessor
+from tallyspan_processors._wrapping import WrappingProcessor, shutdown_all
+
+__all__ = ["ChecksProcessor", "checks_component"]
+
+#: Recent model calls remembered for answer_to_other_question (prompts in flight, repeated outputs).
+DEFAULT_RECENT_CALLS: Final = 64
+_EVALUATION_PREFIX: Final = "tallyspan."
+
+
+@dataclass(frozen=True)
+class _Call:
+    start: int
+    end: int
+    stage: str | None
+    prompt: str
+    output: str
+
+
+class ChecksProcessor(WrappingProcessor):
+    """Checks model spans against their contracts and forwards enriched copies.
+
+    Args:
+        downstream: the processors to forward to.
+        contracts: the loaded contracts; None forwards every span untouched.
+        mark_error_status: set status ERROR on violating spans.
+        evaluation_events: add ``gen_ai.evaluation.result`` events too.
+        pop_content: remove model content from the ContentBuffer (False when a ledger processor
+            downstream still needs it and pops it itself).
+    """
+
+    def __init__(
+        self,
+        downstream: Sequence[SpanProcessor],
+        contracts: ContractSet | None,
+        *,
+        mark_error_status: bool = True,
+        evaluation_events: bool = False,
+        pop_content: bool = True,
+        recent_calls: int = DEFAULT_RECENT_CALLS,
+    ) -> None:
+        super().__init__(downstream)
+        self._contracts = contracts
+        self._mark_error_status = mark_error_status
+        self._evaluation_events = evaluation_events
+        self._pop_content = pop_content
+        self._recent: deque[_Call] = deque(maxlen=recent_calls)
+        self._lock = threading.Lock()
+        self._buffer = content_buffer()
+        self._buffer.add_consumer()
+        self._consuming = True
+
+    def process(self, span: ReadableSpan) -> ReadableSpan:
+        attributes = span.attributes or {}
+        if attributes.get(semconv.GEN_AI_OPERATION_NAME) not in semconv.MODEL_OPERATIONS:
+            return span
+        content = self._take_content(span)
+        if self._contracts is None:
+            return span
+        stage = _str(attributes.get(semconv.STAGE))
+        found = self._contracts.contract_for(
+            stage,
+            _str(attributes.get(semconv.GEN_AI_AGENT_NAME)),
+            _str(attributes.get(semconv.GEN_AI_RESPONSE_MODEL))
+            or _str(attributes.get(semconv.GEN_AI_REQUEST_MODEL)),
+        )
+        if found is None:
+            return span
+        name, contract = found
+        result = self._check(span, attributes, stage, contract, content)
+        return self._enriched(span, name, result)
+
+    def _take_content(self, span: ReadableSpan) -> SpanContent | None:
+        span_id = span.context.span_id if span.context is not None else 0
+        buffered = self._buffer.pop(span_id) if self._pop_content else self._buffer.peek(span_id)
+        if isinstance(buffered, ModelContent):
+            return SpanContent(buffered.output_text, buffered.prompt, buffered.reasoning_text)
+        return captured_content(span.attributes or {})
+
+    def _check(
+        self,
+        span: ReadableSpan,
+        attributes: Mapping[str, Any],
+        stage: str | None,
+        contract: Contract,
+        content: SpanContent | None,
+    ) -> CheckResult:
+        start, end = span.start_time or 0, span.end_time or 0
+        prompt = content.prompt if content is not None else None
+        with self._lock:
+            recent = list(self._recent)
+            if content is not None and content.output is not None and prompt:
+                self._recent.append(_Call(start, end, stage, prompt, content.output))
+        other_prompts = [call.prompt for call in recent if call.start < end and start < call.end]
+        other_answers = [(call.prompt, call.output) for call in recent if call.stage == stage]
+        enqueued_at = attributes.get(semconv.ENQUEUED_AT)
+        waited = start / 1e9 - float(enqueued_at) if isinstance(enqueued_at, (int, float)) and start else None
+        return check(
+            content.output if content is not None else None,
+            contract,
+            prompt=prompt,
+            other_prompts=other_prompts,
+            other_answers=other_answers,
+            reasoning_text=content.reasoning if content is not None else "",
+            elapsed_s=(end - start) / 1e9 if start and end else None,
+            error=_error_of(span, attributes),
+            waited_s=waited,
+        )
+
+    def _enriched(self, span: ReadableSpan, contract_name: str, result: CheckResult) -> ReadableSpan:
+        added: dict[str, AttributeValue] = {semconv.CONTRACT: contract_name}
+        events: list[Event] = []
+        timestamp = span.end_time
+        if result.violations:
+            added[semconv.VIOLATION_TYPES] = list(result.violation_types)
+            added[semconv.VIOLATION_COUNT] = len(result.violations)
+            added[semconv.FAILURE_CLASS] = result.failure_class or ""
+            added[semconv.VIOLATED] = True
+            for violation in result.violations:
+                events.append(
+                    Event(
+                        semconv.EVENT_VIOLATION,
+                        {
+                            semconv.VIOLATION_TYPE: violation.type.value,
+                            semconv.VIOLATION_FAILURE_CLASS: violation.failure_class.value,
+                            semconv.VIOLATION_DETAIL: violation.detail,
+                        },
+                        timestamp=timestamp,
+                    )
+                )
+        if self._evaluation_events:
+            events.extend(_evaluation_events(contract_name, result, timestamp))
+        status = None
+        if result.violations and self._mark_error_status and span.status.status_code is not StatusCode.ERROR:
+            status = Status(StatusCode.ERROR, f"tallyspan: {', '.join(result.violation_types)}")
+        return enriched_copy(span, attributes=added, events=events, status=status)
+
+    def shutdown(self) -> None:
+        if self._consuming:
+            self._consuming = False
+            self._buffer.remove_consumer()
+        shutdown_all(self.downstream)
+
+
+def _evaluation_events(contract_name: str, result: CheckResult, timestamp: int | None) -> list[Event]:
+    events = [
+        Event(
+            semconv.EVENT_GEN_AI_EVALUATION_RESULT,
+            {
+                semconv.GEN_AI_EVALUATION_NAME: f"{_EVALUATION_PREFIX}{violation.type.value}",
+                semconv.GEN_AI_EVALUATION_SCORE_LABEL: "fail",
+                semconv.GEN_AI_EVALUATION_SCORE_VALUE: 0.0,
+                semconv.GEN_AI_EVALUATION_EXPLANATION: violation.detail,
+            },
+            timestamp=timestamp,
+        )
+        for violation in result.violations
+    ]
+    events.append(
+        Event(
+            semconv.EVENT_GEN_AI_EVALUATION_RESULT,
+            {
+                semconv.GEN_AI_EVALUATION_NAME: f"{_EVALUATION_PREFIX}contract.{contract_name}",
+                semconv.GEN_AI_EVALUATION_SCORE_LABEL: "pass" if result.ok else "fail",
+                semconv.GEN_AI_EVALUATION_SCORE_VALUE: 1.0 if result.ok else 0.0,
+            },
+            timestamp=timestamp,
+        )
+    )
+    return events
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _error_of(span: ReadableSpan, attributes: Mapping[str, Any]) -> str | None:
+    """The span's failure as text for the engine: error.type, exception events, status description."""
+    if span.status.status_code is not StatusCode.ERROR and semconv.ERROR_TYPE not in attributes:
+        return None
+    pieces: list[str] = []
+    error_type = attributes.get(semconv.ERROR_TYPE)
+    if error_type is not None:
+        pieces.append(str(error_type))
+    for event in span.events:
+        if event.name == semconv.EVENT_EXCEPTION and event.attributes:
+            exception_type = event.attributes.get(semconv.EXCEPTION_TYPE, "")
+            pieces.append(f"{exception_type}: {event.attributes.get(semconv.EXCEPTION_MESSAGE, '')}")
+    if span.status.description:
+        pieces.append(span.status.description)
+    return " | ".join(pieces) if pieces else "error"
+
+
+def checks_component(downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor:
+    """The ``checks`` entry point of ``tallyspan.components``."""
+    ledger_below = any(isinstance(processor, LedgerProcessor) for processor in downstream)
+    contracts = settings.contracts if isinstance(settings.contracts, ContractSet) else None
+    return ChecksProcessor(
+        downstream,
+        contracts,
+        mark_error_status=settings.mark_error_status,
+        evaluation_events=settings.evaluation_events,
+        pop_content=not ledger_below,
+    )

@@ -1,0 +1,103 @@
+"""``tallyspan check``: check one output against a stage's contract, print the result as JSON.
+
+Exit status: 0 clean, 1 violations, 2 bad input (unreadable file, bad contracts, unknown stage).
+
+::
+
+    tallyspan check --contracts contracts.yaml --stage weekly_report report.txt
+    llm-app | tallyspan check --contracts contracts.yaml --stage triage -
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tallyspan._checks import CheckResult, check
+from tallyspan._contracts import load_contracts
+from tallyspan._errors import ContractError
+from tallyspan.cli._render import to_json
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_CLEAN", "EXIT_VIOLATIONS", "command", "run_check"]
+
+EXIT_CLEAN = 0
+EXIT_VIOLATIONS = 1
+EXIT_BAD_INPUT = 2
+
+
+class BadInput(click.ClickException):
+    """Input the command cannot use; exits with status 2."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"cannot read the {what} {path}: {exc}") from exc
+
+
+def run_check(
+    contracts: Path, stage: str, output: str, prompt: str | None = None, other_prompts: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Check ``output`` against the contract of ``stage`` in ``contracts``; returns the JSON data.
+
+    Raises:
+        BadInput: the contracts cannot be loaded or have no contract for ``stage``.
+    """
+    try:
+        contract_set = load_contracts(contracts)
+    except ContractError as exc:
+        raise BadInput(str(exc)) from exc
+    found = contract_set.contract_for(stage)
+    if found is None:
+        known = ", ".join(sorted(contract_set.contracts)) or "none"
+        raise BadInput(f"{contracts}: no contract for stage {stage!r} and no default (stages: {known})")
+    name, contract = found
+    result: CheckResult = check(output, contract, prompt=prompt, other_prompts=other_prompts)
+    return {"stage": stage, "contract": name, **result.to_dict()}
+
+
+@click.command(name="check")
+@click.option(
+    "--contracts", "contracts_path", required=True,
+    type=click.Path(dir_okay=False, path_type=Path), help="The contracts file (YAML or TOML).",
+)  # fmt: skip
+@click.option("--stage", required=True, help="The stage whose contract applies.")
+@click.option(
+    "--prompt-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="The prompt the output answers (for answer_to_other_question).",
+)  # fmt: skip
+@click.option(
+    "--other-prompt-file", "other_prompt_files", multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path), help="A prompt of another call in flight; repeatable.",
+)  # fmt: skip
+@click.argument("output_file", required=False, default="-", metavar="[FILE|-]")
+def command(
+    contracts_path: Path,
+    stage: str,
+    prompt_file: Path | None,
+    other_prompt_files: tuple[Path, ...],
+    output_file: str,
+) -> None:
+    """Check an output (FILE, or stdin with -) against the contract of STAGE; print JSON.
+
+    Exit status: 0 clean, 1 violations, 2 bad input.
+    """
+    if output_file == "-":
+        try:
+            with click.open_file("-", encoding="utf-8") as stdin:
+                output = stdin.read()
+        except UnicodeDecodeError as exc:
+            raise BadInput(f"stdin is not UTF-8 text: {exc}") from exc
+    else:
+        output = _read(Path(output_file), "output file")
+    prompt = _read(prompt_file, "prompt file") if prompt_file is not None else None
+    others = tuple(_read(path, "prompt file") for path in other_prompt_files)
+    data = run_check(contracts_path, stage, output, prompt, others)
+    click.echo(to_json("check", data))
+    if not data["ok"]:
+        raise click.exceptions.Exit(EXIT_VIOLATIONS)
