@@ -153,7 +153,9 @@ class OTLPLedgerSink:
             )
             return True
         except Exception:  # a sink reports failure and never raises into the ledger processor
-            swallowed(_logger, "ledger_logs.reconciliation", "could not emit a ledger reconciliation log record")
+            swallowed(
+                _logger, "ledger_logs.reconciliation", "could not emit a ledger reconciliation log record"
+            )
             return False
         finally:
             detach(token)

@@ -93,7 +93,9 @@ class SQLiteLedgerSink:
             for e in entries
         ]
         runs = sorted({(row[0], row[1]) for row in rows})
-        return self._write(lambda db: (db.executemany(_DELETE_ENTRIES, runs), db.executemany(_INSERT_ENTRY, rows)))
+        return self._write(
+            lambda db: (db.executemany(_DELETE_ENTRIES, runs), db.executemany(_INSERT_ENTRY, rows))
+        )
 
     def export_reconciliation(self, record: LedgerRecord) -> bool:
         """Replace the reconciliation of the run with ``record``; False if the write failed."""

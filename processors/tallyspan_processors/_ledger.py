@@ -81,7 +81,10 @@ class _Books:
 
 
 def _is_run_span(attributes: Any) -> bool:
-    return attributes.get(semconv.GEN_AI_OPERATION_NAME) in semconv.RUN_OPERATIONS or semconv.RUN_NAME in attributes
+    return (
+        attributes.get(semconv.GEN_AI_OPERATION_NAME) in semconv.RUN_OPERATIONS
+        or semconv.RUN_NAME in attributes
+    )
 
 
 class LedgerProcessor(WrappingProcessor):
@@ -172,7 +175,9 @@ class LedgerProcessor(WrappingProcessor):
         if run_id is None:  # started before us, or forgotten: its parent's run, else its own
             parent = span.parent
             with self._lock:
-                known = self._run_of.get(parent.span_id) if parent is not None and not parent.is_remote else None
+                known = (
+                    self._run_of.get(parent.span_id) if parent is not None and not parent.is_remote else None
+                )
             run_id = known if known is not None else span_id
         for entry in entries_of(span, self._spec):
             self._enter(run_id, context.trace_id, entry)
@@ -279,7 +284,7 @@ class LedgerProcessor(WrappingProcessor):
             semconv.LEDGER_DISCREPANCY_COUNT: len(result.discrepancies),
         }
         if result.discrepancy_types:
-            attributes[semconv.LEDGER_DISCREPANCY_TYPES] = list(result.discrepancy_types)
+            attributes[semconv.LEDGER_DISCREPANCY_TYPES] = tuple(result.discrepancy_types)
         if dropped:
             attributes[semconv.LEDGER_DROPPED_ENTRIES] = dropped
         events = [_entry_event(record) for record in records[: self._max_span_events]]
@@ -295,7 +300,11 @@ class LedgerProcessor(WrappingProcessor):
                 event_attributes[semconv.LEDGER_CALL_ID] = discrepancy.call_id
             events.append(Event(semconv.EVENT_LEDGER_DISCREPANCY, event_attributes, timestamp=end))
         status = None
-        if not result.balanced and self._mark_error_status and span.status.status_code is not StatusCode.ERROR:
+        if (
+            not result.balanced
+            and self._mark_error_status
+            and span.status.status_code is not StatusCode.ERROR
+        ):
             unbalanced = [t for t in result.discrepancy_types if t not in PROTOCOL_TYPES]
             status = Status(StatusCode.ERROR, f"ledger unbalanced: {', '.join(unbalanced)}")
         return enriched_copy(span, attributes=attributes, events=events, status=status)
@@ -335,7 +344,9 @@ class LedgerProcessor(WrappingProcessor):
             try:
                 sink.shutdown()
             except Exception:  # one sink's failure must not keep the others open
-                swallowed(_logger, "ledger.sink.shutdown", f"ledger sink {type(sink).__name__} failed to shut down")
+                swallowed(
+                    _logger, "ledger.sink.shutdown", f"ledger sink {type(sink).__name__} failed to shut down"
+                )
         super().shutdown()
 
 

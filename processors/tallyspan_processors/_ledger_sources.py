@@ -79,7 +79,11 @@ def _tool_entries(
         return
     outcome = normalize_outcome(attributes.get(semconv.TOOL_OUTCOME))
     if outcome is None:
-        outcome = semconv.OUTCOME_FAILED if span.status.status_code is StatusCode.ERROR else semconv.OUTCOME_SUCCEEDED
+        outcome = (
+            semconv.OUTCOME_FAILED
+            if span.status.status_code is StatusCode.ERROR
+            else semconv.OUTCOME_SUCCEEDED
+        )
     yield RawEntry(semconv.LEDGER_SIDE_OBSERVED, end, span_id, call_id, tool_name, outcome)
 
 
@@ -110,7 +114,11 @@ def _captured_tool_calls(raw: Any) -> Iterator[tuple[str, Any, str | None]]:
     for message in messages:
         parts = message.get("parts") if isinstance(message, dict) else None
         for part in parts if isinstance(parts, list) else ():
-            if isinstance(part, dict) and part.get("type") == "tool_call" and isinstance(part.get("name"), str):
+            if (
+                isinstance(part, dict)
+                and part.get("type") == "tool_call"
+                and isinstance(part.get("name"), str)
+            ):
                 call_id = part.get("id")
                 yield part["name"], part.get("arguments"), None if call_id is None else str(call_id)
 
@@ -120,7 +128,14 @@ def _claim(
 ) -> RawEntry:
     if arguments is None:
         return RawEntry(
-            semconv.LEDGER_SIDE_CLAIMED, time, span_id, None, None, None, malformed=unavailable, log_call_id=log_call_id
+            semconv.LEDGER_SIDE_CLAIMED,
+            time,
+            span_id,
+            None,
+            None,
+            None,
+            malformed=unavailable,
+            log_call_id=log_call_id,
         )
     parsed = parse_log_arguments(arguments, spec=spec)
     return RawEntry(

@@ -241,10 +241,15 @@ def reconcile(
     pending_without_id: list[Claim] = []
     for entry in claims:
         if entry.malformed is not None:
-            found.append((entry.seq, Discrepancy(ViolationType.MALFORMED_LOG.value, entry.call_id, entry.malformed)))
+            found.append(
+                (entry.seq, Discrepancy(ViolationType.MALFORMED_LOG.value, entry.call_id, entry.malformed))
+            )
         elif entry.tool_name == log_tool:
             found.append(
-                (entry.seq, Discrepancy(ViolationType.SELF_LOGGED.value, entry.call_id, f"a claim logs {log_tool}"))
+                (
+                    entry.seq,
+                    Discrepancy(ViolationType.SELF_LOGGED.value, entry.call_id, f"a claim logs {log_tool}"),
+                )
             )
         elif entry.call_id is None:
             pending_without_id.append(entry)
@@ -258,7 +263,10 @@ def reconcile(
                 pair_of[index] = entry
             else:
                 found.append(
-                    (entry.seq, Discrepancy(ViolationType.DUPLICATE_LOG.value, entry.call_id, "claimed again"))
+                    (
+                        entry.seq,
+                        Discrepancy(ViolationType.DUPLICATE_LOG.value, entry.call_id, "claimed again"),
+                    )
                 )
 
     if pending_without_id:
@@ -277,7 +285,9 @@ def reconcile(
         paired = pair_of[i]
         if paired is None:
             kind = _UNLOGGED.get(call.outcome, ViolationType.UNLOGGED_CALL.value)
-            found.append((call.seq, Discrepancy(kind, call.call_id, f"{call.tool_name} {call.outcome}, not logged")))
+            found.append(
+                (call.seq, Discrepancy(kind, call.call_id, f"{call.tool_name} {call.outcome}, not logged"))
+            )
             continue
         differences = []
         if paired.tool_name != call.tool_name:
@@ -286,24 +296,35 @@ def reconcile(
             differences.append(f"{call.outcome} claimed as {paired.claimed_outcome}")
         if differences:
             found.append(
-                (paired.seq, Discrepancy(ViolationType.MISMATCHED_RESULT.value, call.call_id, "; ".join(differences)))
+                (
+                    paired.seq,
+                    Discrepancy(ViolationType.MISMATCHED_RESULT.value, call.call_id, "; ".join(differences)),
+                )
             )
         after = next_seq[i]
         if paired.seq <= call.seq:
             found.append(
-                (paired.seq, Discrepancy(ViolationType.OUT_OF_ORDER_LOG.value, call.call_id, "logged before the call"))
+                (
+                    paired.seq,
+                    Discrepancy(ViolationType.OUT_OF_ORDER_LOG.value, call.call_id, "logged before the call"),
+                )
             )
         elif after is not None and paired.seq > after:
             found.append(
                 (
                     paired.seq,
-                    Discrepancy(ViolationType.OUT_OF_ORDER_LOG.value, call.call_id, "logged after the next call"),
+                    Discrepancy(
+                        ViolationType.OUT_OF_ORDER_LOG.value, call.call_id, "logged after the next call"
+                    ),
                 )
             )
 
     if calls and not claims:
         found.append(
-            (calls[0].seq, Discrepancy(ViolationType.LEDGER_MISSING.value, None, f"{len(calls)} calls, no log"))
+            (
+                calls[0].seq,
+                Discrepancy(ViolationType.LEDGER_MISSING.value, None, f"{len(calls)} calls, no log"),
+            )
         )
 
     found.sort(key=lambda item: item[0])

@@ -47,7 +47,9 @@ def test_calls_without_any_claim_add_ledger_missing() -> None:
 
 
 def test_a_malformed_claim_is_still_a_ledger_so_no_ledger_missing() -> None:
-    result = reconcile([Observed("c1", "a", "succeeded", 0)], [Claim(None, None, None, seq=1, malformed="bad")])
+    result = reconcile(
+        [Observed("c1", "a", "succeeded", 0)], [Claim(None, None, None, seq=1, malformed="bad")]
+    )
     assert result.discrepancy_types == ("malformed_log", "unlogged_call")
 
 
@@ -62,7 +64,9 @@ def test_a_malformed_claim_is_still_a_ledger_so_no_ledger_missing() -> None:
 def test_pair_with_different_tool_or_outcome_is_mismatched(
     claimed_tool: str, claimed_outcome: str, detail: str
 ) -> None:
-    result = reconcile([Observed("c1", "book", "failed", 0)], [Claim("c1", claimed_tool, claimed_outcome, "", 1)])
+    result = reconcile(
+        [Observed("c1", "book", "failed", 0)], [Claim("c1", claimed_tool, claimed_outcome, "", 1)]
+    )
     assert result.discrepancies == (Discrepancy("mismatched_result", "c1", detail),)
     assert result.balanced is False
     assert result.protocol_ok is True
@@ -93,7 +97,9 @@ def test_duplicate_is_decided_by_seq_not_by_list_order() -> None:
 
 def test_claim_for_no_observed_call_is_phantom() -> None:
     result = reconcile([], [Claim("c9", "refund", "succeeded", "refunded", 0)])
-    assert result.discrepancies == (Discrepancy("phantom_log", "c9", "refund claimed succeeded, never called"),)
+    assert result.discrepancies == (
+        Discrepancy("phantom_log", "c9", "refund claimed succeeded, never called"),
+    )
     assert result.balanced is False
 
 
@@ -151,7 +157,9 @@ def test_no_ids_on_either_side_pair_by_tool() -> None:
 
 
 def test_observed_call_without_id_cannot_match_a_claim_with_id() -> None:
-    result = reconcile([Observed(None, "search", "succeeded", 0)], [Claim("c1", "search", "succeeded", "", 1)])
+    result = reconcile(
+        [Observed(None, "search", "succeeded", 0)], [Claim("c1", "search", "succeeded", "", 1)]
+    )
     assert result.discrepancy_types == ("phantom_log", "unlogged_call")
 
 
@@ -223,7 +231,11 @@ def test_custom_log_tool_name() -> None:
 
 def test_discrepancy_types_are_sorted_and_unique_and_discrepancies_in_seq_order() -> None:
     result = reconcile(
-        [Observed("c1", "a", "succeeded", 0), Observed("c2", "a", "succeeded", 1), Observed("c3", "a", "failed", 2)],
+        [
+            Observed("c1", "a", "succeeded", 0),
+            Observed("c2", "a", "succeeded", 1),
+            Observed("c3", "a", "failed", 2),
+        ],
         [Claim("c9", "a", "succeeded", "", 3), Claim("c3", "a", "succeeded", "", 4)],
     )
     assert result.discrepancy_types == ("mismatched_result", "phantom_log", "unlogged_call")
@@ -237,7 +249,9 @@ def test_discrepancy_types_are_sorted_and_unique_and_discrepancies_in_seq_order(
 
 def test_types_are_the_taxonomy_values() -> None:
     assert {*ledger.BALANCE_TYPES, *ledger.PROTOCOL_TYPES} == {
-        t.value for t, c in __import__("tallyspan").FAILURE_CLASS_OF.items() if c.value == "ledger_discrepancy"
+        t.value
+        for t, c in __import__("tallyspan").FAILURE_CLASS_OF.items()
+        if c.value == "ledger_discrepancy"
     }
 
 
@@ -259,12 +273,16 @@ def test_parse_canonical_arguments() -> None:
 
 
 def test_parse_accepts_the_common_aliases() -> None:
-    claim = parse_log_arguments({"log_id": 7, "tool": "book", "outcome": "Error", "action_description": "no seat"})
+    claim = parse_log_arguments(
+        {"log_id": 7, "tool": "book", "outcome": "Error", "action_description": "no seat"}
+    )
     assert claim == Claim("7", "book", "failed", "no seat", 0)
 
 
 def test_parse_without_call_id_is_fine() -> None:
-    assert parse_log_arguments({"tool_name": "book", "outcome": "denied"}) == Claim(None, "book", "rejected", "")
+    assert parse_log_arguments({"tool_name": "book", "outcome": "denied"}) == Claim(
+        None, "book", "rejected", ""
+    )
 
 
 @pytest.mark.parametrize(
@@ -287,7 +305,9 @@ def test_unparseable_arguments_give_a_malformed_claim(arguments: object, reason:
 
 
 def test_configurable_argument_names() -> None:
-    spec = LogToolSpec(tool="journal", call_id=("ref",), tool_name=("what",), outcome=("result",), summary=("note",))
+    spec = LogToolSpec(
+        tool="journal", call_id=("ref",), tool_name=("what",), outcome=("result",), summary=("note",)
+    )
     claim = parse_log_arguments({"ref": "c1", "what": "book", "result": "ok", "note": "n"}, spec=spec)
     assert claim == Claim("c1", "book", "succeeded", "n", 0)
 

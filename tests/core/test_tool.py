@@ -76,7 +76,9 @@ def test_call_id_is_generated_when_the_framework_passes_none(raw_spans: InMemory
 
     ping()
     ping()
-    first, second = ((span.attributes or {})[semconv.GEN_AI_TOOL_CALL_ID] for span in raw_spans.get_finished_spans())
+    first, second = (
+        (span.attributes or {})[semconv.GEN_AI_TOOL_CALL_ID] for span in raw_spans.get_finished_spans()
+    )
     assert isinstance(first, str)
     assert first.startswith("call_")
     assert len(first) == 29
@@ -137,7 +139,9 @@ async def test_async_tool_outcomes(raw_spans: InMemorySpanExporter) -> None:
     assert await fetch("a") == "A"
     with pytest.raises(tallyspan.Rejected):
         await refuse()
-    outcomes = [(span.name, (span.attributes or {})[semconv.TOOL_OUTCOME]) for span in raw_spans.get_finished_spans()]
+    outcomes = [
+        (span.name, (span.attributes or {})[semconv.TOOL_OUTCOME]) for span in raw_spans.get_finished_spans()
+    ]
     assert outcomes == [("execute_tool fetch", "succeeded"), ("execute_tool refuse", "rejected")]
 
 
