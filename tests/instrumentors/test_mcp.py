@@ -212,3 +212,31 @@ async def test_uninstrument_stops_spans_even_on_an_open_connection(tracer_provid
 
     assert not hasattr(ClientSession.call_tool, "__wrapped__")
     assert not hasattr(ServerRunner._on_request, "__wrapped__")
+
+
+async def test_inside_a_framework_tool_span_the_client_enriches_it_instead_of_adding_a_span(
+    exporter, tracer_provider
+):
+    tracer = tracer_provider.get_tracer("agent framework")
+    tool_attributes = {
+        semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_EXECUTE_TOOL,
+        semconv.GEN_AI_TOOL_NAME: "mcp_broken",
+    }
+    async with Client(make_server()) as client:
+        with tracer.start_as_current_span("execute_tool mcp_broken", attributes=tool_attributes) as outer:
+            result = await client.call_tool("broken", {"reason": "quota"})
+    assert result.is_error is True
+    spans = tool_spans(exporter)
+    assert sorted((s.name, s.kind) for s in spans) == [
+        ("execute_tool broken", SpanKind.SERVER),
+        ("execute_tool mcp_broken", SpanKind.INTERNAL),
+    ]
+    server_span = by_kind(spans, SpanKind.SERVER)
+    assert server_span.parent is not None
+    assert server_span.parent.span_id == outer.get_span_context().span_id
+    framework_span = by_kind(spans, SpanKind.INTERNAL)
+    attributes = dict(framework_span.attributes or {})
+    assert attributes[semconv.GEN_AI_TOOL_NAME] == "mcp_broken"
+    assert attributes[semconv.MCP_METHOD_NAME] == "tools/call"
+    assert attributes[semconv.TOOL_OUTCOME] == "failed"
+    assert attributes[semconv.ERROR_TYPE] == "tool_error"

@@ -16,7 +16,7 @@ from tallyspan import semconv
 from tallyspan_instrumentors._common import error_type
 from tallyspan_instrumentors._tool_span import end_tool_span
 
-__all__ = ["fail_from_exception", "finish_from_result", "result_text", "tool_attributes"]
+__all__ = ["fail_from_exception", "finish_from_result", "is_error_result", "result_text", "tool_attributes"]
 
 
 def tool_attributes(name: str, protocol_version: Any = None, session_id: Any = None) -> dict[str, Any]:
@@ -60,9 +60,14 @@ def result_text(result: Any) -> Any:
     return "\n".join(texts)
 
 
+def is_error_result(result: Any) -> bool:
+    """Whether a CallToolResult (model or wire dict) says the tool failed (``isError``)."""
+    return _field(result, "is_error", "isError") is True
+
+
 def finish_from_result(span: Span, result: Any, arguments: Any, *, capture_content: bool) -> None:
     """End a tool span from the call's result: ``isError`` true means the tool failed."""
-    failed = _field(result, "is_error", "isError") is True
+    failed = is_error_result(result)
     end_tool_span(
         span,
         failed=failed,

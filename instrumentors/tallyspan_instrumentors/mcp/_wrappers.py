@@ -19,11 +19,16 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-from opentelemetry.trace import Link, Span, SpanKind, Tracer
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
 from tallyspan import semconv
 from tallyspan._selfstats import swallowed
-from tallyspan_instrumentors.mcp._spans import fail_from_exception, finish_from_result, tool_attributes
+from tallyspan_instrumentors.mcp._spans import (
+    fail_from_exception,
+    finish_from_result,
+    is_error_result,
+    tool_attributes,
+)
 
 __all__ = ["WrapperState", "call_tool_wrapper", "on_request_wrapper"]
 
@@ -44,21 +49,54 @@ def _argument(args: tuple[Any, ...], kwargs: Mapping[str, Any], index: int, name
     return args[index] if len(args) > index else kwargs.get(name)
 
 
+def _enclosing_tool_span() -> Span | None:
+    """The current span when an agent framework's instrumentation already records this tool execution.
+
+    The MCP conventions: when outer GenAI instrumentation traces the tool execution, the MCP client adds
+    its attributes to that span instead of making a second one (which the ledger would count twice).
+    """
+    current = trace.get_current_span()
+    if not current.is_recording() or getattr(current, "kind", None) is SpanKind.SERVER:
+        return None
+    attributes = getattr(current, "attributes", None) or {}
+    if attributes.get(semconv.GEN_AI_OPERATION_NAME) != semconv.OPERATION_EXECUTE_TOOL:
+        return None
+    return current
+
+
 def _start_client_span(
     state: WrapperState, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[Span, dict[str, Any], Any] | None:
+) -> tuple[Span, bool, dict[str, Any], Any] | None:
+    """Our span (or the enclosing tool span, flagged False: not ours to end) and the kwargs with ``meta``."""
     name = _argument(args, kwargs, 0, "name")
     if not isinstance(name, str):
         return None
     attributes = tool_attributes(name, protocol_version=getattr(instance, "protocol_version", None))
-    span = state.tracer.start_span(
-        semconv.span_name(semconv.OPERATION_EXECUTE_TOOL, name), kind=SpanKind.CLIENT, attributes=attributes
-    )
+    enclosing = _enclosing_tool_span()
+    if enclosing is not None:
+        attributes.pop(semconv.GEN_AI_TOOL_NAME)  # the framework's name for the tool stays
+        enclosing.set_attributes(attributes)
+        span, owned = enclosing, False
+    else:
+        span = state.tracer.start_span(
+            semconv.span_name(semconv.OPERATION_EXECUTE_TOOL, name),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+        )
+        owned = True
     meta = dict(kwargs.get("meta") or {})
     propagate.inject(meta, context=trace.set_span_in_context(span))
     new_kwargs = dict(kwargs)
     new_kwargs["meta"] = meta
-    return span, new_kwargs, _argument(args, kwargs, 1, "arguments")
+    return span, owned, new_kwargs, _argument(args, kwargs, 1, "arguments")
+
+
+def _mark_enclosing_failed(span: Span, result: Any) -> None:
+    """An error result inside a framework's tool span: mark it failed (its owner ends it, keeping that)."""
+    if is_error_result(result):
+        span.set_attribute(semconv.TOOL_OUTCOME, semconv.OUTCOME_FAILED)
+        span.set_attribute(semconv.ERROR_TYPE, semconv.ERROR_TYPE_TOOL_ERROR)
+        span.set_status(Status(StatusCode.ERROR, semconv.ERROR_TYPE_TOOL_ERROR))
 
 
 def call_tool_wrapper(state: WrapperState) -> Callable[..., Awaitable[Any]]:
@@ -74,7 +112,14 @@ def call_tool_wrapper(state: WrapperState) -> Callable[..., Awaitable[Any]]:
             started = None
         if started is None:
             return await wrapped(*args, **kwargs)
-        span, new_kwargs, arguments = started
+        span, owned, new_kwargs, arguments = started
+        if not owned:  # the framework's tool span: it sees the exception and ends the span itself
+            result = await wrapped(*args, **new_kwargs)
+            try:
+                _mark_enclosing_failed(span, result)
+            except Exception:  # the result still reaches the app
+                swallowed(_logger, "mcp.client.enclosing", "tallyspan could not mark an MCP tool result")
+            return result
         token = otel_context.attach(trace.set_span_in_context(span))
         try:
             result = await wrapped(*args, **new_kwargs)
