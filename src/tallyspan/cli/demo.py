@@ -40,6 +40,11 @@ DATA_PACKAGE: Final = "tallyspan._demo_data"
 CONTRACTS_FILE: Final = "contracts.yaml"
 SCRIPT_FILE: Final = "weekly_reports.json"
 SERVICE: Final = "tallyspan-demo"
+LOG_TOOL: Final = "log_action"
+MAX_TOOL_TURNS: Final = 10
+"""The agent's tool loop stops after this many turns, as a real agent's would."""
+INSTRUMENTORS: Final = ("tallyspan_openai",)
+"""The demo talks to an OpenAI-compatible server only; instrumenting other libraries would just cost time."""
 INSTALL_HINT: Final = "`tallyspan demo` needs the openai package: pip install 'tallyspan[openai]'"
 
 
@@ -122,10 +127,14 @@ def _instrumented(
 ) -> Iterator[tallyspan.Instrumentation]:
     with resources.as_file(resources.files(DATA_PACKAGE).joinpath(CONTRACTS_FILE)) as contracts:
         try:
-            active = tallyspan.instrument(contracts=contracts, tracer_provider=provider, store=db_path)
+            active = tallyspan.instrument(
+                contracts=contracts, tracer_provider=provider, store=db_path, instrumentors=INSTRUMENTORS
+            )
         except ImportError:  # this build has no contract engine yet: run with the default checks
             notes.append("the contract engine is not installed: the demo contracts were not loaded")
-            active = tallyspan.instrument(tracer_provider=provider, store=db_path)
+            active = tallyspan.instrument(
+                tracer_provider=provider, store=db_path, instrumentors=INSTRUMENTORS
+            )
     try:
         yield active
     finally:
@@ -133,25 +142,22 @@ def _instrumented(
 
 
 def _replies(script: Mapping[str, Any]) -> list[Any]:
-    """The model's replies in the order the agent asks for them: tool calls, log calls, the report."""
+    """The model's replies in the order the agent asks for them.
+
+    Per run: each tool call, followed by its ``log_action`` when the script has the agent log it; then
+    a short "ready" answer that ends the tool loop; then the deliverable (with its reasoning, if any).
+    """
     from tallyspan.testing import ScriptedReply, ScriptedToolCall
 
     replies: list[Any] = []
     for run in script["runs"]:
-        calls = run["tool_calls"]
-        replies.append(
-            ScriptedReply(
-                tool_calls=[ScriptedToolCall(c["name"], c["arguments"], c["call_id"]) for c in calls]
-            )
-        )
-        logged = [c for c in calls if c["logged"]]
-        replies.append(
-            ScriptedReply(
-                tool_calls=[
-                    ScriptedToolCall("log_action", _log_arguments(c), f"{c['call_id']}_log") for c in logged
-                ]
-            )
-        )
+        for call in run["tool_calls"]:
+            requested = ScriptedToolCall(call["name"], call["arguments"], call["call_id"])
+            replies.append(ScriptedReply(tool_calls=[requested]))
+            if call["logged"]:
+                log = ScriptedToolCall(LOG_TOOL, _log_arguments(call), f"{call['call_id']}_log")
+                replies.append(ScriptedReply(tool_calls=[log]))
+        replies.append(ScriptedReply(text=script["ready_reply"]))
         replies.append(ScriptedReply(text=run["report"], reasoning=run["reasoning"]))
     return replies
 
@@ -179,7 +185,7 @@ def _tools(run: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
 
 
 def _run_agent(client: openai.OpenAI, script: Mapping[str, Any], run: Mapping[str, Any]) -> None:
-    """One agent run in three turns: gather figures with tools, log those calls, write the report."""
+    """One agent run: a tool loop (calls and their ``log_action`` entries), then the report in its stage."""
     model, tools = script["model"], script["tools"]
     messages: list[Any] = [
         {"role": "system", "content": script["system_prompt"]},
@@ -188,16 +194,18 @@ def _run_agent(client: openai.OpenAI, script: Mapping[str, Any], run: Mapping[st
     functions = _tools(run)
     agent_log: list[dict[str, Any]] = []  # the agent's own books, which the ledger reconciles
     with tallyspan.run(script["agent"]):
-        for _turn in ("gather", "log"):
+        for _turn in range(MAX_TOOL_TURNS):
             message = (
                 client.chat.completions.create(model=model, messages=messages, tools=tools).choices[0].message
             )
             messages.append(message.model_dump(exclude_none=True))
-            for call in message.tool_calls or ():
+            if not message.tool_calls:
+                break  # the model has what it needs
+            for call in message.tool_calls:
                 if call.type != "function":
                     continue
                 arguments = json.loads(call.function.arguments)
-                if call.function.name == "log_action":
+                if call.function.name == LOG_TOOL:
                     agent_log.append(arguments)  # a claim about an action, not an action
                     content = "記録しました"
                 else:
@@ -206,6 +214,7 @@ def _run_agent(client: openai.OpenAI, script: Mapping[str, Any], run: Mapping[st
                     except ToolUnavailableError as exc:
                         content = f"エラー: {exc}"
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        messages.append({"role": "user", "content": script["write_prompt"]})
         with tallyspan.stage(script["stage"]):
             client.chat.completions.create(model=model, messages=messages)
 
