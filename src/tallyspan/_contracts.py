@@ -346,12 +346,12 @@ def _line_of(node: yaml.Node | None, location: tuple[Any, ...]) -> int | None:
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 if key.value == str(part):
-                    child = value
+                    child, line = value, key.start_mark.line + 1  # a field's error points at its key
                     break
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
             child = node.value[part]
+            line = child.start_mark.line + 1
         if child is None:
             break
         node = child
-        line = node.start_mark.line + 1
     return line

@@ -1,0 +1,326 @@
+"""The check engine: every contract and language type, positive and hard negative, and the non-text classes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+import tallyspan
+from tallyspan import CheckResult, Contract, FailureClass, Violation, ViolationType, check
+
+REPORT = (
+    "判定：合格\n"
+    "今週は問い合わせ対応の流れを見直しました。受付担当が内容を確認し、緊急度に応じて三段階に分類します。"
+    "緊急度が高いものは当日中に担当者へ引き継ぎ、それ以外は翌営業日までに回答します。"
+)
+
+
+def _types(result: CheckResult) -> tuple[str, ...]:
+    return result.violation_types
+
+
+# --- result shape ----------------------------------------------------------------------------------
+
+
+def test_clean_output_gives_an_ok_result_without_failure_class() -> None:
+    result = check(REPORT, Contract(language="ja", min_chars=20, required=[r"^判定[:：]\s*(合格|不合格)"]))
+    assert result.ok is True
+    assert result.violations == ()
+    assert result.violation_types == ()
+    assert result.failure_class is None
+
+
+def test_result_is_frozen_with_sorted_unique_types_and_worst_class() -> None:
+    result = check("", Contract(min_chars=10, required=["a", "b"]), waited_s=30.0)
+    assert result.violation_types == ("missing_required", "too_short")  # no starvation: no max_wait_s
+    assert [violation.type for violation in result.violations] == [
+        ViolationType.TOO_SHORT,
+        ViolationType.MISSING_REQUIRED,
+        ViolationType.MISSING_REQUIRED,
+    ]
+    assert all(isinstance(violation, Violation) for violation in result.violations)
+    assert result.failure_class == "contract_violation"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.violations = ()  # type: ignore[misc]
+    starved = check("本日の報告です。", Contract(max_wait_s=1.0, language="en"), waited_s=5.0)
+    assert starved.violation_types == ("scheduler_starvation", "wrong_language")
+    assert starved.failure_class == "scheduler_starvation"
+
+
+def test_result_to_dict_is_json_ready() -> None:
+    result = check("短い", Contract(min_chars=10))
+    assert json.loads(json.dumps(result.to_dict())) == {
+        "ok": False,
+        "violation_types": ["too_short"],
+        "failure_class": "contract_violation",
+        "violations": [{"type": "too_short", "failure_class": "contract_violation", "detail": "2 chars < min_chars 10"}],
+    }
+
+
+# --- too_short / too_long --------------------------------------------------------------------------
+
+
+def test_length_counts_characters_without_whitespace_or_reasoning() -> None:
+    contract = Contract(min_chars=10, max_chars=12, allow_reasoning=True)
+    assert _types(check("あいうえお かきくけこ", contract)) == ()  # 10 chars, the space excluded
+    assert check("あいうえお", contract).violations[0].detail == "5 chars < min_chars 10"
+    assert _types(check("<think>" + "考" * 500 + "</think>あいうえおかきくけこ", contract)) == ()
+    assert check("あ" * 13, contract).violations[0].detail == "13 chars > max_chars 12"
+
+
+def test_japanese_is_counted_in_characters_not_words() -> None:
+    assert _types(check("本日の会議では予算配分について議論しました", Contract(min_chars=20))) == ()
+
+
+# --- missing_required / forbidden_present -----------------------------------------------------------
+
+
+def test_required_patterns_match_at_line_starts_and_report_their_name() -> None:
+    contract = Contract(required=[r"^判定[:：]\s*(合格|不合格)", {"name": "reason", "pattern": "理由"}])
+    result = check("本文です。\n判定：不合格", contract)
+    assert [violation.detail for violation in result.violations] == ["pattern 'reason' not found"]
+    assert _types(check("判定：合格\n理由：問題なし", contract)) == ()
+
+
+def test_forbidden_patterns_are_found_anywhere_including_reasoning() -> None:
+    contract = Contract(forbidden=[{"name": "template token", "pattern": r"<\|im_end\|>"}], allow_reasoning=True)
+    result = check("回答です。<|im_end|>", contract)
+    assert result.violation_types == ("forbidden_present",)
+    assert result.violations[0].detail == "pattern 'template token' found"
+    assert _types(check("回答です。im_end", contract)) == ()
+
+
+def test_json_schema_reports_missing_and_mistyped_fields() -> None:
+    schema = {
+        "type": "object",
+        "required": ["verdict", "score"],
+        "properties": {"verdict": {"enum": ["APPROVE", "REJECT"]}, "score": {"type": "number"}},
+    }
+    contract = Contract(json_schema=schema)
+    assert _types(check('```json\n{"verdict": "APPROVE", "score": 0.9}\n```', contract)) == ()
+    details = [violation.detail for violation in check('{"verdict": "MAYBE", "score": "high"}', contract).violations]
+    assert details == ["json field $.verdict is not one of the allowed values", "json field $.score has type string, want number"]
+    missing = check('{"verdict": "APPROVE"}', contract)
+    assert [violation.detail for violation in missing.violations] == ["json field $.score missing"]
+    assert check("判定：合格", contract).violations[0].detail == "output is not JSON"
+
+
+def test_a_hostile_regex_times_out_instead_of_hanging_and_is_counted() -> None:
+    contract = Contract(required=[r"^(a+)+$"], forbidden=[{"name": "evil", "pattern": r"(x+x+)+y"}])
+    result = check("a" * 5000 + "!" + "\n" + "x" * 5000, contract)
+    details = sorted(violation.detail for violation in result.violations)
+    assert details == ["pattern '^(a+)+$' timed out; not verified", "pattern 'evil' timed out; not verified"]
+    assert tallyspan.stats()["checks.regex_timeout"] == 2
+
+
+# --- refusal -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I'm sorry, but I can't help with that request.",
+        "As an AI language model, I cannot browse the internet.",
+        "申し訳ありませんが、そのご依頼にはお応えできかねます。",
+        "申し訳ございませんが、その質問にはお答えできません。",
+        "私はAIとして、個人的な意見を持っていません。",
+        "抱歉，我无法回答这个问题。",
+        "作为一个人工智能语言模型，我不能提供医疗建议。",
+    ],
+)
+def test_refusals_in_english_japanese_and_chinese_are_caught(text: str) -> None:
+    assert _types(check(text)) == ("refusal",)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "申し訳ありませんが、最新の株価にはアクセスできません。ただし、一般的な分析方法をご紹介します。" + "分析の手順は次の通りです。" * 30,
+        "お問い合わせありがとうございます。ご依頼の資料を添付いたします。",
+        "The contract says the supplier cannot refuse a valid order.",
+        "ユーザーが「できません」と言った場合の対応を説明します。",
+    ],
+)
+def test_answers_that_mention_refusing_are_not_refusals(text: str) -> None:
+    assert "refusal" not in _types(check(text))
+
+
+def test_allow_refusal_turns_the_refusal_check_off() -> None:
+    assert _types(check("I'm sorry, but I can't help with that.", Contract(allow_refusal=True))) == ()
+
+
+# --- reasoning_leaked --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "detail"),
+    [
+        ("<think>ユーザーは報告を求めている</think>判定：合格", "think block in the output"),
+        ("考え中…</think>判定：合格", "closing think tag in the output"),
+        ("<|channel|>analysis<|message|>We need to answer<|end|>", "harmony channel token in the output"),
+        ("Okay, so I need to write a report about sales.", "output opens with reasoning"),
+        ("The user is asking for a weekly report. Here it is.", "output opens with reasoning"),
+        ("ユーザーは週次報告を求めています。まず売上を確認します。", "output opens with reasoning"),
+    ],
+)
+def test_leaked_reasoning_is_caught(text: str, detail: str) -> None:
+    result = check(text)
+    assert "reasoning_leaked" in result.violation_types
+    assert next(v.detail for v in result.violations if v.type is ViolationType.REASONING_LEAKED) == detail
+
+
+def test_reasoning_repeated_from_the_providers_field_is_a_leak() -> None:
+    reasoning = "売上の前年比を確認し、主要な要因を三つに整理してから結論を書くことにする。"
+    assert _types(check("回答：" + reasoning + "以上です。", reasoning_text=reasoning)) == ("reasoning_leaked",)
+    assert _types(check("売上は前年比で増えました。", reasoning_text=reasoning)) == ()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Let's meet on Friday to review the report.",
+        "思考のプロセスについて説明します。",
+        "HTMLの<thead>タグを使います。",
+        "We need more budget next quarter.",
+    ],
+)
+def test_ordinary_text_is_not_leaked_reasoning(text: str) -> None:
+    assert "reasoning_leaked" not in _types(check(text))
+
+
+# --- unearned_claim ----------------------------------------------------------------------------
+
+
+def test_unearned_claims_are_caught_by_kind() -> None:
+    contract = Contract(claims={"allowed": []})
+    result = check("導入企業300社が採用しています。業界初のサービスです。満足度は98%です。", contract)
+    assert result.violation_types == ("unearned_claim",)
+    assert sorted(violation.detail for violation in result.violations) == [
+        "1 customer claim(s) not in claims.allowed",
+        "1 percentage claim(s) not in claims.allowed",
+        "1 superlative claim(s) not in claims.allowed",
+    ]
+    english = check("Trusted by 500 customers, we are the industry-leading vendor.", contract)
+    assert english.violation_types == ("unearned_claim",)
+
+
+def test_claims_in_the_allow_list_are_earned() -> None:
+    contract = Contract(claims={"allowed": ["満足度は98%", "導入企業300社"]})
+    assert _types(check("導入企業３００社が採用しています。満足度は98%です。", contract)) == ()
+
+
+def test_claims_are_only_checked_when_the_contract_has_a_claims_section() -> None:
+    assert _types(check("売上は前年比120%となりました。", Contract())) == ()
+
+
+# --- answer_to_other_question --------------------------------------------------------------------
+
+
+def test_an_answer_to_another_in_flight_prompt_is_caught() -> None:
+    prompt = "東京の人口動態と経済への影響を説明してください。"
+    other = "光合成の二つの段階と葉緑体の役割を説明してください。"
+    answer = "光合成は明反応と暗反応の二つの段階からなります。葉緑体のチラコイド膜で明反応が起こります。"
+    result = check(answer, prompt=prompt, other_prompts=[other])
+    assert result.violation_types == ("answer_to_other_question",)
+    assert "prompt #0" in result.violations[0].detail
+    assert _types(check(answer, prompt=other, other_prompts=[prompt])) == ()
+
+
+def test_the_same_output_for_a_different_prompt_is_caught() -> None:
+    answer = "判定：合格。提出された週次報告は必要な項目をすべて含み、数値にも誤りはありませんでした。"
+    earlier = [("A社の週次報告を審査してください。", answer)]
+    assert _types(check(answer, prompt="B社の週次報告を審査してください。", other_answers=earlier)) == (
+        "answer_to_other_question",
+    )
+    assert _types(check(answer, prompt="A社の週次報告を審査してください。", other_answers=earlier)) == ()
+    assert _types(check("判定：合格", prompt="B社", other_answers=[("A社", "判定：合格")])) == ()
+
+
+# --- language (details in test_language.py) ------------------------------------------------------
+
+
+def test_language_contract_drives_the_language_checks() -> None:
+    assert _types(check("Here is your report.", Contract(language="ja"))) == ("not_japanese",)
+    assert _types(check("報告です。我们认为这个方案是目前最好的选择。", Contract(language="ja"))) == (
+        "chinese_in_japanese",
+    )
+    assert _types(check("この機能は very useful ですが、some users は confused しています。", Contract(language="ja"))) == (
+        "broken_language_mix",
+    )
+    assert _types(check("本日の報告です。", Contract(language="en"))) == ("wrong_language",)
+    assert check("Here is your report.", Contract(language="ja")).failure_class == "language_corruption"
+
+
+# --- the non-text classes --------------------------------------------------------------------------
+
+
+def test_a_call_over_its_deadline_is_a_timeout() -> None:
+    result = check(REPORT, Contract(deadline_s=30), elapsed_s=45.2)
+    assert result.violation_types == ("timeout",)
+    assert result.violations[0].detail == "took 45.2 s > deadline_s 30"
+    assert check(REPORT, Contract(deadline_s=30), elapsed_s=29.9).ok
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (TimeoutError("read timed out"), "timeout"),
+        ("APITimeoutError", "timeout"),
+        ("httpx.ReadTimeout: timed out", "timeout"),
+        (ConnectionRefusedError(111, "Connection refused"), "process_error"),
+        ("APIConnectionError: Connection error.", "process_error"),
+        ("ConnectionResetError: [Errno 104] Connection reset by peer", "process_error"),
+        ("503", "process_error"),
+        ("InternalServerError: Error code: 500", "process_error"),
+    ],
+)
+def test_errors_are_classified_as_timeout_or_process_error(error: str | BaseException, expected: str) -> None:
+    result = check("", Contract(min_chars=100), error=error)
+    assert result.violation_types == (expected,)
+    assert result.failure_class == expected
+
+
+def test_an_error_caused_by_a_refused_connection_is_a_process_error() -> None:
+    try:
+        try:
+            raise ConnectionRefusedError(111, "Connection refused")
+        except ConnectionRefusedError as cause:
+            raise RuntimeError("request failed") from cause
+    except RuntimeError as error:
+        assert check(None, error=error).violation_types == ("process_error",)
+
+
+def test_other_errors_give_no_violation_and_skip_the_output_checks() -> None:
+    assert check("", Contract(min_chars=100), error="BadRequestError: Error code: 400").ok
+
+
+def test_waiting_longer_than_max_wait_is_scheduler_starvation() -> None:
+    result = check(REPORT, Contract(max_wait_s=60), waited_s=600.0)
+    assert result.violation_types == ("scheduler_starvation",)
+    assert result.violations[0].detail == "waited 600 s > max_wait_s 60"
+    assert result.violations[0].failure_class is FailureClass.SCHEDULER_STARVATION
+    assert check(REPORT, Contract(max_wait_s=60), waited_s=10.0).ok
+
+
+def test_unknown_output_runs_only_the_non_text_checks() -> None:
+    contract = Contract(min_chars=100, language="ja", deadline_s=1)
+    assert check(None, contract).ok
+    assert check(None, contract, elapsed_s=2.0).violation_types == ("timeout",)
+
+
+def test_no_contract_applies_the_default_rules() -> None:
+    assert check("I'm sorry, but I can't help with that.").violation_types == ("refusal",)
+    assert check("短い").ok
+
+
+def test_details_never_quote_the_output() -> None:
+    secret = "極秘プロジェクト青空の売上は前年比300%"
+    contract = Contract(
+        language="en", min_chars=500, required=["verdict"], forbidden=["青空"], claims={"allowed": []}
+    )
+    result = check(secret, contract)
+    assert len(result.violations) >= 5
+    for violation in result.violations:
+        assert "極秘" not in violation.detail and "300%" not in violation.detail

@@ -1,0 +1,152 @@
+"""The language rules: Japanese hard cases by hand, and the hand-labelled shared lang-cases."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
+from tallyspan._language import language_violations, profile
+
+
+def _types(text: str, required: str = "ja") -> list[str]:
+    return sorted(str(violation_type) for violation_type, _ in language_violations(text, required))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "判定：合格",
+        "第三四半期売上報告",
+        "現在在庫数：五百個",
+        "完了",
+        "株式会社山田製作所　代表取締役社長　山田太郎",
+        "効率的な運用と具体的な改善策について、技術的課題と経済的影響の両面から検討しました。",
+        "OpenTelemetryのSpanProcessorを使って、各LLM呼び出しの出力を検証します。",
+        "詳細は https://example.com/docs/getting-started/install-guide を参照してください。",
+        "`pip install opentelemetry-sdk` を実行してから、`config.yaml` を編集してください。",
+        "中国語で「谢谢」は「ありがとう」という意味です。",
+        "华为（ファーウェイ）の新製品について調査しました。",
+        "基準率の無視（base rate neglect）は認知バイアスです。",
+        "ニンテンドースイッチ vs PS5：価格",
+        "競合3社（A社・B社・C社）の料金を比較し、A社を推奨します。",
+        "エラーログは以下の通りです。\n```\nTraceback (most recent call last):\nValueError: invalid literal\n```\n原因は入力値です。",
+        '```json\n{"verdict": "APPROVE", "reason": "予算内であり、要件を満たしている"}\n```',
+        "",
+        "🎉🎉🎉",
+    ],
+)
+def test_japanese_hard_cases_are_clean(text: str) -> None:
+    assert _types(text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("本件の調査結果をまとめました。我们认为这个方案是目前最好的选择。", ["chinese_in_japanese"]),
+        ("報告書を提出しました。我在日本工作三年了。", ["chinese_in_japanese"]),
+        ("資料を送付します。請參考附件資料。", ["chinese_in_japanese"]),
+        ("## 结论\n本提案を採用すべきです。", ["chinese_in_japanese"]),
+        ("胃炎、胆石症、結肠炎などがあります。", ["chinese_in_japanese"]),
+        ("我们认为这个方案是目前最好的选择。", ["not_japanese"]),
+        ("好的", ["not_japanese"]),
+        ("我在日本工作三年了。", ["not_japanese"]),
+        ("Here is the summary of the quarterly report.", ["not_japanese"]),
+        ("The Japanese word 「ありがとう」 means thank you.", ["not_japanese"]),
+        ("이 보고서는 3분기 매출 분석 결과를 요약한 것입니다.", ["not_japanese"]),
+        ("```python\nimport os\nprint(os.environ)\n```", ["not_japanese"]),
+        ("このprojectのgoalはuserのexperienceをimproveすることです。", ["broken_language_mix"]),
+        ("We need to 確認する the data before 提出します to the client.", ["broken_language_mix"]),
+    ],
+)
+def test_language_violations_when_japanese_is_required(text: str, expected: list[str]) -> None:
+    assert _types(text) == expected
+
+
+def test_other_required_languages_give_wrong_language() -> None:
+    assert _types("本日の会議では予算について議論しました。", "en") == ["wrong_language"]
+    assert _types("Here is the report you asked for.", "zh") == ["wrong_language"]
+    assert _types("本日の会議では予算について議論しました。", "zh") == ["wrong_language"]
+    assert _types("Here is the report you asked for.", "ko") == ["wrong_language"]
+    assert _types("Here is the report you asked for.", "en") == []
+    assert _types("我们认为这个方案是目前最好的选择。", "zh") == []
+    assert _types("이 보고서는 3분기 매출 분석 결과입니다.", "ko") == []
+
+
+def test_language_details_never_quote_the_text() -> None:
+    text = "本件の調査結果をまとめました。我们认为这个方案是目前最好的选择。"
+    for _, detail in language_violations(text, "ja"):
+        assert "我们" not in detail
+        assert "調査" not in detail
+
+
+def test_profile_counts_scripts_outside_code_and_quotes() -> None:
+    found = profile("了解です。`print('hello world')` を実行し、結果を「Customer Success」に共有します。")
+    assert found.primary == "ja"
+    assert found.words == 0
+    assert found.kana == 9
+    assert found.han == 8
+
+
+def test_mostly_quoted_text_is_judged_with_its_quotes() -> None:
+    assert profile("1. 「次世代の太陽光発電：革新的な技術」").primary == "ja"
+
+
+def test_hanzi_table_separates_chinese_only_from_japanese_characters() -> None:
+    for char in "们这说请华结论户还进务处动时议谢帮题问":
+        assert char in CHINESE_ONLY, char
+    for char in "的了是在我参請這個為認売発済験":
+        assert char not in CHINESE_ONLY, char
+    for char in "參與們國學":
+        assert char in RARE_IN_JAPANESE, char
+    assert not CHINESE_ONLY & RARE_IN_JAPANESE
+
+
+def test_hanzi_table_is_what_the_build_script_generates() -> None:
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "build_hanzi_table.py"
+    spec = importlib.util.spec_from_file_location("build_hanzi_table", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    chinese_only, rare = module.build()
+    assert frozenset(chinese_only) == CHINESE_ONLY
+    assert frozenset(rare) == RARE_IN_JAPANESE
+
+
+def _lang_cases(shared_data: Path) -> list[dict[str, object]]:
+    path = shared_data / "lang-cases" / "cases.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.mark.data
+def test_lang_cases_all_labelled_as_expected(shared_data: Path) -> None:
+    cases = _lang_cases(shared_data)
+    assert len(cases) == 107
+    wrong = []
+    for case in cases:
+        expected = case["expected"]
+        assert isinstance(expected, dict)
+        got = _types(str(case["text"]))
+        if got != sorted(expected["violations"]):
+            wrong.append((case["id"], expected["violations"], got))
+    assert wrong == []
+
+
+@pytest.mark.data
+def test_lang_cases_primary_language_matches(shared_data: Path) -> None:
+    mismatches = Counter()
+    for case in _lang_cases(shared_data):
+        expected = case["expected"]
+        assert isinstance(expected, dict)
+        primary = expected["primary"]
+        if primary in ("mixed", "ja-Latn"):
+            continue  # a mix has no single primary; romanised Japanese profiles as Latin text
+        got = profile(str(case["text"])).primary
+        if got != primary and not (got == "code" and primary == "none"):
+            mismatches[(case["id"], primary, got)] += 1
+    assert not mismatches
