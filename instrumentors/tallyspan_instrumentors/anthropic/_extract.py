@@ -77,13 +77,16 @@ def request_attributes(
     model = kwargs.get("model")
     if isinstance(model, str):
         attributes[semconv.GEN_AI_REQUEST_MODEL] = model
+    # Recent SDKs dropped the sampling keywords; apps still send them through extra_body.
+    extra_body = kwargs.get("extra_body")
+    extra = extra_body if isinstance(extra_body, Mapping) else {}
     for key, name in (
         (semconv.GEN_AI_REQUEST_MAX_TOKENS, "max_tokens"),
         (semconv.GEN_AI_REQUEST_TEMPERATURE, "temperature"),
         (semconv.GEN_AI_REQUEST_TOP_P, "top_p"),
         (semconv.GEN_AI_REQUEST_TOP_K, "top_k"),
     ):
-        value = kwargs.get(name)
+        value = kwargs.get(name, extra.get(name))
         if isinstance(value, int | float) and not isinstance(value, bool):
             attributes[key] = value
     stop = kwargs.get("stop_sequences")
