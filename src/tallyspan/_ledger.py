@@ -10,7 +10,8 @@ over both columns together, so "the claim came right after its call" can be chec
 The rules (ARCHITECTURE.md, "Double-entry ledger"), applied by :func:`reconcile`:
 
 * Pairing is by call id, never by time. A claim without a call id pairs with the earliest unpaired
-  observed call of the tool it names. Claims with an id are paired first, so an id-less claim never
+  observed call of the tool it names. When a run reuses a call id (real agents do), a claim pairs with
+  the earliest call of that id not yet paired. Claims with an id are paired first, so an id-less claim never
   takes a call that another claim names.
 * Each observed call is matched, or unlogged: ``unlogged_call`` / ``unlogged_failure`` /
   ``unlogged_refusal`` by its outcome (succeeded / failed / rejected).
@@ -232,10 +233,12 @@ def reconcile(
 
     # The seq of the next ordinary call after each call: a claim must sit between the two.
     next_seq = [calls[i + 1].seq if i + 1 < len(calls) else None for i in range(len(calls))]
-    index_by_id: dict[str, int] = {}
-    for i, call in enumerate(calls):
-        if call.call_id is not None:
-            index_by_id.setdefault(call.call_id, i)
+    # Unpaired calls per id, latest first so pop() yields the earliest: frameworks do reuse ids in a run.
+    unpaired_by_id: dict[str, list[int]] = {}
+    for i in range(len(calls) - 1, -1, -1):
+        call_id = calls[i].call_id
+        if call_id is not None:
+            unpaired_by_id.setdefault(call_id, []).append(i)
 
     pair_of: list[Claim | None] = [None] * len(calls)
     pending_without_id: list[Claim] = []
@@ -254,13 +257,13 @@ def reconcile(
         elif entry.call_id is None:
             pending_without_id.append(entry)
         else:
-            index = index_by_id.get(entry.call_id)
-            if index is None:
+            same_id = unpaired_by_id.get(entry.call_id)
+            if same_id is None:
                 found.append(
                     (entry.seq, Discrepancy(ViolationType.PHANTOM_LOG.value, entry.call_id, _phantom(entry)))
                 )
-            elif pair_of[index] is None:
-                pair_of[index] = entry
+            elif same_id:
+                pair_of[same_id.pop()] = entry
             else:
                 found.append(
                     (

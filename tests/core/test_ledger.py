@@ -95,6 +95,20 @@ def test_duplicate_is_decided_by_seq_not_by_list_order() -> None:
     assert _pairs(result) == [("duplicate_log", "c1")]
 
 
+def test_reused_call_id_pairs_claims_with_its_calls_in_turn() -> None:
+    # real agents reuse ids within a run (tau-bench gpt-4o airline, task 0): each claim takes the
+    # earliest call of that id still unpaired; only a claim beyond them is a duplicate
+    result = reconcile(
+        [Observed("c1", "get_user", "succeeded", 0), Observed("c1", "calculate", "succeeded", 2)],
+        [
+            Claim("c1", "get_user", "succeeded", "", 1),
+            Claim("c1", "calculate", "succeeded", "", 3),
+            Claim("c1", "calculate", "succeeded", "", 4),
+        ],
+    )
+    assert _pairs(result) == [("duplicate_log", "c1")]
+
+
 def test_claim_for_no_observed_call_is_phantom() -> None:
     result = reconcile([], [Claim("c9", "refund", "succeeded", "refunded", 0)])
     assert result.discrepancies == (
