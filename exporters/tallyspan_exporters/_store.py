@@ -78,6 +78,7 @@ class SQLiteSpanExporter(SpanExporter):
         self._path = resolve_db_path(path)
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self._pid = os.getpid()
         self._is_shutdown = False
 
     @property
@@ -123,6 +124,10 @@ class SQLiteSpanExporter(SpanExporter):
                 swallowed(_logger, "store.close", f"could not close the tallyspan store at {self._path}")
 
     def _connection(self) -> sqlite3.Connection:
+        if self._pid != os.getpid():
+            # A forked child must not use its parent's SQLite connection: abandon it (closing it could
+            # disturb the parent's locks) and open its own.
+            self._db, self._pid = None, os.getpid()
         if self._db is None:
             self._db = connect(self._path)
         return self._db

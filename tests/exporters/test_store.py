@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -398,8 +400,10 @@ def test_store_component_writes_everything_by_force_flush(db_path: Path) -> None
 
 
 def test_instrument_writes_enriched_spans_to_the_store(
-    instrumented: tallyspan.Instrumentation, db_path: Path
+    tracer_provider: TracerProvider, db_path: Path
 ) -> None:
+    # No library instrumentors: this is about the chain ending in the store, and they are slow to import.
+    instrumented = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=[])
     assert "store" in instrumented.components
     tracer = instrumented.tracer_provider.get_tracer("test")
     with tallyspan.run("reporter"), tracer.start_as_current_span("work"):
@@ -410,3 +414,21 @@ def test_instrument_writes_enriched_spans_to_the_store(
     assert _rows(db_path, "SELECT agent_name, run_name FROM runs") == [
         {"agent_name": "reporter", "run_name": "reporter"}
     ]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_writes_through_its_own_connection(
+    exporter: SQLiteSpanExporter, db_path: Path
+) -> None:
+    spans = _finished_spans(_agent_run)
+    assert exporter.export(spans[:1]) is SpanExportResult.SUCCESS
+    with warnings.catch_warnings():
+        # Python 3.12+ warns about fork() in a process with threads; this child only writes SQLite.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: export the rest and report through the exit status
+        os._exit(0 if exporter.export(spans[1:]) is SpanExportResult.SUCCESS else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert exporter.export(spans[:1]) is SpanExportResult.SUCCESS  # the parent's connection still works
+    assert _rows(db_path, "SELECT COUNT(*) AS n FROM spans") == [{"n": 3}]
