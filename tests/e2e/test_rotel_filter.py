@@ -1,0 +1,195 @@
+"""Rotel between the app and a backend: only the violating spans come out the other side.
+
+The real Rotel collector (the binary shipped in the ``rotel`` wheel) runs on 127.0.0.1 with
+collector-config/rotel/rotel.env and the Python processor collector-config/rotel/violations_only.py;
+an instrumented agent exports OTLP/HTTP to it; the ``otlp_receiver`` fixture stands for the backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import Status, StatusCode
+from violating_agent import (
+    CHAT_SPAN,
+    EXPECTED_DISCREPANCIES,
+    EXPECTED_VIOLATIONS,
+    REPORT_STAGE,
+    RUN_SPAN,
+    run_weekly_agent,
+)
+
+from tallyspan import semconv
+
+ROOT = Path(__file__).resolve().parents[2]
+ROTEL_DIR = ROOT / "collector-config" / "rotel"
+_STARTUP_TIMEOUT_S = 15.0
+_DELIVERY_TIMEOUT_S = 15.0
+
+
+def _rotel_binary() -> Path:
+    rotel = pytest.importorskip("rotel", reason="the rotel package (test extra) is not installed")
+    binary = Path(rotel.__file__).parent / "rotel-agent"
+    if not binary.is_file():
+        pytest.skip(f"the rotel wheel ships no agent binary at {binary}")
+    return binary
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _env_file() -> dict[str, str]:
+    settings = {}
+    for line in (ROTEL_DIR / "rotel.env").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.strip().partition("=")
+            settings[key] = value
+    return settings
+
+
+def _accept_gzip(receiver: Any) -> None:
+    """Let the shared receiver take gzip bodies: Rotel always compresses OTLP/HTTP, as the spec allows."""
+    handler = receiver._server.RequestHandlerClass
+
+    class GzipAwareHandler(handler):  # type: ignore[misc, valid-type]
+        def parse_request(self) -> bool:
+            parsed: bool = super().parse_request()
+            if parsed and self.headers.get("Content-Encoding") == "gzip":
+                body = gzip.decompress(self.rfile.read(int(self.headers["Content-Length"])))
+                self.rfile = io.BytesIO(body)
+                del self.headers["Content-Length"]
+                self.headers["Content-Length"] = str(len(body))
+            return parsed
+
+    receiver._server.RequestHandlerClass = GzipAwareHandler
+
+
+@contextlib.contextmanager
+def _rotel(exporter_endpoint: str, tmp_path: Path) -> Iterator[str]:
+    """Run Rotel in the foreground with rotel.env, on free loopback ports; yield its OTLP/HTTP URL."""
+    binary = _rotel_binary()
+    http_port, grpc_port = _free_port(), _free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ROTEL_")}
+    env.update(_env_file())
+    env.update(
+        ROTEL_OTLP_HTTP_ENDPOINT=f"127.0.0.1:{http_port}",
+        ROTEL_OTLP_GRPC_ENDPOINT=f"127.0.0.1:{grpc_port}",
+        ROTEL_OTLP_EXPORTER_ENDPOINT=exporter_endpoint,
+        ROTEL_OTLP_WITH_TRACE_PROCESSOR=str(ROOT / env["ROTEL_OTLP_WITH_TRACE_PROCESSOR"]),
+        ROTEL_PID_FILE=str(tmp_path / "rotel.pid"),
+        ROTEL_LOG_FILE=str(tmp_path / "rotel.log"),
+    )
+    log = (tmp_path / "rotel.out").open("wb")
+    process = subprocess.Popen([str(binary), "start"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"rotel exited with {process.returncode}: {(tmp_path / 'rotel.out').read_text()}")
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", http_port), timeout=0.2),
+            ):
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"rotel did not listen within {_STARTUP_TIMEOUT_S}s")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{http_port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+        log.close()
+
+
+def _attributes(span: Any) -> dict[str, Any]:
+    """Decode an OTLP protobuf span's attributes into plain Python values."""
+    values: dict[str, Any] = {}
+    for key_value in span.attributes:
+        value = key_value.value
+        kind = value.WhichOneof("value")
+        if kind == "array_value":
+            values[key_value.key] = [item.string_value for item in value.array_value.values]
+        else:
+            values[key_value.key] = getattr(value, kind)
+    return values
+
+
+def _wait_for(receiver: Any, count: int) -> list[Any]:
+    deadline = time.monotonic() + _DELIVERY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        with receiver.lock:
+            if len(receiver.spans) >= count:
+                break
+        time.sleep(0.05)
+    # Everything was sent before the last expected span, so one more batch window catches stragglers.
+    time.sleep(0.5)
+    with receiver.lock:
+        return list(receiver.spans)
+
+
+def test_rotel_forwards_only_violating_spans_of_a_real_agent_run(otlp_receiver: Any, tmp_path: Path) -> None:
+    _accept_gzip(otlp_receiver)
+    with _rotel(otlp_receiver.endpoint, tmp_path) as rotel_url:
+        exporter = OTLPSpanExporter(endpoint=f"{rotel_url}/v1/traces", timeout=5)
+        run_weekly_agent([SimpleSpanProcessor(exporter)])
+        received = _wait_for(otlp_receiver, len(EXPECTED_VIOLATIONS) + 1)
+
+    # Sent: three chat spans, one tool span, one run span. Out: the two violating chats and the run.
+    assert sorted(span.name for span in received) == sorted([CHAT_SPAN, CHAT_SPAN, RUN_SPAN])
+    chats = [_attributes(span) for span in received if span.name == CHAT_SPAN]
+    # Rotel reverses arrays (seen here) and need not keep span order: compare sorted, as sets.
+    assert {
+        (tuple(sorted(chat[semconv.VIOLATION_TYPES])), chat[semconv.FAILURE_CLASS]) for chat in chats
+    } == {(expected.violation_types, expected.failure_class) for expected in EXPECTED_VIOLATIONS}
+    for chat, span in zip(chats, (s for s in received if s.name == CHAT_SPAN), strict=True):
+        assert chat[semconv.VIOLATED] is True
+        assert chat[semconv.STAGE] == REPORT_STAGE
+        assert chat[semconv.VIOLATION_COUNT] == len(chat[semconv.VIOLATION_TYPES])
+        events = [event for event in span.events if event.name == semconv.EVENT_VIOLATION]
+        event_types = {_attributes(event)[semconv.VIOLATION_TYPE] for event in events}
+        assert event_types == set(chat[semconv.VIOLATION_TYPES])
+        assert span.status.code == span.status.STATUS_CODE_ERROR
+    (run,) = [_attributes(span) for span in received if span.name == RUN_SPAN]
+    assert run[semconv.LEDGER_BALANCED] is False
+    assert sorted(run[semconv.LEDGER_DISCREPANCY_TYPES]) == sorted(EXPECTED_DISCREPANCIES)
+
+
+def test_rotel_keeps_error_spans_of_other_instrumentations_and_drops_their_clean_spans(
+    otlp_receiver: Any, tmp_path: Path
+) -> None:
+    _accept_gzip(otlp_receiver)
+    with _rotel(otlp_receiver.endpoint, tmp_path) as rotel_url:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{rotel_url}/v1/traces")))
+        tracer = provider.get_tracer("some.http.instrumentation")
+        with tracer.start_as_current_span("GET /ok"):
+            pass
+        with tracer.start_as_current_span("GET /broken") as span:
+            span.set_status(Status(StatusCode.ERROR, "502 from upstream"))
+        with tracer.start_as_current_span("GET /also-ok"):
+            pass
+        provider.shutdown()
+        received = _wait_for(otlp_receiver, 1)
+
+    assert [span.name for span in received] == ["GET /broken"]
