@@ -691,3 +691,92 @@ def test_ai_message_from_a_non_openai_model_reads_usage_metadata(langchain, expo
     assert attributes[semconv.GEN_AI_RESPONSE_MODEL] == "fake-1"
     assert isinstance(content, ModelContent)
     assert (content.output_text, content.reasoning_text, content.prompt) == ("answer", "hmm", "question?")
+
+
+# --- end to end: the agent's books and its deliverable, through tallyspan.instrument() ---------------------------
+
+
+@tool
+def book_flight(flight: str) -> str:
+    """Book a flight."""
+    return f"booked {flight}"
+
+
+@tool
+def send_email(to: str, body: str) -> str:
+    """Send an email."""
+    return "sent"
+
+
+@tool
+def log_action(call_id: str, tool_name: str, claimed_outcome: str, summary: str) -> str:
+    """Log an action you took: every call, once, right after it."""
+    return "logged"
+
+
+def test_agent_with_unlogged_call_and_bad_deliverable_end_to_end(
+    tracer_provider, span_exporter, db_path, server
+):
+    """The agent books a flight and logs it, sends an email without logging it, then answers too briefly
+    in English where the contract asks for Japanese: the run span carries ``unlogged_call`` and the final
+    chat span the contract violations."""
+    instrumentation = tallyspan.instrument(
+        {"contracts": {"weekly_report": {"language": "ja", "min_chars": 40}}},
+        tracer_provider=tracer_provider,
+        store=db_path,
+        span_processors=[SimpleSpanProcessor(span_exporter)],
+    )
+    log_arguments = {
+        "call_id": "call_1",
+        "tool_name": "book_flight",
+        "claimed_outcome": "succeeded",
+        "summary": "booked HAT001",
+    }
+    for reply in (
+        ScriptedReply(tool_calls=[ScriptedToolCall("book_flight", {"flight": "HAT001"}, call_id="call_1")]),
+        ScriptedReply(tool_calls=[ScriptedToolCall("log_action", log_arguments, call_id="call_log_1")]),
+        ScriptedReply(
+            tool_calls=[ScriptedToolCall("send_email", {"to": "boss", "body": "booked"}, call_id="call_2")]
+        ),
+        ScriptedReply(text="Done."),
+    ):
+        server.add_reply(reply)
+    graph = build_graph(make_model(server), [book_flight, send_email, log_action], name="travel_agent")
+
+    with tallyspan.stage("weekly_report"):
+        result = graph.invoke({"messages": [("user", "Book HAT001 and tell the boss.")]})
+    instrumentation.force_flush()
+
+    assert result["messages"][-1].content == "Done."
+    spans = spans_by_start(span_exporter)
+    assert [span.name for span in spans] == [
+        "invoke_workflow travel_agent",
+        CHAT,
+        "execute_tool book_flight",
+        CHAT,
+        "execute_tool log_action",
+        CHAT,
+        "execute_tool send_email",
+        CHAT,
+    ]
+    run = spans[0]
+    assert all(parent_id(span) == span_id(run) for span in spans[1:])
+    tool_ids = [
+        (span.attributes or {}).get(semconv.GEN_AI_TOOL_CALL_ID)
+        for span in spans
+        if "execute_tool" in span.name
+    ]
+    assert tool_ids == ["call_1", "call_log_1", "call_2"]
+
+    run_attributes = run.attributes or {}
+    assert run_attributes[semconv.LEDGER_DISCREPANCY_TYPES] == ("unlogged_call",)
+    assert run_attributes[semconv.LEDGER_BALANCED] is False
+    assert run_attributes[semconv.LEDGER_OBSERVED_COUNT] == 2
+    assert run_attributes[semconv.LEDGER_CLAIMED_COUNT] == 1
+    assert run.status.status_code is StatusCode.ERROR
+
+    deliverable = spans[-1].attributes or {}
+    assert deliverable[semconv.STAGE] == "weekly_report"
+    assert tuple(deliverable[semconv.VIOLATION_TYPES]) == ("not_japanese", "too_short")
+    assert deliverable[semconv.FAILURE_CLASS] == "contract_violation"
+    assert spans[-1].status.status_code is StatusCode.ERROR
