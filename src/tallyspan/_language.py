@@ -211,12 +211,12 @@ def _profile_of(prose: str) -> ScriptProfile:
         primary = "none"
     elif cjk * 0.5 < 0.1 * words:
         primary = "en"  # a stray kanji in English prose does not make it Japanese
+    elif english_line_chars >= _ENGLISH_PRIMARY_SHARE * len("".join(prose.split())):
+        primary = "en"  # English sentences with a Japanese line or two
     elif not kana:
         primary = "zh" if total_score else "ja"  # kanji-only without Chinese evidence is Japanese
     elif chinese_chars > 0.7 * cjk and kana < 0.05 * cjk:
         primary = "zh"
-    elif english_line_chars >= _ENGLISH_PRIMARY_SHARE * len("".join(prose.split())):
-        primary = "en"  # English sentences with a Japanese line or two
     else:
         primary = "ja"
     prose_chars = len("".join(prose.split())) or 1

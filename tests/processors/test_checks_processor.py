@@ -1,0 +1,338 @@
+"""The checks processor on real spans: a real TracerProvider, our processor, an in-memory exporter."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
+
+import tallyspan
+from tallyspan import semconv
+from tallyspan._config import Settings
+from tallyspan._content import ModelContent, content_buffer
+from tallyspan_processors import ChecksProcessor, LedgerProcessor, checks_component
+
+CONTRACTS = {
+    "contracts": {
+        "report": {"language": "ja", "min_chars": 10, "required": [r"^判定[:：]"], "deadline_s": 5, "max_wait_s": 60},
+        "free": {},
+    },
+}
+GOOD = "判定：合格\n今週の問い合わせ対応は予定通り完了しました。"
+
+
+@dataclass
+class Pipeline:
+    provider: TracerProvider
+    exporter: InMemorySpanExporter
+    processor: ChecksProcessor
+
+    def span(
+        self,
+        attributes: Mapping[str, Any],
+        *,
+        content: ModelContent | None = None,
+        start_ns: int | None = None,
+        duration_s: float = 0.01,
+        status: Status | None = None,
+        exception: BaseException | None = None,
+    ) -> ReadableSpan:
+        tracer = self.provider.get_tracer("test")
+        start = start_ns if start_ns is not None else time.time_ns()
+        span = tracer.start_span("chat m", attributes=dict(attributes), start_time=start)
+        if exception is not None:
+            span.record_exception(exception)
+        if status is not None:
+            span.set_status(status)
+        if content is not None:
+            content_buffer().put(span.get_span_context().span_id, content)
+        span.end(end_time=start + int(duration_s * 1e9))
+        return self.exporter.get_finished_spans()[-1]
+
+
+def _chat(stage: str | None = "report", **extra: Any) -> dict[str, Any]:
+    attributes: dict[str, Any] = {semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_CHAT, **extra}
+    if stage is not None:
+        attributes[semconv.STAGE] = stage
+    return attributes
+
+
+def _output_messages(text: str) -> str:
+    return json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": text}], "finish_reason": "stop"}])
+
+
+@contextmanager
+def _build(**options: Any) -> Iterator[Pipeline]:
+    exporter = InMemorySpanExporter()
+    contracts = options.pop("contracts", CONTRACTS)
+    processor = ChecksProcessor(
+        [SimpleSpanProcessor(exporter)], tallyspan.load_contracts(contracts) if contracts else None, **options
+    )
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    try:
+        yield Pipeline(provider, exporter, processor)
+    finally:
+        provider.shutdown()
+
+
+@pytest.fixture
+def pipeline() -> Iterator[Pipeline]:
+    with _build() as built:
+        yield built
+
+
+def test_a_violating_span_is_forwarded_enriched(pipeline: Pipeline) -> None:
+    span = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages("Here is the report.")}))
+    attributes = dict(span.attributes or {})
+    assert tuple(attributes[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese")
+    assert attributes[semconv.VIOLATION_COUNT] == 2
+    assert attributes[semconv.FAILURE_CLASS] == "contract_violation"
+    assert attributes[semconv.VIOLATED] is True
+    assert attributes[semconv.CONTRACT] == "report"
+    events = [event for event in span.events if event.name == semconv.EVENT_VIOLATION]
+    assert [dict(event.attributes or {}) for event in events] == [
+        {
+            semconv.VIOLATION_TYPE: "missing_required",
+            semconv.VIOLATION_FAILURE_CLASS: "contract_violation",
+            semconv.VIOLATION_DETAIL: "pattern '^判定[:：]' not found",
+        },
+        {
+            semconv.VIOLATION_TYPE: "not_japanese",
+            semconv.VIOLATION_FAILURE_CLASS: "language_corruption",
+            semconv.VIOLATION_DETAIL: "primary language en, not ja (0 kana, 0 han, 4 latin words)",
+        },
+    ]
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "tallyspan: missing_required, not_japanese"
+
+
+def test_a_clean_span_gets_only_its_contract_name(pipeline: Pipeline) -> None:
+    span = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages(GOOD)}))
+    attributes = dict(span.attributes or {})
+    assert attributes[semconv.CONTRACT] == "report"
+    for name in (semconv.VIOLATION_TYPES, semconv.VIOLATION_COUNT, semconv.FAILURE_CLASS, semconv.VIOLATED):
+        assert name not in attributes
+    assert span.events == ()
+    assert span.status.status_code is StatusCode.UNSET
+
+
+def test_content_comes_from_the_buffer_first_and_is_removed(pipeline: Pipeline) -> None:
+    assert content_buffer().active
+    span = pipeline.span(
+        _chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages(GOOD)}),
+        content=ModelContent(output_text="I'm sorry, but I can't help with that."),
+    )
+    assert span.attributes is not None
+    assert tuple(span.attributes[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese", "refusal")
+    assert len(content_buffer()) == 0
+
+
+def test_spans_without_a_contract_are_left_alone_but_their_content_is_popped(pipeline: Pipeline) -> None:
+    attributes = _chat(stage="elsewhere", **{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages("no")})
+    span = pipeline.span(attributes, content=ModelContent(output_text="no"))
+    assert dict(span.attributes or {}) == attributes
+    assert span.status.status_code is StatusCode.UNSET
+    assert len(content_buffer()) == 0
+    unstaged = pipeline.span(_chat(stage=None), content=ModelContent(output_text="no"))
+    assert semconv.CONTRACT not in (unstaged.attributes or {})
+    assert len(content_buffer()) == 0
+
+
+def test_non_model_spans_are_not_checked(pipeline: Pipeline) -> None:
+    attributes = {semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_EXECUTE_TOOL, semconv.STAGE: "report"}
+    span = pipeline.span(attributes)
+    assert dict(span.attributes or {}) == attributes
+
+
+def test_the_default_contract_applies_to_spans_without_a_stage() -> None:
+    with _build(contracts={"contracts": {}, "default": {"language": "ja"}}) as pipeline:
+        span = pipeline.span(_chat(stage=None, **{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages("Hello there")}))
+        assert span.attributes is not None
+        assert span.attributes[semconv.CONTRACT] == "default"
+        assert tuple(span.attributes[semconv.VIOLATION_TYPES]) == ("not_japanese",)
+
+
+def test_match_rules_bind_by_agent_name_and_model() -> None:
+    contracts = {
+        "contracts": {"strict": {"min_chars": 100}},
+        "match": [{"agent": "writer", "model": "qwen*", "contract": "strict"}],
+    }
+    with _build(contracts=contracts) as pipeline:
+        attributes = _chat(
+            stage=None,
+            **{
+                semconv.GEN_AI_AGENT_NAME: "writer",
+                semconv.GEN_AI_REQUEST_MODEL: "qwen2.5",
+                semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages("短い"),
+            },
+        )
+        span = pipeline.span(attributes)
+        assert span.attributes is not None
+        assert span.attributes[semconv.CONTRACT] == "strict"
+        assert tuple(span.attributes[semconv.VIOLATION_TYPES]) == ("too_short",)
+        other = pipeline.span({**attributes, semconv.GEN_AI_AGENT_NAME: "reader"})
+        assert semconv.CONTRACT not in (other.attributes or {})
+
+
+def test_status_is_left_alone_when_mark_error_status_is_off() -> None:
+    with _build(mark_error_status=False) as pipeline:
+        span = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages("Hello")}))
+        assert span.attributes is not None and span.attributes[semconv.VIOLATED] is True
+        assert span.status.status_code is StatusCode.UNSET
+
+
+def test_evaluation_events_mirror_each_check() -> None:
+    with _build(evaluation_events=True) as pipeline:
+        span = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages("判定：合格\nThe report is written in English and not in Japanese.")}))
+        evaluations = [dict(e.attributes or {}) for e in span.events if e.name == semconv.EVENT_GEN_AI_EVALUATION_RESULT]
+        assert [e[semconv.GEN_AI_EVALUATION_NAME] for e in evaluations] == [
+            "tallyspan.not_japanese",
+            "tallyspan.contract.report",
+        ]
+        assert evaluations[0][semconv.GEN_AI_EVALUATION_SCORE_LABEL] == "fail"
+        assert evaluations[0][semconv.GEN_AI_EVALUATION_SCORE_VALUE] == 0.0
+        assert evaluations[1][semconv.GEN_AI_EVALUATION_SCORE_LABEL] == "fail"
+        clean = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages(GOOD)}))
+        assert [dict(e.attributes or {}) for e in clean.events] == [
+            {
+                semconv.GEN_AI_EVALUATION_NAME: "tallyspan.contract.report",
+                semconv.GEN_AI_EVALUATION_SCORE_LABEL: "pass",
+                semconv.GEN_AI_EVALUATION_SCORE_VALUE: 1.0,
+            }
+        ]
+
+
+def test_openllmetry_and_openinference_content_is_read(pipeline: Pipeline) -> None:
+    openllmetry = pipeline.span(
+        _chat(
+            **{
+                f"{semconv.OPENLLMETRY_PROMPT_PREFIX}0.role": "user",
+                f"{semconv.OPENLLMETRY_PROMPT_PREFIX}0.content": "報告して",
+                f"{semconv.OPENLLMETRY_COMPLETION_PREFIX}0.role": "assistant",
+                f"{semconv.OPENLLMETRY_COMPLETION_PREFIX}0.content": "Sure, here you go.",
+            }
+        )
+    )
+    assert tuple((openllmetry.attributes or {})[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese")
+    openinference = pipeline.span(
+        _chat(**{f"{semconv.OPENINFERENCE_OUTPUT_MESSAGES_PREFIX}0.message.content": "我们认为这个方案是最好的。"})
+    )
+    assert tuple((openinference.attributes or {})[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese")
+    raw_response = json.dumps({"choices": [{"message": {"role": "assistant", "content": GOOD}}]})
+    output_value = pipeline.span(_chat(**{semconv.OPENINFERENCE_OUTPUT_VALUE: raw_response}))
+    assert semconv.VIOLATION_TYPES not in (output_value.attributes or {})
+    assert (output_value.attributes or {})[semconv.CONTRACT] == "report"
+
+
+def test_malformed_captured_content_runs_only_the_non_text_checks(pipeline: Pipeline) -> None:
+    span = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: "{not json"}), duration_s=6.0)
+    assert tuple((span.attributes or {})[semconv.VIOLATION_TYPES]) == ("timeout",)
+    assert tallyspan.stats() == {}
+
+
+def test_timeout_and_process_error_come_from_the_span_itself(pipeline: Pipeline) -> None:
+    slow = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages(GOOD)}), duration_s=7.5)
+    assert tuple((slow.attributes or {})[semconv.VIOLATION_TYPES]) == ("timeout",)
+    assert next(e for e in slow.events).attributes[semconv.VIOLATION_DETAIL] == "took 7.5 s > deadline_s 5"  # type: ignore[index]
+    refused = pipeline.span(
+        _chat(**{semconv.ERROR_TYPE: "APIConnectionError"}),
+        status=Status(StatusCode.ERROR, "Connection error."),
+        exception=ConnectionRefusedError(111, "Connection refused"),
+    )
+    assert tuple((refused.attributes or {})[semconv.VIOLATION_TYPES]) == ("process_error",)
+    assert (refused.attributes or {})[semconv.FAILURE_CLASS] == "process_error"
+    assert refused.status.description == "Connection error."  # the instrumentor's own status is kept
+    timed_out = pipeline.span(_chat(**{semconv.ERROR_TYPE: "APITimeoutError"}), status=Status(StatusCode.ERROR))
+    assert tuple((timed_out.attributes or {})[semconv.VIOLATION_TYPES]) == ("timeout",)
+    bad_request = pipeline.span(_chat(**{semconv.ERROR_TYPE: "400"}), status=Status(StatusCode.ERROR))
+    assert semconv.VIOLATION_TYPES not in (bad_request.attributes or {})
+
+
+def test_scheduler_starvation_compares_enqueued_at_with_the_span_start(pipeline: Pipeline) -> None:
+    start = time.time_ns()
+    attributes = _chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages(GOOD)})
+    starved = pipeline.span({**attributes, semconv.ENQUEUED_AT: start / 1e9 - 300}, start_ns=start)
+    assert tuple((starved.attributes or {})[semconv.VIOLATION_TYPES]) == ("scheduler_starvation",)
+    assert (starved.attributes or {})[semconv.FAILURE_CLASS] == "scheduler_starvation"
+    prompt = pipeline.span({**attributes, semconv.ENQUEUED_AT: start / 1e9 - 30}, start_ns=start)
+    assert semconv.VIOLATION_TYPES not in (prompt.attributes or {})
+
+
+def test_an_answer_to_a_concurrent_calls_prompt_is_caught(pipeline: Pipeline) -> None:
+    start = time.time_ns()
+    free = _chat(stage="free")
+    pipeline.span(
+        free,
+        content=ModelContent(
+            output_text="東京の人口は増え続けており、経済の中心として若い世代が集まっています。",
+            prompt="東京の人口動態と経済への影響を説明してください。",
+        ),
+        start_ns=start,
+        duration_s=2.0,
+    )
+    swapped = pipeline.span(
+        free,
+        content=ModelContent(
+            output_text="東京の人口動態は一極集中が進み、経済への影響として地方の人口減少が加速しています。",
+            prompt="光合成の二つの段階と葉緑体の役割を説明してください。",
+        ),
+        start_ns=start + 500_000_000,
+    )
+    assert tuple((swapped.attributes or {})[semconv.VIOLATION_TYPES]) == ("answer_to_other_question",)
+
+
+def test_the_buffer_consumer_is_released_at_shutdown() -> None:
+    before = content_buffer()._consumers
+    with _build() as pipeline:
+        assert content_buffer()._consumers == before + 1
+        pipeline.processor.shutdown()
+        pipeline.processor.shutdown()
+        assert content_buffer()._consumers == before
+
+
+def test_checks_component_peeks_when_a_ledger_processor_is_below() -> None:
+    exporter = InMemorySpanExporter()
+    settings = Settings(contracts=tallyspan.load_contracts(CONTRACTS))
+    ledger = LedgerProcessor([SimpleSpanProcessor(exporter)])
+    with_ledger = checks_component([ledger], settings)
+    alone = checks_component([SimpleSpanProcessor(exporter)], settings)
+    try:
+        assert isinstance(with_ledger, ChecksProcessor) and isinstance(alone, ChecksProcessor)
+        assert with_ledger._pop_content is False
+        assert alone._pop_content is True
+        assert checks_component([], Settings())._contracts is None  # type: ignore[attr-defined]
+    finally:
+        for processor in (with_ledger, alone):
+            processor.shutdown()
+
+
+def test_instrument_wires_the_checks_into_the_chain_and_empties_the_buffer(
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+) -> None:
+    instrumentation = tallyspan.instrument(
+        contracts=CONTRACTS,
+        tracer_provider=tracer_provider,
+        store=None,
+        instrumentors=[],
+        span_processors=[SimpleSpanProcessor(span_exporter)],
+    )
+    assert "checks" in instrumentation.components
+    tracer = tracer_provider.get_tracer("test")
+    with tallyspan.stage("report"):
+        span = tracer.start_span("chat m", attributes=_chat(stage="report"))
+        content_buffer().put(span.get_span_context().span_id, ModelContent(output_text="Here is the report."))
+        span.end()
+    assert instrumentation.force_flush()
+    [finished] = span_exporter.get_finished_spans()
+    assert tuple((finished.attributes or {})[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese")
+    assert len(content_buffer()) == 0
