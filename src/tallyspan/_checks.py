@@ -201,10 +201,10 @@ def _output_violations(
         found = _pattern_search(pattern, answer)
         if found is None:
             violations.append(
-                _violation(ViolationType.MISSING_REQUIRED, f"pattern {name!r} timed out; not verified")
+                _violation(ViolationType.MISSING_REQUIRED, f"pattern '{name}' timed out; not verified")
             )
         elif not found:
-            violations.append(_violation(ViolationType.MISSING_REQUIRED, f"pattern {name!r} not found"))
+            violations.append(_violation(ViolationType.MISSING_REQUIRED, f"pattern '{name}' not found"))
     if contract.json_schema is not None:
         parsed, value = parse_json_output(answer)
         problems = schema_problems(value, contract.json_schema) if parsed else ["output is not JSON"]
@@ -213,10 +213,10 @@ def _output_violations(
         found = _pattern_search(pattern, output)
         if found is None:
             violations.append(
-                _violation(ViolationType.FORBIDDEN_PRESENT, f"pattern {name!r} timed out; not verified")
+                _violation(ViolationType.FORBIDDEN_PRESENT, f"pattern '{name}' timed out; not verified")
             )
         elif found:
-            violations.append(_violation(ViolationType.FORBIDDEN_PRESENT, f"pattern {name!r} found"))
+            violations.append(_violation(ViolationType.FORBIDDEN_PRESENT, f"pattern '{name}' found"))
     if not contract.allow_refusal and is_refusal(answer):
         violations.append(_violation(ViolationType.REFUSAL, "the output is a refusal"))
     if not contract.allow_reasoning:
