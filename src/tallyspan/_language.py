@@ -155,10 +155,10 @@ def _chinese_score(clause: str) -> int:
 def _word_kinds(prose: str) -> tuple[int, int, int]:
     words = function = ordinary = 0
     for token in _LATIN_TOKEN.findall(prose):
-        words += 1
         lower = token.lower()
         if len(token) == 1 and token != "I":
             continue  # single letters are labels and variables (A社, aとb); the article is counted below
+        words += 1
         if lower in _ENGLISH_FUNCTION_WORDS and token in (lower, lower.capitalize()):
             function += 1
             ordinary += token == lower
