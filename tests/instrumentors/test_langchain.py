@@ -780,3 +780,30 @@ def test_agent_with_unlogged_call_and_bad_deliverable_end_to_end(
     assert tuple(deliverable[semconv.VIOLATION_TYPES]) == ("not_japanese", "too_short")
     assert deliverable[semconv.FAILURE_CLASS] == "contract_violation"
     assert spans[-1].status.status_code is StatusCode.ERROR
+
+
+def test_interrupt_and_resume_give_two_clean_runs_and_no_callback_errors(langchain, exporter, caplog):
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command, interrupt
+
+    def ask(state: MessagesState) -> dict[str, list[Any]]:
+        answer = interrupt("approve?")
+        return {"messages": [AIMessage(content=f"approved: {answer}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", END)
+    graph = builder.compile(checkpointer=InMemorySaver(), name="approval")
+    config: Any = {"configurable": {"thread_id": "t1"}}
+
+    paused = graph.invoke(USER_INPUT, config)
+    resumed = graph.invoke(Command(resume="yes"), config)
+
+    assert "__interrupt__" in paused
+    assert resumed["messages"][-1].content == "approved: yes"
+    spans = exporter.get_finished_spans()
+    assert [span.name for span in spans] == ["invoke_workflow approval", "invoke_workflow approval"]
+    assert all(span.status.status_code is StatusCode.UNSET for span in spans)
+    assert not [record for record in caplog.records if "TallyspanCallbackHandler" in record.getMessage()]
+    assert handler_of(langchain).open_runs() == 0

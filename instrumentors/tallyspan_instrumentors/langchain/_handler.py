@@ -57,6 +57,10 @@ _LANGGRAPH: Final = "langgraph"
 _AGENT_NAME: Final = "lc_agent_name"
 #: A stream its consumer closed early ends without anything having failed.
 _NOT_FAILURES: Final = frozenset({"GeneratorExit"})
+#: The base of LangGraph's control-flow exceptions (GraphInterrupt, ParentCommand).
+_BUBBLE_UP: Final = "GraphBubbleUp"
+#: The exception a LangGraph handoff tool raises to send its Command to the parent graph.
+_HANDOFF: Final = "ParentCommand"
 #: ``error.type`` of a tool whose error LangChain handled into an error ToolMessage.
 _TOOL_ERROR_STATUS: Final = "tool_error"
 
@@ -201,7 +205,7 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
             run = self._forget(run_id)
             if run is None or not run.own or run.span is None:
                 return
-            if error is not None:
+            if error is not None and not _bubbles_up(error):
                 _mark_failed(run.span, error)
             run.span.end()
         except Exception:  # the chain's own result or error passes on untouched
@@ -432,13 +436,24 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
                 run.span.set_attribute(semconv.GEN_AI_TOOL_CALL_ID, str(call_id))
         except Exception:  # the tool's own exception propagates untouched; the span still ends
             swallowed(_logger, "langchain.tool_error", "tallyspan could not record a LangChain tool error")
+        # A handoff tool ends by raising LangGraph's ParentCommand: the call did what it was for.
+        handoff = type(error).__name__ == _HANDOFF
         end_tool_span(
             run.span,
-            failed=True,
-            error_type=error_type(error),
+            failed=not handoff,
+            error_type=None if handoff else error_type(error),
             arguments=run.tool_arguments,
             capture_content=self._capture_content,
         )
+
+    # LangGraph hands graph lifecycle events to every handler of its graph callback manager, which our
+    # patched BaseCallbackManager.__init__ also reaches; without these LangChain would log an error each time.
+
+    def on_interrupt(self, event: Any) -> None:
+        """A graph paused on ``interrupt()``: nothing to record (the graph's run ends normally)."""
+
+    def on_resume(self, event: Any) -> None:
+        """A graph resumed from a checkpoint: nothing to record (the resumed run opens its own span)."""
 
 
 class _PromptMessage:
@@ -453,6 +468,11 @@ class _PromptMessage:
 def _current_span() -> Span | None:
     span = trace.get_current_span()
     return span if span.get_span_context().is_valid else None
+
+
+def _bubbles_up(error: BaseException) -> bool:
+    """LangGraph's GraphBubbleUp family (interrupts, handoffs to the parent graph) is control flow, not failure."""
+    return any(cls.__name__ == _BUBBLE_UP for cls in type(error).__mro__)
 
 
 def _mark_failed(span: Span, error: BaseException) -> None:
