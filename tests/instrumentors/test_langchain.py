@@ -807,3 +807,28 @@ def test_interrupt_and_resume_give_two_clean_runs_and_no_callback_errors(langcha
     assert all(span.status.status_code is StatusCode.UNSET for span in spans)
     assert not [record for record in caplog.records if "TallyspanCallbackHandler" in record.getMessage()]
     assert handler_of(langchain).open_runs() == 0
+
+
+def test_parallel_tool_calls_run_on_threads_and_hang_under_the_workflow(langchain, exporter, server):
+    server.add_reply(
+        ScriptedReply(
+            tool_calls=[
+                ScriptedToolCall("get_weather", {"city": "Tokyo"}, call_id="call_a"),
+                ScriptedToolCall("get_weather", {"city": "Osaka"}, call_id="call_b"),
+            ]
+        )
+    )
+    server.add_reply(ScriptedReply(text="Sunny in both."))
+
+    build_graph(make_model(server), [get_weather], name="weather_agent").invoke(USER_INPUT)
+
+    spans = spans_by_start(exporter)
+    root = spans[0]
+    tools = [span for span in spans if span.name == "execute_tool get_weather"]
+    assert sorted(str((span.attributes or {})[semconv.GEN_AI_TOOL_CALL_ID]) for span in tools) == [
+        "call_a",
+        "call_b",
+    ]
+    assert all(parent_id(span) == span_id(root) for span in tools)
+    assert [span.name for span in spans].count(CHAT) == 2
+    assert handler_of(langchain).open_runs() == 0
