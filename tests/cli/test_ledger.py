@@ -1,0 +1,193 @@
+"""``tallyspan ledger [--run ID] [--json]``: the books written by a real instrumented run, read back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from opentelemetry.sdk.trace import TracerProvider
+
+import tallyspan
+from tallyspan.cli import main
+from tallyspan.cli.ledger import LedgerLine, LedgerSide, command
+
+
+def _invoke(db_path: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["--db", str(db_path), "ledger", *args], catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def books(tracer_provider: TracerProvider, db_path: Path) -> dict[str, str]:
+    """Two runs recorded through the real chain into the store; returns run name -> run span id."""
+    instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=())
+
+    @tallyspan.tool
+    def search(query: str, tool_call_id: str) -> str:
+        return query
+
+    @tallyspan.tool
+    def book(flight: str, tool_call_id: str) -> str:
+        raise tallyspan.Rejected("no seats")
+
+    @tallyspan.tool
+    def log_action(
+        call_id: str, tool_name: str, claimed_outcome: str, tool_call_id: str, summary: str = ""
+    ) -> str:
+        return "logged"
+
+    ids = {}
+    with tallyspan.run("tidy") as span:
+        search("a", tool_call_id="c1")
+        log_action("c1", "search", "succeeded", tool_call_id="L1")
+    ids["tidy"] = format(span.get_span_context().span_id, "016x")
+    with tallyspan.run("sloppy") as span:
+        search("b", tool_call_id="c2")
+        log_action("c2", "search", "succeeded", tool_call_id="L2")
+        with pytest.raises(tallyspan.Rejected):
+            book("HAT001", tool_call_id="c3")
+        log_action("c9", "refund", "succeeded", tool_call_id="L3")
+    ids["sloppy"] = format(span.get_span_context().span_id, "016x")
+    instrumentation.force_flush()
+    tallyspan.uninstrument()
+    return ids
+
+
+def test_ledger_shows_both_columns_the_balance_and_the_discrepancies(
+    db_path: Path, books: dict[str, str]
+) -> None:
+    code, output = _invoke(db_path)
+    assert code == 0
+    tidy, sloppy = output.split("\n\n")
+    assert tidy.splitlines()[0].startswith(f"run tidy  span {books['tidy']}  trace ")
+    assert tidy.splitlines()[1] == "  balanced, protocol ok: 1 observed, 1 claimed"
+    assert "no discrepancies" in tidy
+    lines = sloppy.splitlines()
+    assert lines[1] == "  UNBALANCED, protocol ok: 2 observed, 2 claimed"
+    assert lines[2].split() == [
+        "observed",
+        "call",
+        "tool",
+        "outcome",
+        "|",
+        "claimed",
+        "call",
+        "tool",
+        "outcome",
+        "summary",
+    ]
+    assert lines[3].split() == ["c2", "search", "succeeded", "|", "c2", "search", "succeeded", "-"]
+    assert lines[4].split() == ["c3", "book", "rejected", "|", "-", "-", "-", "-"]
+    assert lines[5].split() == ["-", "-", "-", "|", "c9", "refund", "succeeded", "-"]
+    assert lines[6].split() == ["discrepancy", "call", "detail"]
+    assert lines[7].split() == ["unlogged_refusal", "c3", "book", "rejected,", "not", "logged"]
+    assert lines[8].split() == ["phantom_log", "c9", "refund", "claimed", "succeeded,", "never", "called"]
+
+
+def test_run_option_selects_one_run_by_span_id_prefix(db_path: Path, books: dict[str, str]) -> None:
+    code, output = _invoke(db_path, "--run", books["sloppy"][:8])
+    assert code == 0
+    assert output.startswith("run sloppy")
+    assert "run tidy" not in output
+
+
+def test_json_is_the_pinned_document(db_path: Path, books: dict[str, str]) -> None:
+    code, output = _invoke(db_path, "--run", books["tidy"], "--json")
+    assert code == 0
+    document = json.loads(output)
+    (run,) = document["data"]
+    assert document["format_version"] == 1
+    assert document["command"] == "ledger"
+    assert len(run.pop("trace_id")) == 32
+    assert isinstance(run.pop("time_unix_nano"), int)
+    assert run == {
+        "run_span_id": books["tidy"],
+        "run_name": "tidy",
+        "balanced": True,
+        "protocol_ok": True,
+        "discrepancy_types": [],
+        "observed_count": 1,
+        "claimed_count": 1,
+        "discrepancies": [],
+        "lines": [
+            {
+                "observed": {
+                    "seq": 0,
+                    "call_id": "c1",
+                    "tool_name": "search",
+                    "outcome": "succeeded",
+                    "summary": None,
+                },
+                "claimed": {
+                    "seq": 1,
+                    "call_id": "c1",
+                    "tool_name": "search",
+                    "outcome": "succeeded",
+                    "summary": None,
+                },
+            }
+        ],
+    }
+
+
+def test_limit_shows_the_latest_runs(db_path: Path, books: dict[str, str]) -> None:
+    code, output = _invoke(db_path, "--limit", "1")
+    assert code == 0
+    assert output.startswith("run sloppy")
+
+
+def test_unknown_run_is_a_clear_error(db_path: Path, books: dict[str, str]) -> None:
+    result = CliRunner().invoke(main, ["--db", str(db_path), "ledger", "--run", "ffff"])
+    assert result.exit_code == 1
+    assert "No reconciled run has the id 'ffff'" in result.output
+
+
+def test_missing_store_is_a_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["--db", str(tmp_path / "none.db"), "ledger"])
+    assert result.exit_code == 1
+    assert "No tallyspan store found at" in result.output
+
+
+def test_empty_store_says_so(db_path: Path) -> None:
+    from tallyspan._store_schema import connect
+
+    connect(db_path).close()
+    code, output = _invoke(db_path)
+    assert (code, output) == (0, "No reconciled runs found.\n")
+
+
+def test_the_command_is_named_ledger() -> None:
+    assert command.name == "ledger"
+    assert "ledger" in main.commands
+
+
+def test_id_less_claims_sit_beside_the_earliest_unclaimed_call_of_their_tool() -> None:
+    from tallyspan.cli.ledger import _lines
+
+    rows = [
+        {
+            "side": "observed",
+            "seq": 0,
+            "call_id": "a",
+            "tool_name": "t",
+            "outcome": "succeeded",
+            "summary": "",
+        },
+        {"side": "observed", "seq": 1, "call_id": "b", "tool_name": "t", "outcome": "failed", "summary": ""},
+        {"side": "claimed", "seq": 2, "call_id": "b", "tool_name": "t", "outcome": "failed", "summary": "x"},
+        {
+            "side": "claimed",
+            "seq": 3,
+            "call_id": None,
+            "tool_name": "t",
+            "outcome": "succeeded",
+            "summary": "",
+        },
+    ]
+    lines = _lines(rows)  # type: ignore[arg-type]
+    assert lines == [
+        LedgerLine(LedgerSide(0, "a", "t", "succeeded", None), LedgerSide(3, None, "t", "succeeded", None)),
+        LedgerLine(LedgerSide(1, "b", "t", "failed", None), LedgerSide(2, "b", "t", "failed", "x")),
+    ]
