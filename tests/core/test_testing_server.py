@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import openai
 import pytest
 
 from tallyspan.testing import OpenAICompatibleServer, RecordedRequest, ScriptedReply, ScriptedToolCall
 
-USER = [{"role": "user", "content": "hi"}]
+USER: Any = [{"role": "user", "content": "hi"}]
 
 
 def _client(server: OpenAICompatibleServer) -> openai.OpenAI:
@@ -31,9 +32,9 @@ def test_chat_completion_carries_text_reasoning_and_usage_details() -> None:
         reasoning_tokens=2,
     )
     with OpenAICompatibleServer(replies=[reply]) as server, _client(server) as client:
-        result = client.chat.completions.create(model="m-1", messages=USER)  # type: ignore[arg-type]
+        result = client.chat.completions.create(model="m-1", messages=USER)
     assert result.choices[0].message.content == "hello"
-    assert result.choices[0].message.reasoning_content == "thinking"  # type: ignore[attr-defined]
+    assert getattr(result.choices[0].message, "reasoning_content", None) == "thinking"
     assert result.choices[0].finish_reason == "stop"
     assert result.model == "m-1"
     assert result.usage is not None
@@ -50,7 +51,7 @@ def test_chat_completion_carries_text_reasoning_and_usage_details() -> None:
 
 def test_requests_are_recorded_with_body_and_lowercase_headers() -> None:
     with OpenAICompatibleServer() as server, _client(server) as client:
-        client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        client.chat.completions.create(model="m", messages=USER)
         recorded = server.requests
     assert len(recorded) == 1
     assert isinstance(recorded[0], RecordedRequest)
@@ -61,9 +62,9 @@ def test_requests_are_recorded_with_body_and_lowercase_headers() -> None:
 
 def test_empty_queue_falls_back_to_default_reply_and_add_reply_queues() -> None:
     with OpenAICompatibleServer() as server, _client(server) as client:
-        first = client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        first = client.chat.completions.create(model="m", messages=USER)
         server.add_reply(ScriptedReply(text="queued"))
-        second = client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        second = client.chat.completions.create(model="m", messages=USER)
     assert first.choices[0].message.content == "ok"
     assert second.choices[0].message.content == "queued"
 
@@ -73,7 +74,7 @@ def test_handler_chooses_the_reply_from_the_request() -> None:
         return ScriptedReply(text=str(request.body["messages"][-1]["content"]).upper())
 
     with OpenAICompatibleServer(handler=echo) as server, _client(server) as client:
-        result = client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        result = client.chat.completions.create(model="m", messages=USER)
     assert result.choices[0].message.content == "HI"
 
 
@@ -88,7 +89,7 @@ def test_chat_stream_splits_text_and_tool_call_deltas_and_sends_usage_last() -> 
                 model="m",
                 messages=USER,
                 stream=True,
-                stream_options={"include_usage": True},  # type: ignore[arg-type]
+                stream_options={"include_usage": True},
             )
         )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -112,14 +113,14 @@ def test_chat_stream_helper_accumulates_final_completion() -> None:
     with (
         OpenAICompatibleServer(replies=[reply]) as server,
         _client(server) as client,
-        client.chat.completions.stream(model="m", messages=USER) as stream,  # type: ignore[arg-type]
+        client.chat.completions.stream(model="m", messages=USER) as stream,
     ):
         final = stream.get_final_completion()
     message = final.choices[0].message
     assert message.content == "final"
     assert message.tool_calls is not None
     assert message.tool_calls[0].id == "call_fixed"
-    assert message.tool_calls[0].function.arguments == '{"x": 1}'  # type: ignore[union-attr]
+    assert message.tool_calls[0].function.arguments == '{"x": 1}'
 
 
 def test_responses_json_and_stream_helper_agree() -> None:
@@ -162,7 +163,7 @@ def test_non_200_status_sends_openai_error_body() -> None:
         _client(server) as client,
         pytest.raises(openai.RateLimitError) as caught,
     ):
-        client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        client.chat.completions.create(model="m", messages=USER)
     assert caught.value.status_code == 429
     assert caught.value.body == {
         "message": "scripted error 429",
@@ -175,7 +176,7 @@ def test_non_200_status_sends_openai_error_body() -> None:
 def test_abort_after_chunks_breaks_the_stream_as_a_connection_error() -> None:
     reply = ScriptedReply(text="x" * 200, abort_after_chunks=3)
     with OpenAICompatibleServer(replies=[reply]) as server, _client(server) as client:
-        stream = client.chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
+        stream = client.chat.completions.create(model="m", messages=USER, stream=True)
         received = []
 
         def drain() -> None:
@@ -192,7 +193,7 @@ def test_raw_body_is_sent_verbatim() -> None:
         OpenAICompatibleServer(replies=[ScriptedReply(raw_body='{"choices": "nope"}')]) as server,
         _client(server) as client,
     ):
-        raw = client.chat.completions.with_raw_response.create(model="m", messages=USER)  # type: ignore[arg-type]
+        raw = client.chat.completions.with_raw_response.create(model="m", messages=USER)
     assert raw.text == '{"choices": "nope"}'
 
 
@@ -201,7 +202,7 @@ def test_async_client_works_with_keep_alive() -> None:
         async with openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client:
             texts = []
             for _ in range(3):
-                result = await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+                result = await client.chat.completions.create(model="m", messages=USER)
                 texts.append(result.choices[0].message.content or "")
             return texts
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import openai
 import pydantic
@@ -18,7 +19,7 @@ from tallyspan import semconv
 from tallyspan._content import ContentBuffer, ModelContent, ToolCallContent, content_buffer
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
 
-USER = [{"role": "user", "content": "What is the weather in Tokyo?"}]
+USER: Any = [{"role": "user", "content": "What is the weather in Tokyo?"}]
 
 
 def only_span(exporter: InMemorySpanExporter) -> ReadableSpan:
@@ -44,7 +45,7 @@ def test_chat_completion_span_has_exact_gen_ai_attributes(
             text="Sunny.", prompt_tokens=12, completion_tokens=3, cached_tokens=4, reasoning_tokens=1
         )
     )
-    client.chat.completions.create(model="gpt-4o-mini", messages=USER)  # type: ignore[arg-type]
+    client.chat.completions.create(model="gpt-4o-mini", messages=USER)
     span = only_span(openai_spans)
     assert span.name == "chat gpt-4o-mini"
     assert span.kind is SpanKind.CLIENT
@@ -74,7 +75,7 @@ def test_request_parameters_become_request_attributes(
 ) -> None:
     client.chat.completions.create(
         model="m",
-        messages=USER,  # type: ignore[arg-type]
+        messages=USER,
         max_completion_tokens=64,
         temperature=0.2,
         top_p=0.9,
@@ -103,7 +104,7 @@ def test_request_parameters_become_request_attributes(
 def test_legacy_max_tokens_and_single_stop_string_are_read(
     openai_spans: InMemorySpanExporter, client: openai.OpenAI
 ) -> None:
-    client.chat.completions.create(model="m", messages=USER, max_tokens=10, stop="END", n=1)  # type: ignore[arg-type]
+    client.chat.completions.create(model="m", messages=USER, max_tokens=10, stop="END", n=1)
     attributes = only_span(openai_spans).attributes or {}
     assert attributes[semconv.GEN_AI_REQUEST_MAX_TOKENS] == 10
     assert attributes[semconv.GEN_AI_REQUEST_STOP_SEQUENCES] == ("END",)
@@ -111,7 +112,7 @@ def test_legacy_max_tokens_and_single_stop_string_are_read(
 
 
 def test_result_is_the_sdks_own_object(openai_spans: InMemorySpanExporter, client: openai.OpenAI) -> None:
-    result = client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    result = client.chat.completions.create(model="m", messages=USER)
     assert type(result) is ChatCompletion
     assert result.choices[0].message.content == "ok"
 
@@ -120,8 +121,8 @@ def test_span_carries_the_current_stage_and_enqueue_time(
     openai_spans: InMemorySpanExporter, client: openai.OpenAI
 ) -> None:
     with tallyspan.stage("weekly_report", enqueued_at=1700000000.5):
-        client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
-    client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        client.chat.completions.create(model="m", messages=USER)
+    client.chat.completions.create(model="m", messages=USER)
     staged, unstaged = openai_spans.get_finished_spans()
     assert (staged.attributes or {})[semconv.STAGE] == "weekly_report"
     assert (staged.attributes or {})[semconv.ENQUEUED_AT] == 1700000000.5
@@ -133,12 +134,12 @@ def test_span_is_a_child_of_the_active_span(
 ) -> None:
     tracer = tracer_provider.get_tracer("app")
     with tracer.start_as_current_span("agent step") as parent:
-        client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        client.chat.completions.create(model="m", messages=USER)
     chat, step = openai_spans.get_finished_spans()
     assert chat.parent is not None
     assert chat.parent.span_id == parent.get_span_context().span_id
     assert chat.context is not None
-    assert chat.context.trace_id == step.context.trace_id  # type: ignore[union-attr]
+    assert chat.context.trace_id == step.context.trace_id
 
 
 class Weather(pydantic.BaseModel):
@@ -150,7 +151,7 @@ def test_parse_makes_one_span_with_json_output_type(
     openai_spans: InMemorySpanExporter, openai_server: OpenAICompatibleServer, client: openai.OpenAI
 ) -> None:
     openai_server.add_reply(ScriptedReply(text='{"city": "Tokyo", "sunny": true}'))
-    result = client.chat.completions.parse(model="m", messages=USER, response_format=Weather)  # type: ignore[arg-type]
+    result = client.chat.completions.parse(model="m", messages=USER, response_format=Weather)
     assert result.choices[0].message.parsed == Weather(city="Tokyo", sunny=True)
     span = only_span(openai_spans)
     assert span.name == "chat m"
@@ -164,11 +165,11 @@ async def test_async_create_and_parse_make_spans(
     async_client: openai.AsyncOpenAI,
 ) -> None:
     openai_server.add_reply(ScriptedReply(text="async answer", prompt_tokens=5, completion_tokens=2))
-    result = await async_client.chat.completions.create(model="m-async", messages=USER)  # type: ignore[arg-type]
+    result = await async_client.chat.completions.create(model="m-async", messages=USER)
     openai_server.add_reply(ScriptedReply(text='{"city": "Osaka", "sunny": false}'))
     parsed = await async_client.chat.completions.parse(
         model="m-async", messages=USER, response_format=Weather
-    )  # type: ignore[arg-type]
+    )
     assert result.choices[0].message.content == "async answer"
     assert parsed.choices[0].message.parsed == Weather(city="Osaka", sunny=False)
     first, second = openai_spans.get_finished_spans()
@@ -182,7 +183,7 @@ def test_with_raw_response_returns_the_raw_object_and_still_makes_a_span(
     openai_spans: InMemorySpanExporter, openai_server: OpenAICompatibleServer, client: openai.OpenAI
 ) -> None:
     openai_server.add_reply(ScriptedReply(text="raw answer", completion_tokens=2))
-    raw = client.chat.completions.with_raw_response.create(model="m", messages=USER)  # type: ignore[arg-type]
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=USER)
     assert type(raw).__name__ == "LegacyAPIResponse"
     assert raw.headers["x-request-id"].startswith("req_")
     assert raw.parse().choices[0].message.content == "raw answer"
@@ -195,7 +196,7 @@ def test_with_streaming_response_leaves_the_body_to_the_app(
     openai_spans: InMemorySpanExporter, openai_server: OpenAICompatibleServer, client: openai.OpenAI
 ) -> None:
     openai_server.add_reply(ScriptedReply(text="streamed raw"))
-    with client.chat.completions.with_streaming_response.create(model="m", messages=USER) as response:  # type: ignore[arg-type]
+    with client.chat.completions.with_streaming_response.create(model="m", messages=USER) as response:
         assert response.parse().choices[0].message.content == "streamed raw"
     span = only_span(openai_spans)
     assert span.name == "chat m"
@@ -234,7 +235,7 @@ async def test_async_embeddings_span_records_encoding_format(
 
 # --- content ---------------------------------------------------------------------------------------------
 
-TOOL_CONVERSATION = [
+TOOL_CONVERSATION: Any = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Weather in Tokyo?"},
     {
@@ -257,7 +258,7 @@ def test_content_is_not_exported_by_default(
     openai_spans: InMemorySpanExporter, openai_server: OpenAICompatibleServer, client: openai.OpenAI
 ) -> None:
     openai_server.add_reply(ScriptedReply(text="secret answer", tool_calls=[ScriptedToolCall("f", {"x": 1})]))
-    client.chat.completions.create(model="m", messages=TOOL_CONVERSATION)  # type: ignore[arg-type]
+    client.chat.completions.create(model="m", messages=TOOL_CONVERSATION)
     attributes = only_span(openai_spans).attributes or {}
     assert semconv.GEN_AI_INPUT_MESSAGES not in attributes
     assert semconv.GEN_AI_OUTPUT_MESSAGES not in attributes
@@ -277,7 +278,7 @@ def test_content_is_exported_in_genai_message_format_when_captured(
             tool_calls=[ScriptedToolCall("weather", {"city": "Osaka"}, call_id="call_b")],
         )
     )
-    client.chat.completions.create(model="m", messages=TOOL_CONVERSATION)  # type: ignore[arg-type]
+    client.chat.completions.create(model="m", messages=TOOL_CONVERSATION)
     attributes = only_span(exporter).attributes or {}
     assert json.loads(str(attributes[semconv.GEN_AI_INPUT_MESSAGES])) == [
         {"role": "system", "parts": [{"type": "text", "content": "You are terse."}]},
@@ -321,7 +322,7 @@ def test_content_capture_follows_the_environment_when_not_given(
     tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporter))
     OpenAIInstrumentor().instrument(tracer_provider=tracer_provider)
     try:
-        client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        client.chat.completions.create(model="m", messages=USER)
     finally:
         OpenAIInstrumentor().uninstrument()
     assert semconv.GEN_AI_OUTPUT_MESSAGES in (only_span(span_exporter).attributes or {})
@@ -331,7 +332,7 @@ def test_api_key_never_reaches_a_span(
     instrument_openai: Callable[..., InMemorySpanExporter], client: openai.OpenAI, api_key: str
 ) -> None:
     exporter = instrument_openai(capture_content=True)
-    client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    client.chat.completions.create(model="m", messages=USER)
     client.responses.create(model="m", input="hi")
     client.embeddings.create(model="e", input="hi")
     spans = exporter.get_finished_spans()
@@ -355,7 +356,7 @@ def test_content_buffer_receives_output_tool_calls_prompt_and_reasoning(
             tool_calls=[ScriptedToolCall("log_action", '{"call_id": "c1"}', call_id="call_z")],
         )
     )
-    client.chat.completions.create(model="m", messages=TOOL_CONVERSATION)  # type: ignore[arg-type]
+    client.chat.completions.create(model="m", messages=TOOL_CONVERSATION)
     span = only_span(openai_spans)
     assert span.context is not None
     assert consumed_buffer.pop(span.context.span_id) == ModelContent(
@@ -369,7 +370,7 @@ def test_content_buffer_receives_output_tool_calls_prompt_and_reasoning(
 def test_content_buffer_gets_nothing_without_a_consumer(
     openai_spans: InMemorySpanExporter, client: openai.OpenAI
 ) -> None:
-    client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    client.chat.completions.create(model="m", messages=USER)
     span = only_span(openai_spans)
     assert span.context is not None
     assert content_buffer().pop(span.context.span_id) is None
@@ -384,7 +385,7 @@ def test_huge_output_reaches_the_buffer_whole(
     exporter = instrument_openai(capture_content=True)
     huge = "長い" * 500_000  # one million characters
     openai_server.add_reply(ScriptedReply(text=huge))
-    result = client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    result = client.chat.completions.create(model="m", messages=USER)
     assert result.choices[0].message.content == huge
     span = only_span(exporter)
     assert span.context is not None

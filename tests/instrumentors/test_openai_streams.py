@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from typing import Any
 
 import openai
 import pytest
@@ -16,7 +17,7 @@ from tallyspan import semconv
 from tallyspan._content import ContentBuffer, ModelContent, ToolCallContent, content_buffer
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
 
-USER = [{"role": "user", "content": "Summarise the week."}]
+USER: Any = [{"role": "user", "content": "Summarise the week."}]
 LONG_TEXT = "The week went well and every report was filed on time. " * 4
 TOOL = ScriptedToolCall("log_action", {"call_id": "call_1", "tool_name": "search"}, call_id="call_t")
 
@@ -35,8 +36,8 @@ def consumed_buffer() -> Iterator[ContentBuffer]:
     buffer.remove_consumer()
 
 
-def _create_stream(client: openai.OpenAI, **extra: object) -> openai.Stream[ChatCompletionChunk]:
-    return client.chat.completions.create(model="m", messages=USER, stream=True, **extra)  # type: ignore[call-overload, no-any-return]
+def _create_stream(client: openai.OpenAI, **extra: Any) -> Any:
+    return client.chat.completions.create(model="m", messages=USER, stream=True, **extra)
 
 
 # --- sync ------------------------------------------------------------------------------------------------
@@ -148,7 +149,7 @@ def test_chat_stream_helper_keeps_working_and_ends_span_once(
     openai_spans: InMemorySpanExporter, openai_server: OpenAICompatibleServer, client: openai.OpenAI
 ) -> None:
     openai_server.add_reply(ScriptedReply(text=LONG_TEXT, tool_calls=[TOOL]))
-    with client.chat.completions.stream(model="m", messages=USER) as stream:  # type: ignore[arg-type]
+    with client.chat.completions.stream(model="m", messages=USER) as stream:
         kinds = {event.type for event in stream}
         final = stream.get_final_completion()
     assert {"content.delta", "content.done", "tool_calls.function.arguments.done"} <= kinds
@@ -161,7 +162,7 @@ def test_chat_stream_helper_break_ends_span_at_with_exit(
     openai_spans: InMemorySpanExporter, openai_server: OpenAICompatibleServer, client: openai.OpenAI
 ) -> None:
     openai_server.add_reply(ScriptedReply(text=LONG_TEXT))
-    with client.chat.completions.stream(model="m", messages=USER) as stream:  # type: ignore[arg-type]
+    with client.chat.completions.stream(model="m", messages=USER) as stream:
         for _event in stream:
             break
         assert openai_spans.get_finished_spans() == ()
@@ -186,7 +187,7 @@ def test_raw_response_stream_is_returned_untouched(
     openai_spans: InMemorySpanExporter, openai_server: OpenAICompatibleServer, client: openai.OpenAI
 ) -> None:
     openai_server.add_reply(ScriptedReply(text=LONG_TEXT))
-    raw = client.chat.completions.with_raw_response.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=USER, stream=True)
     text = "".join(chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices)
     assert text == LONG_TEXT
     assert only_span(openai_spans).name == "chat m"
@@ -196,7 +197,7 @@ def test_raw_response_stream_is_returned_untouched(
 
 
 async def _create_async_stream(client: openai.AsyncOpenAI) -> openai.AsyncStream[ChatCompletionChunk]:
-    return await client.chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type, no-any-return]
+    return await client.chat.completions.create(model="m", messages=USER, stream=True)
 
 
 async def test_async_exhausted_stream_ends_span(
@@ -277,7 +278,7 @@ async def test_async_stream_helpers_for_chat_and_responses(
 ) -> None:
     openai_server.add_reply(ScriptedReply(text=LONG_TEXT))
     openai_server.add_reply(ScriptedReply(text=LONG_TEXT, tool_calls=[TOOL]))
-    async with async_client.chat.completions.stream(model="m", messages=USER) as chat_stream:  # type: ignore[arg-type]
+    async with async_client.chat.completions.stream(model="m", messages=USER) as chat_stream:
         completion = await chat_stream.get_final_completion()
     async with async_client.responses.stream(model="r", input="hi") as response_stream:
         async for _event in response_stream:
