@@ -1,0 +1,129 @@
+"""Reading the Agents SDK's span data (plain dicts and OpenAI models) into GenAI attributes and content.
+
+Only used for model calls the processor records itself, i.e. when no instrumentation wraps the
+OpenAI client the model called (see ``_processor``); the shapes read here are those of the SDK's own
+``GenerationSpanData`` (chat-completions messages) and ``ResponseSpanData`` (a Responses API object).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry.util.types import AttributeValue
+
+from tallyspan import semconv
+from tallyspan._content import ModelContent, ToolCallContent
+from tallyspan_instrumentors._common import Extraction, output_message, text_part, tool_call_part
+
+__all__ = ["generation_extraction", "last_user_text", "response_extraction"]
+
+
+def _get(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _usage_attributes(usage: Any) -> dict[str, AttributeValue]:
+    attributes: dict[str, AttributeValue] = {}
+    if usage is None:
+        return attributes
+    input_tokens = _int(_get(usage, "input_tokens"))
+    output_tokens = _int(_get(usage, "output_tokens"))
+    if input_tokens is not None:
+        attributes[semconv.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
+    if output_tokens is not None:
+        attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
+    cached = _int(_get(_get(usage, "input_tokens_details") or {}, "cached_tokens"))
+    if cached:
+        attributes[semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached
+    reasoning = _int(_get(_get(usage, "output_tokens_details") or {}, "reasoning_tokens"))
+    if reasoning:
+        attributes[semconv.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = reasoning
+    return attributes
+
+
+def _text_of(content: Any) -> str:
+    """Message content as text: a string, or the text parts of a list of parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        texts = [_get(part, "text") for part in content]
+        return "".join(text for text in texts if isinstance(text, str))
+    return ""
+
+
+def last_user_text(messages: Any) -> str | None:
+    """The last user message of a chat-style input, for the answer_to_other_question check."""
+    if isinstance(messages, str):
+        return messages
+    if not isinstance(messages, Sequence):
+        return None
+    for message in reversed(messages):
+        if _get(message, "role") == "user":
+            return _text_of(_get(message, "content")) or None
+    return None
+
+
+def _content(
+    text: str, calls: list[ToolCallContent], prompt: str | None, finish_reason: str | None
+) -> tuple[ModelContent, list[dict[str, Any]]]:
+    parts = [text_part(text)] if text else []
+    parts.extend(tool_call_part(call.call_id, call.name, call.arguments) for call in calls)
+    return (
+        ModelContent(output_text=text, tool_calls=tuple(calls), prompt=prompt),
+        [output_message(parts, finish_reason)],
+    )
+
+
+def generation_extraction(output: Any, usage: Any, prompt: str | None) -> Extraction:
+    """A chat-completions generation: ``output`` is a list of assistant message dicts."""
+    attributes = _usage_attributes(usage)
+    texts: list[str] = []
+    calls: list[ToolCallContent] = []
+    for message in output if isinstance(output, Sequence) and not isinstance(output, str) else ():
+        texts.append(_text_of(_get(message, "content")))
+        for call in _get(message, "tool_calls") or ():
+            function = _get(call, "function") or {}
+            name = _get(function, "name")
+            if isinstance(name, str):
+                arguments = _get(function, "arguments")
+                calls.append(
+                    ToolCallContent(name, arguments if isinstance(arguments, str) else "", _get(call, "id"))
+                )
+    if output is None:
+        return Extraction(attributes=attributes)
+    content, messages = _content("".join(texts), calls, prompt, "tool_calls" if calls else "stop")
+    return Extraction(attributes=attributes, content=content, output_messages=messages)
+
+
+def response_extraction(response: Any, usage: Any, prompt: str | None) -> tuple[Extraction, str | None]:
+    """A Responses API call: the response's id, model, usage and output; returns the model too."""
+    attributes = _usage_attributes(_get(response, "usage") or usage)
+    if response is None:
+        return Extraction(attributes=attributes), None
+    response_id = _get(response, "id")
+    model = _get(response, "model")
+    if isinstance(response_id, str):
+        attributes[semconv.GEN_AI_RESPONSE_ID] = response_id
+    if isinstance(model, str):
+        attributes[semconv.GEN_AI_RESPONSE_MODEL] = model
+    texts: list[str] = []
+    calls: list[ToolCallContent] = []
+    for item in _get(response, "output") or ():
+        kind = _get(item, "type")
+        if kind == "message":
+            texts.append(_text_of(_get(item, "content")))
+        elif kind == "function_call":
+            name = _get(item, "name")
+            if isinstance(name, str):
+                arguments = _get(item, "arguments")
+                call_id = _get(item, "call_id")
+                calls.append(ToolCallContent(name, arguments if isinstance(arguments, str) else "", call_id))
+    content, messages = _content("".join(texts), calls, prompt, "tool_calls" if calls else "stop")
+    return Extraction(attributes=attributes, content=content, output_messages=messages), (
+        model if isinstance(model, str) else None
+    )
