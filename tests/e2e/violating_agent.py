@@ -16,7 +16,7 @@ Also used by scripts/take_screenshots.py to put a violating run into Phoenix.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import openai
@@ -76,12 +76,19 @@ def send_mail(to: str) -> str:
     return f"sent to {to}"
 
 
-def run_weekly_agent(span_processors: Sequence[SpanProcessor], *, capture_content: bool = False) -> None:
+def run_weekly_agent(
+    span_processors: Sequence[SpanProcessor],
+    *,
+    capture_content: bool = False,
+    resource_attributes: Mapping[str, str] | None = None,
+) -> None:
     """Run the agent once on a fresh provider; every enriched span reaches ``span_processors``.
 
     The provider is flushed and shut down before returning, so exporters have sent everything.
     """
-    provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": SERVICE_NAME, **(resource_attributes or {})})
+    )
     instrumentation = tallyspan.instrument(
         CONTRACTS,
         tracer_provider=provider,

@@ -1,0 +1,21 @@
+"""A real Arize Phoenix server for the end-to-end tests, started once per session (it takes a while)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from phoenix_server import PHOENIX_VENV_ENV, Phoenix, phoenix_executable, running_phoenix
+
+
+@pytest.fixture(scope="session")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
+    """A running Phoenix on 127.0.0.1 (offline); skips when scripts/install-phoenix.sh has not run."""
+    executable = phoenix_executable()
+    if executable is None:
+        pytest.skip(
+            f"Arize Phoenix is not installed: run scripts/install-phoenix.sh (venv from ${PHOENIX_VENV_ENV}, "
+            "default ~/.cache/tallyspan/phoenix-venv)"
+        )
+    with running_phoenix(executable, tmp_path_factory.mktemp("phoenix")) as server:
+        yield server
