@@ -394,3 +394,31 @@ def test_huge_output_reaches_the_buffer_whole(
     assert len(content.output_text) == 1_000_000
     output = json.loads(str((span.attributes or {})[semconv.GEN_AI_OUTPUT_MESSAGES]))
     assert len(output[0]["parts"][0]["content"]) == 1_000_000
+
+
+def test_messages_given_as_a_generator_reach_the_server_untouched(
+    instrument_openai: Callable[..., InMemorySpanExporter],
+    openai_server: OpenAICompatibleServer,
+    client: openai.OpenAI,
+) -> None:
+    exporter = instrument_openai(capture_content=True)
+    messages = ({"role": "user", "content": text} for text in ("first", "second"))
+    client.chat.completions.create(model="m", messages=messages)
+    assert openai_server.requests[0].body["messages"] == [
+        {"role": "user", "content": "first"},
+        {"role": "user", "content": "second"},
+    ]
+    attributes = only_span(exporter).attributes or {}
+    assert semconv.GEN_AI_INPUT_MESSAGES not in attributes  # an iterator is the SDK's to consume, not ours
+
+
+async def test_async_with_raw_response_returns_the_raw_object(
+    openai_spans: InMemorySpanExporter,
+    openai_server: OpenAICompatibleServer,
+    async_client: openai.AsyncOpenAI,
+) -> None:
+    openai_server.add_reply(ScriptedReply(text="raw async", completion_tokens=3))
+    raw = await async_client.chat.completions.with_raw_response.create(model="m", messages=USER)
+    assert type(raw).__name__ == "LegacyAPIResponse"
+    assert raw.parse().choices[0].message.content == "raw async"
+    assert (only_span(openai_spans).attributes or {})[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == 3

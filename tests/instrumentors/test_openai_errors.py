@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import openai
@@ -173,11 +173,17 @@ def test_uninstrument_restores_the_original_methods(
 def test_unreadable_request_still_runs_the_call_untraced(
     openai_spans: InMemorySpanExporter, client: openai.OpenAI
 ) -> None:
-    class Exploding:
-        def __iter__(self) -> Any:
-            raise RuntimeError("cannot iterate")
+    class Exploding(Mapping[str, Any]):
+        def __getitem__(self, key: str) -> Any:
+            raise RuntimeError("unreadable message")
 
-    with pytest.raises(RuntimeError, match="cannot iterate"):
-        client.chat.completions.create(model="m", messages=Exploding())
+        def __iter__(self) -> Iterator[str]:
+            raise RuntimeError("unreadable message")
+
+        def __len__(self) -> int:
+            return 1
+
+    with pytest.raises(RuntimeError, match="unreadable message"):
+        client.chat.completions.create(model="m", messages=[Exploding()])
     assert tallyspan.stats().get("errors.span.start") == 1
     assert openai_spans.get_finished_spans() == ()

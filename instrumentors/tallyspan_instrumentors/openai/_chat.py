@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from tallyspan_instrumentors._common import (
 from tallyspan_instrumentors.openai._shared import (
     as_dict,
     given,
+    sequence,
     server_attributes,
     set_if,
     text_of_content,
@@ -79,11 +80,11 @@ def chat_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: b
         attributes[semconv.GEN_AI_OUTPUT_TYPE] = output_type
     attributes.update(server_attributes(resource))
     messages = kwargs.get("messages")
-    message_list = [as_dict(message) for message in messages] if isinstance(messages, Iterable) else []
+    message_list = sequence(messages)
     content_attributes = {}
     if capture_content and message_list:
         content_attributes[semconv.GEN_AI_INPUT_MESSAGES] = messages_json(
-            [_input_message(message) for message in message_list]
+            [_input_message(as_dict(message)) for message in message_list]
         )
     return ChatRequest(model, attributes, _last_user_text(message_list), content_attributes)
 
@@ -95,10 +96,11 @@ def _output_type(response_format: Any) -> str | None:
     return _OUTPUT_TYPES.get(kind) if isinstance(kind, str) else None
 
 
-def _last_user_text(messages: list[dict[str, Any]]) -> str | None:
+def _last_user_text(messages: list[Any] | tuple[Any, ...]) -> str | None:
     for message in reversed(messages):
-        if message.get("role") == "user":
-            return text_of_content(message.get("content"))
+        message_dict = as_dict(message)
+        if message_dict.get("role") == "user":
+            return text_of_content(message_dict.get("content"))
     return None
 
 
@@ -110,9 +112,9 @@ def _input_message(message: Mapping[str, Any]) -> dict[str, Any]:
         parts.append(tool_call_response_part(message.get("tool_call_id"), content))
     elif isinstance(content, str):
         parts.append(text_part(content))
-    elif isinstance(content, Iterable) and not isinstance(content, (bytes, Mapping)):
-        parts.extend(_content_part(as_dict(part)) for part in content)
-    for call in message.get("tool_calls") or ():
+    else:
+        parts.extend(_content_part(as_dict(part)) for part in sequence(content))
+    for call in sequence(message.get("tool_calls")):
         call_dict = as_dict(call)
         function = as_dict(call_dict.get("function"))
         arguments = function.get("arguments")

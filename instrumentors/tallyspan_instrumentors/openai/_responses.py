@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.util.types import AttributeValue
@@ -22,6 +22,7 @@ from tallyspan_instrumentors.openai._chat import ChatRequest
 from tallyspan_instrumentors.openai._shared import (
     as_dict,
     given,
+    sequence,
     server_attributes,
     set_if,
     text_of_content,
@@ -75,8 +76,8 @@ def responses_request(resource: Any, kwargs: Mapping[str, Any], *, capture_conte
 def _last_user_text(input_value: Any) -> str | None:
     if isinstance(input_value, str):
         return input_value
-    if isinstance(input_value, Iterable) and not isinstance(input_value, (bytes, Mapping)):
-        for item in reversed(list(input_value)):
+    if isinstance(input_value, (list, tuple)):
+        for item in reversed(input_value):
             item_dict = as_dict(item)
             if item_dict.get("role") == "user":
                 return text_of_content(item_dict.get("content"))
@@ -86,10 +87,8 @@ def _last_user_text(input_value: Any) -> str | None:
 def _input_messages(input_value: Any) -> list[dict[str, Any]]:
     if isinstance(input_value, str):
         return [{"role": "user", "parts": [text_part(input_value)]}]
-    if not isinstance(input_value, Iterable) or isinstance(input_value, (bytes, Mapping)):
-        return []
     messages = []
-    for item in input_value:
+    for item in sequence(input_value):
         item_dict = as_dict(item)
         kind = item_dict.get("type")
         if kind == "function_call_output":

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 
-__all__ = ["as_dict", "given", "number", "server_attributes", "set_if", "text_of_content", "usage_attributes"]
+__all__ = [
+    "as_dict",
+    "given",
+    "number",
+    "sequence",
+    "server_attributes",
+    "set_if",
+    "text_of_content",
+    "usage_attributes",
+]
 
 _DEFAULT_PORTS = {"https": 443, "http": 80}
 
@@ -34,6 +43,11 @@ def set_if(attributes: dict[str, AttributeValue], key: str, value: Any) -> None:
         attributes[key] = list(value)
 
 
+def sequence(value: Any) -> list[Any] | tuple[Any, ...]:
+    """``value`` if it is a list or tuple, else empty: iterators the app passes are the SDK's to consume."""
+    return value if isinstance(value, (list, tuple)) else ()
+
+
 def as_dict(item: Any) -> dict[str, Any]:
     """A message or item as a dict, whether the app passed a dict or an SDK object."""
     if isinstance(item, Mapping):
@@ -49,7 +63,7 @@ def text_of_content(content: Any) -> str | None:
     """The text of a message's content: a string, or the text parts of a list joined."""
     if isinstance(content, str):
         return content
-    if isinstance(content, Iterable) and not isinstance(content, (bytes, Mapping)):
+    if isinstance(content, (list, tuple)):
         texts = []
         for part in content:
             part_dict = as_dict(part)
