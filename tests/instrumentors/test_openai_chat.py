@@ -402,7 +402,7 @@ def test_messages_given_as_a_generator_reach_the_server_untouched(
     client: openai.OpenAI,
 ) -> None:
     exporter = instrument_openai(capture_content=True)
-    messages = ({"role": "user", "content": text} for text in ("first", "second"))
+    messages: Any = ({"role": "user", "content": text} for text in ("first", "second"))
     client.chat.completions.create(model="m", messages=messages)
     assert openai_server.requests[0].body["messages"] == [
         {"role": "user", "content": "first"},
