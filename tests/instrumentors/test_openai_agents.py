@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._content import ModelContent, ToolCallContent, content_buffer
+from tallyspan._content import ModelContent, ToolCallContent, ToolContent, content_buffer
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
 from tallyspan_instrumentors.openai import OpenAIInstrumentor
 from tallyspan_instrumentors.openai_agents import OpenAIAgentsInstrumentor
@@ -390,6 +390,46 @@ async def test_uninstrument_stops_spans_and_unpatches(tracer_provider):
     with OpenAICompatibleServer(replies=TOOL_THEN_TEXT) as server:
         await Runner.run(make_agent(server, [lookup, explode]), "Weather in Tokyo?")
     assert memory.get_finished_spans() == ()
+
+
+async def test_streamed_run_builds_the_same_tree(agent_spans):
+    with OpenAICompatibleServer(replies=TOOL_THEN_TEXT) as server:
+        streamed = Runner.run_streamed(make_agent(server, [lookup, explode]), "Weather in Tokyo?")
+        events = [event async for event in streamed.stream_events()]
+    assert events
+    assert streamed.final_output == "Tokyo is sunny."
+    spans = agent_spans.get_finished_spans()
+    (agent,) = named(spans, "invoke_agent")
+    children = [s for s in spans if s.parent is not None and s.parent.span_id == agent.context.span_id]
+    assert sorted(s.name for s in children) == [
+        "chat m1",
+        "chat m1",
+        "execute_tool explode",
+        "execute_tool lookup",
+    ]
+    assert {attrs(s).get(semconv.GEN_AI_TOOL_CALL_ID) for s in named(spans, "execute_tool")} == {"c1", "c2"}
+
+
+async def test_stage_and_ledger_inputs_survive_without_sensitive_trace_data(agent_spans):
+    buffer = content_buffer()
+    buffer.add_consumer()
+    try:
+        with OpenAICompatibleServer(replies=TOOL_THEN_TEXT) as server, tallyspan.stage("triage"):
+            await Runner.run(
+                make_agent(server, [lookup, explode]),
+                "Weather in Tokyo?",
+                run_config=agents.RunConfig(trace_include_sensitive_data=False),
+            )
+        spans = agent_spans.get_finished_spans()
+        (tool,) = named(spans, "execute_tool lookup")
+        tool_content = buffer.pop(tool.context.span_id)
+    finally:
+        buffer.remove_consumer()
+    assert attrs(tool)[semconv.GEN_AI_TOOL_CALL_ID] == "c1"
+    assert isinstance(tool_content, ToolContent)
+    assert tool_content.arguments == {"city": "Tokyo"}  # from the SDK's ToolContext, not its span data
+    for chat in named(spans, "chat"):
+        assert attrs(chat)[semconv.STAGE] == "triage"
 
 
 # --- end to end: instrument() with contracts, the checks and the ledger ------------------------------------
