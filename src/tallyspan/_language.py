@@ -58,7 +58,7 @@ _ENGLISH_FUNCTION_WORDS = frozenset(_ENGLISH_FUNCTION_WORDS_TEXT.split())
 # Lowercase abbreviations that Japanese text uses as symbols.
 _NOT_WORDS = frozenset({"vs", "etc", "ok", "eg", "ie", "aka", "approx", "max", "min", "ex", "no", "ca"})
 #: Share of a Japanese text's prose in whole English sentence lines that makes it a broken mix.
-_ENGLISH_LINES_SHARE = 0.3
+_ENGLISH_LINES_SHARE = 0.15
 
 # Japanese compounds that contain a character Chinese uses as a function word; removed before scoring.
 _JAPANESE_COMPOUNDS = regex.compile(
@@ -306,6 +306,11 @@ def language_violations(text: str, required: str) -> list[tuple[ViolationType, s
                     f"English inside Japanese ({found.function_words} function words, "
                     f"{found.ordinary_words} ordinary words)",
                 )
+            )
+        elif found.hangul:
+            # Japanese prose never contains Hangul outside quotes: a model slipping into Korean mid-sentence.
+            violations.append(
+                (ViolationType.BROKEN_LANGUAGE_MIX, f"Korean inside Japanese ({found.hangul} hangul chars)")
             )
         return violations
     if required == "zh":

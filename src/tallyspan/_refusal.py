@@ -22,16 +22,25 @@ _REFUSAL = regex.compile(
     r"(?:help|assist|provide|fulfil|fulfill|comply|do that|answer|complete|create|write|generate)\b"
     r"|\bas an AI(?: language model)?,?\s+I\s+(?:can(?:'|no)t|cannot|don't|do not|am (?:not|unable))\b"
     r"|\bI\s+must\s+(?:decline|refuse)\b"
+    r"|\bI(?:'m| am)\s+sorry,?\s+(?:but\s+)?I\s+(?:don't|do not)\s+(?:know|understand)\b"
     # Japanese
     r"|申し訳(?:ありません|ございません|ない)(?:が|けれど)[^。\n]{0,60}?(?:でき(?:ません|かねます)|いたしかねます|控えさせて)"
     r"|(?:お答え|回答|お手伝い|対応|お応え|ご協力|提供|作成)(?:することは|は|が)?(?:でき(?:ません|かねます)|いたしかねます)"
-    r"|(?:AI|人工知能|言語モデル)(?:です|である|として)[^。\n]{0,40}?(?:できません|持っていません|ありません)"
+    r"|(?:AI|人工知能|言語モデル|コンピューター?プログラム)(?:です|であり|である|として|なので|ですので)[^。\n]{0,60}?"
+    r"(?:できません|持っていません|ありません)"
     r"|お断り(?:いたします|します|させていただきます)"
     # Chinese
     r"|(?:抱歉|对不起|對不起|很遗憾|很遺憾)[，,、]?\s*我(?:不能|无法|無法|没办法|不可以)"
     r"|作为(?:一个)?(?:AI|人工智能|语言模型)[^。\n]{0,20}?(?:不能|无法)"
     r"|我(?:无法|無法|不能)(?:提供|回答|帮助|幫助|协助|協助|完成)"
 )
+# Chat-template debris a broken model echoes before its answer (<<SYS>>...<</SYS>>, <|im_end|>, [INST]).
+_TEMPLATE = regex.compile(r"(?s)<<SYS>>.*?<</SYS>>|<\|[^|<>\n]{1,40}\|>|\[/?INST\]")
+# A first sentence that only says the task cannot be done (no reason clause: "...ので、推測できません" explains).
+_JA_TASK_REFUSAL = regex.compile(r"^[^。\n]{0,80}?(?:こと|の)は(?:でき(?:ません|かねます)|いたしかねます)。")
+_JA_REASON = regex.compile(r"ので|ため|から")
+# "..., but I can ...": a disclaimer followed by the answer.
+_BUT_I_CAN = regex.compile(r"(?i)(?:ただし|しかし|但是|不过|\bhowever\b|\bbut\b)[^。.!?\n]{0,60}?(?:できます|\bcan\b|可以)")
 #: A refusal is a short answer that says no near its start; a long answer with a caveat is an answer.
 _REFUSAL_WINDOW = 240
 _REFUSAL_MAX_CHARS = 400
@@ -39,12 +48,19 @@ _REFUSAL_MAX_CHARS = 400
 
 def is_refusal(text: str) -> bool:
     """True when ``text`` is a refusal: a refusal phrase near the start of a short answer."""
-    if not text:
+    text = _TEMPLATE.sub("", text)
+    if not text or len("".join(text.split())) > _REFUSAL_MAX_CHARS:
         return False
     head = text.lstrip()[:_REFUSAL_WINDOW]
-    if not _REFUSAL.search(head, timeout=1.0):
-        return False
-    return len("".join(text.split())) <= _REFUSAL_MAX_CHARS
+    found = _REFUSAL.search(head, timeout=1.0)
+    if found is None:
+        first = _JA_TASK_REFUSAL.match(head)
+        if first is None or _JA_REASON.search(first.group(0)):
+            return False
+        end = first.end()
+    else:
+        end = found.end()
+    return _BUT_I_CAN.search(text, end, end + _REFUSAL_WINDOW) is None
 
 
 # --- reasoning -------------------------------------------------------------------------------------
