@@ -187,3 +187,31 @@ def test_unreadable_request_still_runs_the_call_untraced(
         client.chat.completions.create(model="m", messages=[Exploding()])  # type: ignore[list-item]
     assert tallyspan.stats().get("errors.span.start") == 1
     assert openai_spans.get_finished_spans() == ()
+
+
+def test_every_table_entry_present_in_the_sdk_is_wrapped_then_unwrapped(
+    instrument_openai: Callable[..., InMemorySpanExporter],
+) -> None:
+    import importlib
+
+    from wrapt import BaseObjectProxy
+
+    from tallyspan_instrumentors.openai._instrumentor import _WRAPPED
+
+    def attributes() -> dict[str, object]:
+        found = {}
+        for module_name, name, _factory in _WRAPPED:
+            class_name, method = name.rsplit(".", 1)
+            try:
+                owner = getattr(importlib.import_module(module_name), class_name)
+            except (ImportError, AttributeError):
+                continue
+            found[f"{module_name}.{name}"] = owner.__dict__[method]
+        return found
+
+    before = attributes()
+    assert len(before) >= 14
+    instrument_openai()
+    assert all(isinstance(value, BaseObjectProxy) for value in attributes().values())
+    OpenAIInstrumentor().uninstrument()
+    assert attributes() == before

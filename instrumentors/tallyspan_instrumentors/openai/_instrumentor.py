@@ -187,6 +187,8 @@ def _async_helper_close(tracer: Tracer, capture: bool) -> Wrapper:
 _CHAT_MODULE = "openai.resources.chat"
 _RESPONSES_MODULE = "openai.resources.responses"
 _EMBEDDINGS_MODULE = "openai.resources.embeddings"
+# Older SDKs kept parse() under client.beta.chat.completions (untested here: the pinned SDK has none).
+_BETA_CHAT_MODULE = "openai.resources.beta.chat"
 _CHAT_HELPERS = "openai.lib.streaming.chat"
 _RESPONSE_HELPERS = "openai.lib.streaming.responses"
 
@@ -196,6 +198,8 @@ _WRAPPED: Final[tuple[tuple[str, str, WrapperFactory], ...]] = (
     (_CHAT_MODULE, "AsyncCompletions.create", _async_call(_CHAT)),
     (_CHAT_MODULE, "Completions.parse", _sync_call(_CHAT)),
     (_CHAT_MODULE, "AsyncCompletions.parse", _async_call(_CHAT)),
+    (_BETA_CHAT_MODULE, "Completions.parse", _sync_call(_CHAT)),
+    (_BETA_CHAT_MODULE, "AsyncCompletions.parse", _async_call(_CHAT)),
     (_RESPONSES_MODULE, "Responses.create", _sync_call(_RESPONSES)),
     (_RESPONSES_MODULE, "AsyncResponses.create", _async_call(_RESPONSES)),
     (_RESPONSES_MODULE, "Responses.parse", _sync_call(_RESPONSES)),
