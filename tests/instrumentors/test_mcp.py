@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -260,3 +262,22 @@ async def test_server_side_tool_span_opens_no_books_of_its_own(tracer_provider, 
     spans = tool_spans(span_exporter)
     server_span = by_kind(spans, SpanKind.SERVER)
     assert semconv.LEDGER_DISCREPANCY_TYPES not in dict(server_span.attributes or {})
+
+
+def test_instrument_does_not_import_mcp_and_patches_when_the_app_does():
+    code = (
+        "import sys\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from tallyspan_instrumentors.mcp import MCPInstrumentor\n"
+        "instrumentor = MCPInstrumentor()\n"
+        "instrumentor.instrument(tracer_provider=TracerProvider())\n"
+        "assert 'mcp' not in sys.modules\n"
+        "from mcp.client.session import ClientSession\n"
+        "from mcp.server.runner import ServerRunner\n"
+        "assert hasattr(ClientSession.call_tool, '__wrapped__')\n"
+        "assert hasattr(ServerRunner._on_request, '__wrapped__')\n"
+        "instrumentor.uninstrument()\n"
+        "assert not hasattr(ClientSession.call_tool, '__wrapped__')\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr

@@ -7,6 +7,8 @@ receiver, so nothing leaves the machine and the tests can check that the export 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -498,3 +500,21 @@ async def test_end_to_end_unlogged_call_and_bad_deliverable_are_caught(full_chai
     assert attrs(final)[semconv.STAGE] == "weekly_report"
     assert "not_japanese" in attrs(final)[semconv.VIOLATION_TYPES]
     assert final.status.status_code is StatusCode.ERROR
+
+
+def test_instrument_does_not_import_the_sdk_and_hooks_in_when_the_app_does():
+    code = (
+        "import sys\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from tallyspan_instrumentors.openai_agents import OpenAIAgentsInstrumentor\n"
+        "instrumentor = OpenAIAgentsInstrumentor()\n"
+        "instrumentor.instrument(tracer_provider=TracerProvider())\n"
+        "assert 'agents' not in sys.modules\n"
+        "import agents.tracing\n"
+        "processors = agents.tracing.get_trace_provider()._multi_processor._processors\n"
+        "assert processors[-1] is instrumentor.processor, processors\n"
+        "instrumentor.uninstrument()\n"
+        "assert instrumentor.processor not in agents.tracing.get_trace_provider()._multi_processor._processors\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr

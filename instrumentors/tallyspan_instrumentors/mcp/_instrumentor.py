@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection
+from types import ModuleType
 from typing import Any, Final
 
 import wrapt
@@ -25,6 +27,11 @@ _WRAPPED: Final[tuple[tuple[str, str, Callable[[WrapperState], Any]], ...]] = (
 )
 
 
+def _patch(state: WrapperState, name: str, wrapper: Any, module: ModuleType) -> None:
+    if state.enabled:  # a hook of an instrumentation undone before the import is a no-op
+        wrapt.wrap_function_wrapper(module, name, wrapper)
+
+
 class MCPInstrumentor(BaseInstrumentor):
     """Traces MCP tool calls: the client's ``call_tool`` and the in-process server's handling of it.
 
@@ -45,8 +52,10 @@ class MCPInstrumentor(BaseInstrumentor):
         capture_content = kwargs.get("capture_content")
         state = WrapperState(tracer, resolve_capture_content(capture_content))
         self._state = state
+        # Patch when the app imports mcp (now, if it already has): importing it ourselves would cost
+        # every instrument() seconds in apps that have mcp installed but never use it.
         for module, name, factory in _WRAPPED:
-            wrapt.wrap_function_wrapper(module, name, factory(state))
+            wrapt.register_post_import_hook(functools.partial(_patch, state, name, factory(state)), module)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         if self._state is not None:

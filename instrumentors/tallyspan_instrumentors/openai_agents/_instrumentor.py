@@ -13,8 +13,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import sys
 from collections.abc import Callable, Collection
+from types import ModuleType
 from typing import Any, Final
 
 import wrapt
@@ -120,16 +123,24 @@ class OpenAIAgentsInstrumentor(BaseInstrumentor):
         return self._processor
 
     def _instrument(self, **kwargs: Any) -> None:
-        import agents.tracing
-        from agents.tool_context import ToolContext
-        from agents.tracing.scope import Scope
-
         tracer = trace.get_tracer(
             semconv.INSTRUMENTATION_SCOPE, tracer_provider=kwargs.get("tracer_provider")
         )
         processor = TallyspanTracingProcessor(
             tracer, capture_content=resolve_capture_content(kwargs.get("capture_content"))
         )
+        self._processor = processor
+        # Hook in when the app imports the SDK (now, if it already has): importing it ourselves would cost
+        # every instrument() seconds in apps that have the SDK installed but never use it.
+        wrapt.register_post_import_hook(functools.partial(self._apply, processor), "agents")
+
+    def _apply(self, processor: TallyspanTracingProcessor, module: ModuleType) -> None:
+        if not processor.enabled:  # the hook of an instrumentation undone before the import
+            return
+        import agents.tracing
+        from agents.tool_context import ToolContext
+        from agents.tracing.scope import Scope
+
         tokens: dict[Any, Any] = {}
         patches: tuple[tuple[type, str, Wrapper], ...] = (
             (Scope, "set_current_span", _set_current_wrapper(processor.context_for, tokens, "span")),
@@ -142,24 +153,24 @@ class OpenAIAgentsInstrumentor(BaseInstrumentor):
         self._originals = tuple((owner, name, owner.__dict__[name]) for owner, name, _ in patches)
         for owner, name, wrapper in patches:
             wrapt.wrap_function_wrapper(owner, name, wrapper)
-        self._processor = processor
         # A virtual subclass: the SDK's TracingProcessor is an ABC, and importing it at module level would
         # make this entry point fail to load where the SDK is not installed.
         agents.tracing.TracingProcessor.register(TallyspanTracingProcessor)
         agents.tracing.add_trace_processor(processor)  # type: ignore[arg-type]  # registered just above
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        import agents.tracing
-
         processor, self._processor = self._processor, None
         if processor is not None:
             processor.enabled = False
+        if processor is not None and "agents" in sys.modules:
+            import agents.tracing
+
             provider = agents.tracing.get_trace_provider()
             # The SDK has no public getter for its processors; without it ours stays, disabled (a no-op).
             current = getattr(getattr(provider, "_multi_processor", None), "_processors", None)
-            if isinstance(current, tuple):
+            if isinstance(current, tuple) and processor in current:
                 agents.tracing.set_trace_processors([p for p in current if p is not processor])
-            else:
+            elif not isinstance(current, tuple):
                 _logger.debug(
                     "Agents SDK provider without a processor list: tallyspan's processor left disabled"
                 )
