@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 
 import pytest
 from opentelemetry import trace
@@ -24,7 +23,7 @@ class _BoomError(Exception):
 
 
 @pytest.fixture
-def raw_spans(tracer_provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
+def raw_spans(tracer_provider: TracerProvider) -> InMemorySpanExporter:
     """Spans as our decorators made them (straight from the provider, before our chain)."""
     exporter = InMemorySpanExporter()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -153,7 +152,7 @@ def test_tool_span_is_current_inside_the_tool(raw_spans: InMemorySpanExporter) -
         seen.append(format(trace.get_current_span().get_span_context().span_id, "016x"))
 
     inner()
-    assert seen == [format(_only(raw_spans).context.span_id, "016x")]  # type: ignore[union-attr]
+    assert seen == [format(_only(raw_spans).context.span_id, "016x")]
 
 
 def test_content_is_on_the_span_only_when_captured(tracer_provider: TracerProvider) -> None:
@@ -178,7 +177,7 @@ class _PeekContent(SpanProcessor):
         self.seen: list[object] = []
 
     def on_end(self, span: ReadableSpan) -> None:
-        self.seen.append(content_buffer().peek(span.context.span_id))  # type: ignore[union-attr]
+        self.seen.append(content_buffer().peek(span.context.span_id))
 
 
 def test_content_is_not_on_the_span_by_default_but_in_the_buffer(tracer_provider: TracerProvider) -> None:
@@ -221,7 +220,7 @@ def test_bad_options_raise_type_error() -> None:
     with pytest.raises(TypeError, match="name"):
         tallyspan.tool(name="")
     with pytest.raises(TypeError, match="risk"):
-        tallyspan.tool(risk=3)  # type: ignore[arg-type]
+        tallyspan.tool(risk=3)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="run name"):
         tallyspan.run("")
 
@@ -252,7 +251,7 @@ def test_run_span_is_the_parent_of_the_tools(raw_spans: InMemorySpanExporter) ->
         semconv.RUN_NAME: "support_agent",
     }
     assert tool_span.parent is not None
-    assert tool_span.parent.span_id == run.context.span_id  # type: ignore[union-attr]
+    assert tool_span.parent.span_id == run.context.span_id
 
 
 def test_run_as_decorator_sync_and_async_and_errors_pass_through(raw_spans: InMemorySpanExporter) -> None:

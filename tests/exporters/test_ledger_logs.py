@@ -63,14 +63,15 @@ def _record() -> LedgerRecord:
 
 @pytest.fixture
 def memory_sink() -> Iterator[tuple[OTLPLedgerSink, InMemoryLogRecordExporter]]:
-    exporter = InMemoryLogRecordExporter()
+    exporter = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
     sink = OTLPLedgerSink(exporter, batch=False)
     yield sink, exporter
     sink.shutdown()
 
 
 def test_sinks_satisfy_the_protocol(tmp_path: Path) -> None:
-    assert isinstance(OTLPLedgerSink(InMemoryLogRecordExporter()), LedgerSink)
+    exporter = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
+    assert isinstance(OTLPLedgerSink(exporter), LedgerSink)
     assert isinstance(SQLiteLedgerSink(tmp_path / "s.db"), LedgerSink)
 
 
@@ -139,7 +140,7 @@ def test_balanced_reconciliation_is_info(
 
 
 def test_batched_records_leave_on_flush() -> None:
-    exporter = InMemoryLogRecordExporter()
+    exporter = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
     sink = OTLPLedgerSink(exporter, service_name="svc")
     sink.export_entries(_entries())
     assert sink.force_flush(5000) is True

@@ -74,6 +74,7 @@ def _agent(client: openai.OpenAI, *, execute_log_calls: bool) -> str:
                 return reply.content or ""
             messages.append(reply.model_dump(exclude_none=True))
             for call in reply.tool_calls:
+                assert call.type == "function"
                 if call.function.name == "log_action" and not execute_log_calls:
                     result: Any = "noted"  # the harness takes the log call as read, without running a tool
                 else:
@@ -157,11 +158,11 @@ def test_one_unlogged_call_unbalances_the_run_span_and_the_otlp_log_records(
     assert [r.event_name for r in records] == [semconv.EVENT_LEDGER_ENTRY] * 5 + [
         semconv.EVENT_LEDGER_RECONCILIATION
     ]
-    trace_hex = format(run.context.trace_id, "032x")  # type: ignore[union-attr]
-    run_hex = format(run.context.span_id, "016x")  # type: ignore[union-attr]
+    trace_hex = format(run.context.trace_id, "032x")
+    run_hex = format(run.context.span_id, "016x")
     assert {r.trace_id.hex() for r in records} == {trace_hex}
     observed_spans = {
-        (s.attributes or {})[semconv.GEN_AI_TOOL_CALL_ID]: format(s.context.span_id, "016x")  # type: ignore[union-attr]
+        (s.attributes or {})[semconv.GEN_AI_TOOL_CALL_ID]: format(s.context.span_id, "016x")
         for s in spans
         if s.name.startswith("execute_tool") and s.name != "execute_tool log_action"
     }
