@@ -602,6 +602,48 @@ async def test_async_stream_manager(
     assert span.attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_use",)
 
 
+# --- the SDK's own tracing -----------------------------------------------------------------------------
+
+
+def test_the_sdks_own_call_span_is_not_made_inside_ours(
+    spans: InMemorySpanExporter, server: AnthropicServer, tracer_provider: TracerProvider
+) -> None:
+    native = anthropic.Anthropic(
+        base_url=server.base_url,
+        api_key=API_KEY,
+        max_retries=0,
+        open_telemetry={"tracer_provider": tracer_provider},
+    )
+    with native:
+        create(native)
+        with native.messages.stream(model=MODEL, max_tokens=8, messages=USER) as stream:  # type: ignore[arg-type]
+            stream.until_done()
+    assert [span.name for span in spans.get_finished_spans()] == [f"chat {MODEL}", f"chat {MODEL}"]
+
+
+def test_the_sdks_own_span_is_left_alone_where_we_make_none(
+    instrument_anthropic: Callable[..., InMemorySpanExporter],
+    server: AnthropicServer,
+    tracer_provider: TracerProvider,
+) -> None:
+    exporter = instrument_anthropic()
+    native = anthropic.Anthropic(
+        base_url=server.base_url,
+        api_key=API_KEY,
+        max_retries=0,
+        open_telemetry={"tracer_provider": tracer_provider},
+    )
+    with native:
+        with suppress_instrumentation():
+            create(native)
+        AnthropicInstrumentor().uninstrument()
+        create(native)
+    assert [span.name for span in exporter.get_finished_spans()] == [
+        "anthropic.messages.create",
+        "anthropic.messages.create",
+    ]
+
+
 # --- suppression and uninstrument -------------------------------------------------------------------------
 
 
@@ -625,10 +667,13 @@ def test_uninstrument_restores_the_sdk_methods(
 
     originals = {name: getattr(Messages, name) for name in ("create", "parse", "stream")}
     async_originals = {name: getattr(AsyncMessages, name) for name in ("create", "parse", "stream")}
+    native_start = anthropic._base_client.start_api_call_span
     instrumentor = AnthropicInstrumentor()
     exporter = instrument_anthropic()
     assert Messages.create is not originals["create"]
+    assert anthropic._base_client.start_api_call_span is not native_start
     instrumentor.uninstrument()
+    assert anthropic._base_client.start_api_call_span is native_start
     assert {name: getattr(Messages, name) for name in originals} == originals
     assert {name: getattr(AsyncMessages, name) for name in async_originals} == async_originals
     create(client)

@@ -8,6 +8,7 @@ made) and the raw event stream inside the ``MessageStream`` is observed by the s
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Collection
 from typing import Any
@@ -216,6 +217,36 @@ class _AsyncStreamManagerProxy(wrapt.ObjectProxy[Any]):
             finalize_if_proxy(self._self_proxy)
 
 
+def _native_span(tracer: Tracer, capture: bool) -> Callable[..., Any]:
+    """Recent SDKs trace their own calls: inside a model span of ours, theirs would count the call twice."""
+
+    def wrapper(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if _model_span_stands_for_the_call():
+            return None  # the SDK then sends the request without a span of its own
+        return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def _model_span_stands_for_the_call() -> bool:
+    if framework_model_call_active():
+        return True
+    try:
+        span: Any = trace.get_current_span()
+        scope = getattr(span, "instrumentation_scope", None)
+        attributes = getattr(span, "attributes", None) or {}
+        return (
+            span.is_recording()
+            and getattr(scope, "name", None) == semconv.INSTRUMENTATION_SCOPE
+            and attributes.get(semconv.GEN_AI_OPERATION_NAME) in semconv.MODEL_OPERATIONS
+        )
+    except Exception:  # unsure: let the SDK trace its call as it would without us
+        swallowed(_logger, "anthropic.native_span", "tallyspan could not inspect the current span")
+        return False
+
+
 #: (module, "Class.method", wrapper factory): read by both _instrument and _uninstrument.
 _WRAPPED: tuple[tuple[str, str, Factory], ...] = (
     (_MODULE, "Messages.create", _create),
@@ -226,12 +257,28 @@ _WRAPPED: tuple[tuple[str, str, Factory], ...] = (
     (_MODULE, "AsyncMessages.stream", _stream_async),
 )
 
+#: Wrapped only where the installed SDK has them (its own tracing arrived in 2.x).
+_OPTIONAL: tuple[tuple[str, str, Factory], ...] = (
+    ("anthropic._base_client", "start_api_call_span", _native_span),
+)
+
+
+def _owner_and_name(module: str, path: str) -> tuple[Any, str] | None:
+    """The object holding ``path`` in ``module`` and the attribute name, or None when it is absent."""
+    owner: Any = importlib.import_module(module)
+    *parents, name = path.split(".")
+    for parent in parents:
+        owner = getattr(owner, parent, None)
+    return (owner, name) if owner is not None and hasattr(owner, name) else None
+
 
 class AnthropicInstrumentor(BaseInstrumentor):
     """Traces Anthropic Messages calls as GenAI ``chat {model}`` spans.
 
     Keyword arguments of :meth:`instrument`: ``tracer_provider`` (default: the global one) and
     ``capture_content`` (default: ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``).
+    The SDK's own call span (``anthropic.messages.create``) is not made inside ours, so each call
+    appears once; the SDK's other spans are left alone.
     """
 
     def instrumentation_dependencies(self) -> Collection[str]:
@@ -247,10 +294,12 @@ class AnthropicInstrumentor(BaseInstrumentor):
         capture = resolve_capture_content(kwargs.get("capture_content"))
         for module, name, factory in _WRAPPED:
             wrapt.wrap_function_wrapper(module, name, factory(tracer, capture))
+        for module, name, factory in _OPTIONAL:
+            if _owner_and_name(module, name) is not None:
+                wrapt.wrap_function_wrapper(module, name, factory(tracer, capture))
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        import importlib
-
-        for module, name, _ in _WRAPPED:
-            owner_name, method = name.split(".")
-            unwrap(getattr(importlib.import_module(module), owner_name), method)
+        for module, name, _ in (*_WRAPPED, *_OPTIONAL):
+            found = _owner_and_name(module, name)
+            if found is not None:
+                unwrap(*found)
