@@ -284,3 +284,61 @@ def test_same_run_object_can_be_entered_nested(raw_spans: InMemorySpanExporter) 
     with outer, outer:
         pass
     assert len(raw_spans.get_finished_spans()) == 2
+
+
+async def test_cancelled_async_tool_is_failed_and_the_cancellation_passes_through(
+    raw_spans: InMemorySpanExporter,
+) -> None:
+    started = asyncio.Event()
+
+    @tallyspan.tool
+    async def slow() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    task = asyncio.create_task(slow())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    attributes = _only(raw_spans).attributes or {}
+    assert attributes[semconv.TOOL_OUTCOME] == "failed"
+    assert attributes[semconv.ERROR_TYPE] == "CancelledError"
+
+
+def test_unserialisable_result_is_captured_as_text_and_returned_unchanged(
+    tracer_provider: TracerProvider,
+) -> None:
+    exporter = InMemorySpanExporter()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tallyspan.instrument(tracer_provider=tracer_provider, store=None, instrumentors=(), capture_content=True)
+    circular: list[object] = []
+    circular.append(circular)
+
+    @tallyspan.tool
+    def loop() -> list[object]:
+        return circular
+
+    assert loop() is circular
+    assert (_only(exporter).attributes or {})[semconv.GEN_AI_TOOL_CALL_RESULT] == "[[...]]"
+
+
+def test_methods_can_be_tools(raw_spans: InMemorySpanExporter) -> None:
+    class Agent:
+        @tallyspan.tool(name="lookup")
+        def lookup(self, key: str) -> str:
+            return key * 2
+
+    assert Agent().lookup("ab") == "abab"
+    assert _only(raw_spans).name == "execute_tool lookup"
+
+
+def test_ledger_module_docstring_example_runs() -> None:
+    from tallyspan import ledger
+
+    result = ledger.reconcile(
+        [ledger.Observed("c1", "book_flight", "succeeded", seq=0)],
+        [ledger.Claim("c1", "book_flight", "succeeded", "booked HAT001", seq=1)],
+    )
+    assert result.balanced
+    assert result.protocol_ok
