@@ -30,6 +30,8 @@ ROTEL_PROCESSOR = CONFIG_DIR / "rotel" / "violations_only.py"
 
 #: Dotted names of ours (attributes, events, spans, metrics), wherever they appear: OTTL, TraceQL, prose.
 _DOTTED = re.compile(r"\b(?:tallyspan|gen_ai)\.[A-Za-z0-9_.]*[A-Za-z0-9_]")
+#: Phoenix's filter spells them as nested keys: attributes['tallyspan']['ledger']['balanced'].
+_NESTED = re.compile(r"\['(tallyspan|gen_ai)'\]((?:\['[A-Za-z0-9_]+'\])+)")
 #: The same names after Prometheus normalisation ("." -> "_", "_total" on counters).
 _UNDERSCORED = re.compile(r"\b(?:tallyspan|gen_ai)_[A-Za-z0-9_]*[A-Za-z0-9]")
 _METRIC_SUFFIXES = ("_total",)
@@ -73,6 +75,7 @@ def undefined_names(text: str) -> set[str]:
     defined = _defined_names()
     allowed = defined | _prometheus_names(defined) | _python_references()
     found = set(_DOTTED.findall(plain)) | set(_UNDERSCORED.findall(plain))
+    found |= {root + "." + ".".join(re.findall(r"'([^']+)'", keys)) for root, keys in _NESTED.findall(plain)}
     return {name for name in found if name not in allowed}
 
 
@@ -87,15 +90,24 @@ def _checked_files() -> list[Path]:
 
 
 def test_scanner_flags_a_misspelt_attribute_and_metric() -> None:
-    text = 'attributes["tallyspan.violatd"] == true  # tallyspan_violation_total{gen_ai_nope="x"}'
-    assert undefined_names(text) == {"tallyspan.violatd", "tallyspan_violation_total", "gen_ai_nope"}
+    text = (
+        'attributes["tallyspan.violatd"] == true  # tallyspan_violation_total{gen_ai_nope="x"} '
+        "'refusal' in attributes['tallyspan']['violation_type']"
+    )
+    assert undefined_names(text) == {
+        "tallyspan.violatd",
+        "tallyspan_violation_total",
+        "gen_ai_nope",
+        "tallyspan.violation_type",
+    }
 
 
 def test_scanner_accepts_semconv_names_in_every_spelling() -> None:
     text = (
         f'{{ span.{semconv.VIOLATED} = true }} attributes["{semconv.VIOLATION_TYPES}"] '
         'tallyspan_violations_total{tallyspan_violation_type="refusal"} '
-        'delete_matching_keys(attributes, "^gen_ai\\\\.prompt\\\\..*") tallyspan.instrument()'
+        'delete_matching_keys(attributes, "^gen_ai\\\\.prompt\\\\..*") tallyspan.instrument() '
+        "attributes['tallyspan']['ledger']['balanced'] == False"
     )
     assert undefined_names(text) == set()
 

@@ -164,3 +164,26 @@ def test_phoenix_filters_on_the_scalar_attributes(phoenix: Phoenix, project: str
     assert [span["name"] for span in unbalanced] == [RUN_SPAN]
     in_ui = _filtered(phoenix, project, f"{filter_path(semconv.VIOLATED)} == True")
     assert in_ui == sorted(span["context"]["span_id"] for span in violated)
+
+
+def _expected_ids(phoenix: Phoenix, project: str, attribute: str, value: Any) -> list[str]:
+    return sorted(
+        span["context"]["span_id"]
+        for span in phoenix.spans(project)
+        if span["attributes"].get(attribute) == value
+    )
+
+
+def test_every_filter_of_the_backends_guide_selects_what_it_says(phoenix: Phoenix, project: str) -> None:
+    """The table in docs/backends.md, condition by condition, against Phoenix's own filter."""
+    language = FailureClass.LANGUAGE_CORRUPTION.value
+    violated_in_stage = _expected_ids(phoenix, project, semconv.STAGE, REPORT_STAGE)
+    assert _filtered(
+        phoenix, project, f"{filter_path(semconv.FAILURE_CLASS)} == '{language}'"
+    ) == _expected_ids(phoenix, project, semconv.FAILURE_CLASS, language)
+    stage_errors = f"{filter_path(semconv.STAGE)} == '{REPORT_STAGE}' and status_code == 'ERROR'"
+    assert _filtered(phoenix, project, stage_errors) == violated_in_stage
+    assert len(violated_in_stage) == len(EXPECTED_VIOLATIONS)
+    unbalanced = _filtered(phoenix, project, f"{filter_path(semconv.LEDGER_BALANCED)} == False")
+    assert unbalanced == _expected_ids(phoenix, project, semconv.LEDGER_BALANCED, False)
+    assert len(unbalanced) == 1
