@@ -99,7 +99,8 @@ class LedgerProcessor(WrappingProcessor):
         max_tracked_spans: live spans whose run is remembered; the oldest are forgotten (counted).
         max_open_runs: runs buffered at once; the oldest is dropped unreconciled (counted).
         max_entries_per_run: entries buffered per run; more are dropped (counted, and reported on the run).
-        max_span_events: ``tallyspan.ledger.entry`` events put on one run span; the sinks get all entries.
+        max_span_events: entry events, and discrepancy events, put on one run span at most; the sinks
+            get everything, and the attributes always count everything.
     """
 
     def __init__(
@@ -153,13 +154,11 @@ class LedgerProcessor(WrappingProcessor):
     def _track(self, span: Span) -> None:
         context = span.get_span_context()
         span_id = context.span_id
-        run_id = span_id
-        if not _is_run_span(span.attributes or {}):
-            parent = span.parent
-            if parent is not None and not parent.is_remote:
-                with self._lock:
-                    run_id = self._run_of.get(parent.span_id, span_id)
+        parent = None if _is_run_span(span.attributes or {}) else span.parent
         with self._lock:
+            run_id = span_id
+            if parent is not None and not parent.is_remote:
+                run_id = self._run_of.get(parent.span_id, span_id)
             self._run_of[span_id] = run_id
             while len(self._run_of) > self._max_tracked_spans:
                 self._run_of.popitem(last=False)
@@ -291,7 +290,10 @@ class LedgerProcessor(WrappingProcessor):
         if len(records) > self._max_span_events:
             count("dropped.ledger_span_events", len(records) - self._max_span_events)
         end = span.end_time
-        for discrepancy in result.discrepancies:
+        shown = result.discrepancies[: self._max_span_events]
+        if len(result.discrepancies) > len(shown):
+            count("dropped.ledger_span_events", len(result.discrepancies) - len(shown))
+        for discrepancy in shown:
             event_attributes: dict[str, AttributeValue] = {
                 semconv.LEDGER_DISCREPANCY_TYPE: discrepancy.type,
                 semconv.LEDGER_DETAIL: discrepancy.detail,

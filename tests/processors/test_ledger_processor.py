@@ -421,6 +421,18 @@ def test_span_events_are_capped_but_sinks_get_every_entry() -> None:
     books.close()
 
 
+def test_discrepancy_events_are_capped_but_counted_in_full() -> None:
+    books = _Books(max_span_events=2)
+    with books.run():
+        for i in range(5):
+            books.tool("search", f"c{i}")
+    run = books.finished("invoke_agent agent")
+    assert len(_events(run, semconv.EVENT_LEDGER_DISCREPANCY)) == 2
+    assert _attrs(run)[semconv.LEDGER_DISCREPANCY_COUNT] == 6  # five unlogged calls and ledger_missing
+    assert len(books.sink.records[0].reconciliation.discrepancies) == 6
+    books.close()
+
+
 def test_open_runs_over_the_bound_are_dropped_and_counted() -> None:
     books = _Books(max_open_runs=1)
     first = books.tracer.start_span(
