@@ -542,3 +542,22 @@ def test_shutdown_releases_the_content_buffer_consumer() -> None:
     books.close()
     books.processor.shutdown()  # twice is harmless
     assert content_buffer().active is before
+
+
+def test_claim_summary_is_recorded_when_content_is_captured(
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+) -> None:
+    instrumentation = tallyspan.instrument(
+        tracer_provider=tracer_provider,
+        store=None,
+        instrumentors=(),
+        capture_content=True,
+        span_processors=[SimpleSpanProcessor(span_exporter)],
+    )
+    with tallyspan.run("coder"):
+        tallyspan.ledger.claim("c1", "search", "succeeded", summary="looked it up")
+    instrumentation.force_flush()
+    (run,) = [s for s in span_exporter.get_finished_spans() if s.name == "invoke_agent coder"]
+    (entry,) = _events(run, semconv.EVENT_LEDGER_ENTRY)
+    assert entry[semconv.LEDGER_SUMMARY] == "looked it up"
+    assert _attrs(run)[semconv.LEDGER_DISCREPANCY_TYPES] == ("phantom_log",)
