@@ -67,7 +67,9 @@ def test_violations_in_a_file_exit_1_with_types_and_details(contracts: Path, tmp
 
 
 def test_stdin_is_the_default_input(contracts: Path) -> None:
-    code, out, _ = _run("--contracts", str(contracts), "--stage", "triage", stdin="I'm sorry, but I can't help.")
+    code, out, _ = _run(
+        "--contracts", str(contracts), "--stage", "triage", stdin="I'm sorry, but I can't help."
+    )
     assert code == 0
     assert json.loads(out)["data"]["contract"] == "triage"
 

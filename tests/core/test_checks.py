@@ -55,7 +55,9 @@ def test_result_to_dict_is_json_ready() -> None:
         "ok": False,
         "violation_types": ["too_short"],
         "failure_class": "contract_violation",
-        "violations": [{"type": "too_short", "failure_class": "contract_violation", "detail": "2 chars < min_chars 10"}],
+        "violations": [
+            {"type": "too_short", "failure_class": "contract_violation", "detail": "2 chars < min_chars 10"}
+        ],
     }
 
 
@@ -85,7 +87,9 @@ def test_required_patterns_match_at_line_starts_and_report_their_name() -> None:
 
 
 def test_forbidden_patterns_are_found_anywhere_including_reasoning() -> None:
-    contract = Contract(forbidden=[{"name": "template token", "pattern": r"<\|im_end\|>"}], allow_reasoning=True)
+    contract = Contract(
+        forbidden=[{"name": "template token", "pattern": r"<\|im_end\|>"}], allow_reasoning=True
+    )
     result = check("回答です。<|im_end|>", contract)
     assert result.violation_types == ("forbidden_present",)
     assert result.violations[0].detail == "pattern 'template token' found"
@@ -100,8 +104,13 @@ def test_json_schema_reports_missing_and_mistyped_fields() -> None:
     }
     contract = Contract(json_schema=schema)
     assert _types(check('```json\n{"verdict": "APPROVE", "score": 0.9}\n```', contract)) == ()
-    details = [violation.detail for violation in check('{"verdict": "MAYBE", "score": "high"}', contract).violations]
-    assert details == ["json field $.verdict is not one of the allowed values", "json field $.score has type string, want number"]
+    details = [
+        violation.detail for violation in check('{"verdict": "MAYBE", "score": "high"}', contract).violations
+    ]
+    assert details == [
+        "json field $.verdict is not one of the allowed values",
+        "json field $.score has type string, want number",
+    ]
     missing = check('{"verdict": "APPROVE"}', contract)
     assert [violation.detail for violation in missing.violations] == ["json field $.score missing"]
     assert check("判定：合格", contract).violations[0].detail == "output is not JSON"
@@ -137,7 +146,8 @@ def test_refusals_in_english_japanese_and_chinese_are_caught(text: str) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "申し訳ありませんが、最新の株価にはアクセスできません。ただし、一般的な分析方法をご紹介します。" + "分析の手順は次の通りです。" * 30,
+        "申し訳ありませんが、最新の株価にはアクセスできません。ただし、一般的な分析方法をご紹介します。"
+        + "分析の手順は次の通りです。" * 30,
         "お問い合わせありがとうございます。ご依頼の資料を添付いたします。",
         "The contract says the supplier cannot refuse a valid order.",
         "ユーザーが「できません」と言った場合の対応を説明します。",
@@ -173,7 +183,9 @@ def test_leaked_reasoning_is_caught(text: str, detail: str) -> None:
 
 def test_reasoning_repeated_from_the_providers_field_is_a_leak() -> None:
     reasoning = "売上の前年比を確認し、主要な要因を三つに整理してから結論を書くことにする。"
-    assert _types(check("回答：" + reasoning + "以上です。", reasoning_text=reasoning)) == ("reasoning_leaked",)
+    assert _types(check("回答：" + reasoning + "以上です。", reasoning_text=reasoning)) == (
+        "reasoning_leaked",
+    )
     assert _types(check("売上は前年比で増えました。", reasoning_text=reasoning)) == ()
 
 
@@ -246,9 +258,9 @@ def test_language_contract_drives_the_language_checks() -> None:
     assert _types(check("報告です。我们认为这个方案是目前最好的选择。", Contract(language="ja"))) == (
         "chinese_in_japanese",
     )
-    assert _types(check("この機能は very useful ですが、some users は confused しています。", Contract(language="ja"))) == (
-        "broken_language_mix",
-    )
+    assert _types(
+        check("この機能は very useful ですが、some users は confused しています。", Contract(language="ja"))
+    ) == ("broken_language_mix",)
     assert _types(check("本日の報告です。", Contract(language="en"))) == ("wrong_language",)
     assert check("Here is your report.", Contract(language="ja")).failure_class == "language_corruption"
 
@@ -283,13 +295,9 @@ def test_errors_are_classified_as_timeout_or_process_error(error: str | BaseExce
 
 
 def test_an_error_caused_by_a_refused_connection_is_a_process_error() -> None:
-    try:
-        try:
-            raise ConnectionRefusedError(111, "Connection refused")
-        except ConnectionRefusedError as cause:
-            raise RuntimeError("request failed") from cause
-    except RuntimeError as error:
-        assert check(None, error=error).violation_types == ("process_error",)
+    error = RuntimeError("request failed")
+    error.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    assert check(None, error=error).violation_types == ("process_error",)
 
 
 def test_other_errors_give_no_violation_and_skip_the_output_checks() -> None:
@@ -323,4 +331,5 @@ def test_details_never_quote_the_output() -> None:
     result = check(secret, contract)
     assert len(result.violations) >= 5
     for violation in result.violations:
-        assert "極秘" not in violation.detail and "300%" not in violation.detail
+        assert "極秘" not in violation.detail
+        assert "300%" not in violation.detail

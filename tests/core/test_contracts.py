@@ -56,11 +56,17 @@ def test_contract_takes_exactly_the_fields_of_a_contracts_file() -> None:
     )
     assert contract.required[1] == NamedPattern(name="verdict", pattern="verdict")
     assert [name for name, _ in contract.required_patterns] == [r"^判定[:：]", "verdict"]
-    assert contract.claims is not None and contract.claims.allowed == ["導入企業300社"]
+    assert contract.claims is not None
+    assert contract.claims.allowed == ["導入企業300社"]
     with pytest.raises(pydantic.ValidationError, match="extra"):
         Contract(min_char=3)  # type: ignore[call-arg]
     defaults = Contract()
-    assert (defaults.allow_refusal, defaults.allow_reasoning, defaults.claims, defaults.language) == (False, False, None, None)
+    assert (defaults.allow_refusal, defaults.allow_reasoning, defaults.claims, defaults.language) == (
+        False,
+        False,
+        None,
+        None,
+    )
 
 
 def test_contract_language_is_normalised_and_checked() -> None:
@@ -128,7 +134,13 @@ def test_mappings_lists_objects_and_sets_all_load() -> None:
 @pytest.mark.parametrize(
     ("text", "stage", "field", "line", "message"),
     [
-        ("contracts:\n  report:\n    language: ja\n    min_chars: -5\n", "report", "min_chars", 4, "greater than or equal"),
+        (
+            "contracts:\n  report:\n    language: ja\n    min_chars: -5\n",
+            "report",
+            "min_chars",
+            4,
+            "greater than or equal",
+        ),
         ("contracts:\n  report:\n    min_char: 5\n", "report", "min_char", 3, "unknown field"),
         ("contracts:\n  report:\n    language: fr\n", "report", "language", 3, "unsupported language"),
         (
@@ -145,7 +157,13 @@ def test_mappings_lists_objects_and_sets_all_load() -> None:
             4,
             "",
         ),
-        ("contracts:\n  a:\n    min_chars: 10\n    max_chars: 5\n", "a", None, 2, "min_chars 10 > max_chars 5"),
+        (
+            "contracts:\n  a:\n    min_chars: 10\n    max_chars: 5\n",
+            "a",
+            None,
+            2,
+            "min_chars 10 > max_chars 5",
+        ),
         ("default:\n  deadline_s: 0\n", "default", "deadline_s", 2, "greater than 0"),
     ],
 )
@@ -157,7 +175,9 @@ def test_a_bad_yaml_file_names_the_file_stage_field_and_line(
         load_contracts(path)
     error = raised.value
     assert (error.file, error.stage, error.line) == (str(path), stage, line)
-    assert error.field == field or (field is not None and error.field is not None and error.field.startswith(field))
+    assert error.field == field or (
+        field is not None and error.field is not None and error.field.startswith(field)
+    )
     assert message in str(error)
     assert str(error).startswith(f"{path}:{line}, stage {stage!r}")
     assert error.__cause__ is not None
@@ -173,7 +193,8 @@ def test_a_match_rule_naming_an_unknown_contract_fails() -> None:
 def test_broken_yaml_and_toml_syntax_fail_with_the_line(tmp_path: Path) -> None:
     with pytest.raises(ContractError) as raised:
         load_contracts(_write(tmp_path, "c.yaml", "contracts:\n  a: [unclosed\n  b: 1\n"))
-    assert raised.value.line is not None and raised.value.line >= 2
+    assert raised.value.line is not None
+    assert raised.value.line >= 2
     assert "invalid YAML" in str(raised.value)
     assert isinstance(raised.value.__cause__, Exception)
     with pytest.raises(ContractError, match="invalid TOML"):

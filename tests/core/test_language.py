@@ -33,7 +33,8 @@ def _types(text: str, required: str = "ja") -> list[str]:
         "基準率の無視（base rate neglect）は認知バイアスです。",
         "ニンテンドースイッチ vs PS5：価格",
         "競合3社（A社・B社・C社）の料金を比較し、A社を推奨します。",
-        "エラーログは以下の通りです。\n```\nTraceback (most recent call last):\nValueError: invalid literal\n```\n原因は入力値です。",
+        "エラーログは以下の通りです。\n```\nTraceback (most recent call last):\nValueError: invalid literal\n```\n"
+        "原因は入力値です。",
         '```json\n{"verdict": "APPROVE", "reason": "予算内であり、要件を満たしている"}\n```',
         "",
         "🎉🎉🎉",
@@ -110,7 +111,8 @@ def test_hanzi_table_is_what_the_build_script_generates() -> None:
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "build_hanzi_table.py"
     spec = importlib.util.spec_from_file_location("build_hanzi_table", script)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     chinese_only, rare = module.build()

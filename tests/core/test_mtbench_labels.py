@@ -45,7 +45,9 @@ CODES = {
     "R": "refusal",
     "S": "too_short",
 }
-TEMPLATE_TOKENS = r"<\|(?:im_end|im_start|endoftext|extra_\d+)\|>|<</?SYS>>|\[/?INST\]|</s>|### (?:Human|Assistant)"
+TEMPLATE_TOKENS = (
+    r"<\|(?:im_end|im_start|endoftext|extra_\d+)\|>|<</?SYS>>|\[/?INST\]|</s>|### (?:Human|Assistant)"
+)
 _COMMON = {"min_chars": 1, "forbidden": [{"name": "template token", "pattern": TEMPLATE_TOKENS}]}
 ANSWER_CONTRACT = Contract(language="ja", **_COMMON)
 EXTRACTION_CONTRACT = Contract(**_COMMON)
@@ -112,7 +114,9 @@ def _categories(data: Path) -> dict[int, str]:
     return {row["question_id"]: row["category"] for row in rows}
 
 
-def _results(data: Path, labels: dict[str, dict[tuple[int, int], str]]) -> list[tuple[str, set[str], set[str]]]:
+def _results(
+    data: Path, labels: dict[str, dict[tuple[int, int], str]]
+) -> list[tuple[str, set[str], set[str]]]:
     rows = []
     for short, cases in labels.items():
         answers = _answers(data, MODELS[short])
@@ -149,7 +153,11 @@ def test_the_label_sets_are_large_and_mixed() -> None:
 
 
 def test_every_dev_answer_gets_exactly_its_labels(shared_data: Path) -> None:
-    wrong = [(case, sorted(expected), sorted(got)) for case, expected, got in _results(shared_data, DEV) if expected != got]
+    wrong = [
+        (case, sorted(expected), sorted(got))
+        for case, expected, got in _results(shared_data, DEV)
+        if expected != got
+    ]
     assert wrong == []
 
 

@@ -23,7 +23,13 @@ from tallyspan_processors import ChecksProcessor, LedgerProcessor, checks_compon
 
 CONTRACTS = {
     "contracts": {
-        "report": {"language": "ja", "min_chars": 10, "required": [r"^判定[:：]"], "deadline_s": 5, "max_wait_s": 60},
+        "report": {
+            "language": "ja",
+            "min_chars": 10,
+            "required": [r"^判定[:：]"],
+            "deadline_s": 5,
+            "max_wait_s": 60,
+        },
         "free": {},
     },
 }
@@ -67,7 +73,9 @@ def _chat(stage: str | None = "report", **extra: Any) -> dict[str, Any]:
 
 
 def _output_messages(text: str) -> str:
-    return json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": text}], "finish_reason": "stop"}])
+    return json.dumps(
+        [{"role": "assistant", "parts": [{"type": "text", "content": text}], "finish_reason": "stop"}]
+    )
 
 
 @contextmanager
@@ -156,7 +164,9 @@ def test_non_model_spans_are_not_checked(pipeline: Pipeline) -> None:
 
 def test_the_default_contract_applies_to_spans_without_a_stage() -> None:
     with _build(contracts={"contracts": {}, "default": {"language": "ja"}}) as pipeline:
-        span = pipeline.span(_chat(stage=None, **{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages("Hello there")}))
+        span = pipeline.span(
+            _chat(stage=None, **{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages("Hello there")})
+        )
         assert span.attributes is not None
         assert span.attributes[semconv.CONTRACT] == "default"
         assert tuple(span.attributes[semconv.VIOLATION_TYPES]) == ("not_japanese",)
@@ -187,14 +197,25 @@ def test_match_rules_bind_by_agent_name_and_model() -> None:
 def test_status_is_left_alone_when_mark_error_status_is_off() -> None:
     with _build(mark_error_status=False) as pipeline:
         span = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages("Hello")}))
-        assert span.attributes is not None and span.attributes[semconv.VIOLATED] is True
+        assert span.attributes is not None
+        assert span.attributes[semconv.VIOLATED] is True
         assert span.status.status_code is StatusCode.UNSET
 
 
 def test_evaluation_events_mirror_each_check() -> None:
     with _build(evaluation_events=True) as pipeline:
-        span = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages("判定：合格\nThe report is written in English and not in Japanese.")}))
-        evaluations = [dict(e.attributes or {}) for e in span.events if e.name == semconv.EVENT_GEN_AI_EVALUATION_RESULT]
+        span = pipeline.span(
+            _chat(
+                **{
+                    semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages(
+                        "判定：合格\nThe report is written in English and not in Japanese."
+                    )
+                }
+            )
+        )
+        evaluations = [
+            dict(e.attributes or {}) for e in span.events if e.name == semconv.EVENT_GEN_AI_EVALUATION_RESULT
+        ]
         assert [e[semconv.GEN_AI_EVALUATION_NAME] for e in evaluations] == [
             "tallyspan.not_japanese",
             "tallyspan.contract.report",
@@ -223,11 +244,21 @@ def test_openllmetry_and_openinference_content_is_read(pipeline: Pipeline) -> No
             }
         )
     )
-    assert tuple((openllmetry.attributes or {})[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese")
-    openinference = pipeline.span(
-        _chat(**{f"{semconv.OPENINFERENCE_OUTPUT_MESSAGES_PREFIX}0.message.content": "我们认为这个方案是最好的。"})
+    assert tuple((openllmetry.attributes or {})[semconv.VIOLATION_TYPES]) == (
+        "missing_required",
+        "not_japanese",
     )
-    assert tuple((openinference.attributes or {})[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese")
+    openinference = pipeline.span(
+        _chat(
+            **{
+                f"{semconv.OPENINFERENCE_OUTPUT_MESSAGES_PREFIX}0.message.content": "我们认为这个方案是最好的。"
+            }
+        )
+    )
+    assert tuple((openinference.attributes or {})[semconv.VIOLATION_TYPES]) == (
+        "missing_required",
+        "not_japanese",
+    )
     raw_response = json.dumps({"choices": [{"message": {"role": "assistant", "content": GOOD}}]})
     output_value = pipeline.span(_chat(**{semconv.OPENINFERENCE_OUTPUT_VALUE: raw_response}))
     assert semconv.VIOLATION_TYPES not in (output_value.attributes or {})
@@ -252,7 +283,9 @@ def test_timeout_and_process_error_come_from_the_span_itself(pipeline: Pipeline)
     assert tuple((refused.attributes or {})[semconv.VIOLATION_TYPES]) == ("process_error",)
     assert (refused.attributes or {})[semconv.FAILURE_CLASS] == "process_error"
     assert refused.status.description == "Connection error."  # the instrumentor's own status is kept
-    timed_out = pipeline.span(_chat(**{semconv.ERROR_TYPE: "APITimeoutError"}), status=Status(StatusCode.ERROR))
+    timed_out = pipeline.span(
+        _chat(**{semconv.ERROR_TYPE: "APITimeoutError"}), status=Status(StatusCode.ERROR)
+    )
     assert tuple((timed_out.attributes or {})[semconv.VIOLATION_TYPES]) == ("timeout",)
     bad_request = pipeline.span(_chat(**{semconv.ERROR_TYPE: "400"}), status=Status(StatusCode.ERROR))
     assert semconv.VIOLATION_TYPES not in (bad_request.attributes or {})
@@ -307,7 +340,8 @@ def test_checks_component_peeks_when_a_ledger_processor_is_below() -> None:
     with_ledger = checks_component([ledger], settings)
     alone = checks_component([SimpleSpanProcessor(exporter)], settings)
     try:
-        assert isinstance(with_ledger, ChecksProcessor) and isinstance(alone, ChecksProcessor)
+        assert isinstance(with_ledger, ChecksProcessor)
+        assert isinstance(alone, ChecksProcessor)
         assert with_ledger._pop_content is False
         assert alone._pop_content is True
         assert checks_component([], Settings())._contracts is None  # type: ignore[attr-defined]
