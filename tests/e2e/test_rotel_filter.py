@@ -45,6 +45,10 @@ def _rotel_binary() -> Path:
     binary = Path(rotel.__file__).parent / "rotel-agent"
     if not binary.is_file():
         pytest.skip(f"the rotel wheel ships no agent binary at {binary}")
+    # The binary embeds CPython through the system's libpython3.11; without it, it cannot start.
+    probe = subprocess.run([str(binary), "version"], capture_output=True, text=True, timeout=30, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"rotel-agent cannot run here: {probe.stderr.strip() or probe.stdout.strip()}")
     return binary
 
 
