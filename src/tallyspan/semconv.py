@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Final
 
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
+from opentelemetry.semconv._incubating.attributes import jsonrpc_attributes as _jsonrpc
 from opentelemetry.semconv._incubating.attributes import mcp_attributes as _mcp
 from opentelemetry.semconv._incubating.attributes import openai_attributes as _openai
 from opentelemetry.semconv.attributes import error_attributes as _error
@@ -75,6 +76,7 @@ OPENAI_RESPONSE_SYSTEM_FINGERPRINT: Final = _openai.OPENAI_RESPONSE_SYSTEM_FINGE
 MCP_METHOD_NAME: Final = _mcp.MCP_METHOD_NAME
 MCP_SESSION_ID: Final = _mcp.MCP_SESSION_ID
 MCP_PROTOCOL_VERSION: Final = _mcp.MCP_PROTOCOL_VERSION
+JSONRPC_REQUEST_ID: Final = _jsonrpc.JSONRPC_REQUEST_ID
 #: The MCP method of a tool call (``mcp.method.name`` value).
 MCP_METHOD_TOOLS_CALL: Final = "tools/call"
 #: ``error.type`` of a tool call that returned an error result (MCP ``isError``), per the MCP conventions.
