@@ -92,6 +92,7 @@ async def test_client_span_is_parent_of_server_span_in_one_trace(exporter, mode)
         assert semconv.GEN_AI_TOOL_CALL_ARGUMENTS not in attributes  # content is opt-in
         assert span.status.status_code is StatusCode.UNSET
     assert isinstance(dict(server_span.attributes or {})[semconv.MCP_PROTOCOL_VERSION], str)
+    assert dict(server_span.attributes or {})[semconv.JSONRPC_REQUEST_ID].isdigit()
 
 
 async def test_trace_context_travels_in_params_meta_without_touching_the_callers_meta(exporter):

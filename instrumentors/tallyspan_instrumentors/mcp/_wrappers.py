@@ -147,7 +147,9 @@ def _server_parent(meta: Any) -> tuple[otel_context.Context | None, list[Link]]:
     return extracted, links
 
 
-def _start_server_span(state: WrapperState, instance: Any, params: Any) -> tuple[Span, Any] | None:
+def _start_server_span(
+    state: WrapperState, instance: Any, dispatch: Any, params: Any
+) -> tuple[Span, Any] | None:
     if not isinstance(params, Mapping):
         return None
     name = params.get("name")
@@ -159,6 +161,9 @@ def _start_server_span(state: WrapperState, instance: Any, params: Any) -> tuple
         protocol_version=getattr(connection, "protocol_version", None),
         session_id=getattr(connection, "session_id", None),
     )
+    request_id = getattr(dispatch, "request_id", None)
+    if isinstance(request_id, str | int) and not isinstance(request_id, bool):
+        attributes[semconv.JSONRPC_REQUEST_ID] = str(request_id)
     parent, links = _server_parent(params.get("_meta"))
     span = state.tracer.start_span(
         semconv.span_name(semconv.OPERATION_EXECUTE_TOOL, name),
@@ -181,7 +186,9 @@ def on_request_wrapper(state: WrapperState) -> Callable[..., Awaitable[Any]]:
         ):
             return await wrapped(*args, **kwargs)
         try:
-            started = _start_server_span(state, instance, _argument(args, kwargs, 2, "params"))
+            started = _start_server_span(
+                state, instance, _argument(args, kwargs, 0, "dctx"), _argument(args, kwargs, 2, "params")
+            )
         except Exception:  # the server still answers the call, untraced
             swallowed(_logger, "mcp.server.start", "tallyspan could not start an MCP server tool span")
             started = None
