@@ -80,7 +80,7 @@ def undefined_names(text: str) -> set[str]:
 
 
 def _checked_files() -> list[Path]:
-    files = [*COLLECTOR_CONFIGS, *DASHBOARDS, ROTEL_ENV, ROTEL_PROCESSOR]
+    files = [*COLLECTOR_CONFIGS, *DASHBOARDS, ROTEL_ENV, ROTEL_PROCESSOR, CONFIG_DIR / "README.md"]
     if BACKENDS_DOC.exists():
         files.append(BACKENDS_DOC)
     return files
