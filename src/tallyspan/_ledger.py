@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 from typing import Any, Final
 
 from tallyspan import semconv
@@ -63,6 +64,16 @@ _UNLOGGED: Final = {
     semconv.OUTCOME_REJECTED: ViolationType.UNLOGGED_REFUSAL.value,
 }
 
+# Plain strings, looked up once: enum attribute access is slow in the hot loop of reconcile().
+_UNLOGGED_CALL: Final = ViolationType.UNLOGGED_CALL.value
+_PHANTOM_LOG: Final = ViolationType.PHANTOM_LOG.value
+_MISMATCHED_RESULT: Final = ViolationType.MISMATCHED_RESULT.value
+_DUPLICATE_LOG: Final = ViolationType.DUPLICATE_LOG.value
+_LEDGER_MISSING: Final = ViolationType.LEDGER_MISSING.value
+_OUT_OF_ORDER_LOG: Final = ViolationType.OUT_OF_ORDER_LOG.value
+_SELF_LOGGED: Final = ViolationType.SELF_LOGGED.value
+_MALFORMED_LOG: Final = ViolationType.MALFORMED_LOG.value
+
 #: Discrepancy types that make the books unbalanced.
 BALANCE_TYPES: Final = frozenset(
     t.value
@@ -90,7 +101,7 @@ _OUTCOME_SYNONYMS: Final = {
 _OUTCOME_OF_WORD: Final = {word: outcome for outcome, words in _OUTCOME_SYNONYMS.items() for word in words}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Observed:
     """A tool execution the instrumentation observed (the authoritative column)."""
 
@@ -102,7 +113,7 @@ class Observed:
     """Position in the run, counted over both columns."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Claim:
     """An action the agent logged about itself (the agent's column)."""
 
@@ -116,7 +127,7 @@ class Claim:
     """Why the log call's arguments did not parse; such a claim is ``malformed_log`` and never paired."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Discrepancy:
     """One finding of the reconciliation: its type (a ledger ``ViolationType`` value), the call, why."""
 
@@ -214,6 +225,10 @@ def parse_log_arguments(
     return Claim(call_id, tool_name, outcome, summary_text, seq)
 
 
+_BY_SEQ: Final = attrgetter("seq")
+_FIRST: Final = itemgetter(0)
+
+
 def reconcile(
     observed: Iterable[Observed], claimed: Iterable[Claim], *, log_tool: str = DEFAULT_LOG_TOOL
 ) -> Reconciliation:
@@ -227,8 +242,8 @@ def reconcile(
     Returns:
         The :class:`Reconciliation`; discrepancies are listed in ``seq`` order of the entry at fault.
     """
-    calls = sorted((o for o in observed if o.tool_name != log_tool), key=lambda o: o.seq)
-    claims = sorted(claimed, key=lambda c: c.seq)
+    calls = sorted((o for o in observed if o.tool_name != log_tool), key=_BY_SEQ)
+    claims = sorted(claimed, key=_BY_SEQ)
     found: list[tuple[int, Discrepancy]] = []
 
     # The seq of the next ordinary call after each call: a claim must sit between the two.
@@ -244,14 +259,12 @@ def reconcile(
     pending_without_id: list[Claim] = []
     for entry in claims:
         if entry.malformed is not None:
-            found.append(
-                (entry.seq, Discrepancy(ViolationType.MALFORMED_LOG.value, entry.call_id, entry.malformed))
-            )
+            found.append((entry.seq, Discrepancy(_MALFORMED_LOG, entry.call_id, entry.malformed)))
         elif entry.tool_name == log_tool:
             found.append(
                 (
                     entry.seq,
-                    Discrepancy(ViolationType.SELF_LOGGED.value, entry.call_id, f"a claim logs {log_tool}"),
+                    Discrepancy(_SELF_LOGGED, entry.call_id, f"a claim logs {log_tool}"),
                 )
             )
         elif entry.call_id is None:
@@ -259,16 +272,14 @@ def reconcile(
         else:
             same_id = unpaired_by_id.get(entry.call_id)
             if same_id is None:
-                found.append(
-                    (entry.seq, Discrepancy(ViolationType.PHANTOM_LOG.value, entry.call_id, _phantom(entry)))
-                )
+                found.append((entry.seq, Discrepancy(_PHANTOM_LOG, entry.call_id, _phantom(entry))))
             elif same_id:
                 pair_of[same_id.pop()] = entry
             else:
                 found.append(
                     (
                         entry.seq,
-                        Discrepancy(ViolationType.DUPLICATE_LOG.value, entry.call_id, "claimed again"),
+                        Discrepancy(_DUPLICATE_LOG, entry.call_id, "claimed again"),
                     )
                 )
 
@@ -282,12 +293,12 @@ def reconcile(
             if candidates:
                 pair_of[candidates.pop()] = entry
             else:
-                found.append((entry.seq, Discrepancy(ViolationType.PHANTOM_LOG.value, None, _phantom(entry))))
+                found.append((entry.seq, Discrepancy(_PHANTOM_LOG, None, _phantom(entry))))
 
     for i, call in enumerate(calls):
         paired = pair_of[i]
         if paired is None:
-            kind = _UNLOGGED.get(call.outcome, ViolationType.UNLOGGED_CALL.value)
+            kind = _UNLOGGED.get(call.outcome, _UNLOGGED_CALL)
             found.append(
                 (call.seq, Discrepancy(kind, call.call_id, f"{call.tool_name} {call.outcome}, not logged"))
             )
@@ -295,13 +306,17 @@ def reconcile(
         differences = []
         if paired.tool_name != call.tool_name:
             differences.append(f"tool {call.tool_name!r} claimed as {paired.tool_name!r}")
-        if (normalize_outcome(paired.claimed_outcome) or paired.claimed_outcome) != call.outcome:
+        claimed_outcome = paired.claimed_outcome
+        if (
+            claimed_outcome != call.outcome
+            and (normalize_outcome(claimed_outcome) or claimed_outcome) != call.outcome
+        ):
             differences.append(f"{call.outcome} claimed as {paired.claimed_outcome}")
         if differences:
             found.append(
                 (
                     paired.seq,
-                    Discrepancy(ViolationType.MISMATCHED_RESULT.value, call.call_id, "; ".join(differences)),
+                    Discrepancy(_MISMATCHED_RESULT, call.call_id, "; ".join(differences)),
                 )
             )
         after = next_seq[i]
@@ -309,16 +324,14 @@ def reconcile(
             found.append(
                 (
                     paired.seq,
-                    Discrepancy(ViolationType.OUT_OF_ORDER_LOG.value, call.call_id, "logged before the call"),
+                    Discrepancy(_OUT_OF_ORDER_LOG, call.call_id, "logged before the call"),
                 )
             )
         elif after is not None and paired.seq > after:
             found.append(
                 (
                     paired.seq,
-                    Discrepancy(
-                        ViolationType.OUT_OF_ORDER_LOG.value, call.call_id, "logged after the next call"
-                    ),
+                    Discrepancy(_OUT_OF_ORDER_LOG, call.call_id, "logged after the next call"),
                 )
             )
 
@@ -326,11 +339,11 @@ def reconcile(
         found.append(
             (
                 calls[0].seq,
-                Discrepancy(ViolationType.LEDGER_MISSING.value, None, f"{len(calls)} calls, no log"),
+                Discrepancy(_LEDGER_MISSING, None, f"{len(calls)} calls, no log"),
             )
         )
 
-    found.sort(key=lambda item: item[0])
+    found.sort(key=_FIRST)
     discrepancies = tuple(d for _, d in found)
     types = tuple(sorted({d.type for d in discrepancies}))
     return Reconciliation(
