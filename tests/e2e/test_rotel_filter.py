@@ -32,7 +32,7 @@ from violating_agent import (
     run_weekly_agent,
 )
 
-from tallyspan import semconv
+from tallyspan import ViolationType, semconv
 
 ROOT = Path(__file__).resolve().parents[2]
 ROTEL_DIR = ROOT / "collector-config" / "rotel"
@@ -179,7 +179,7 @@ def test_rotel_forwards_only_violating_spans_of_a_real_agent_run(otlp_receiver: 
     assert sorted(run[semconv.LEDGER_DISCREPANCY_TYPES]) == sorted(EXPECTED_DISCREPANCIES)
 
 
-def test_rotel_keeps_error_spans_of_other_instrumentations_and_drops_their_clean_spans(
+def test_rotel_keeps_error_and_violation_event_spans_of_other_sdks_and_drops_clean_ones(
     otlp_receiver: Any, tmp_path: Path
 ) -> None:
     _accept_gzip(otlp_receiver)
@@ -191,9 +191,12 @@ def test_rotel_keeps_error_spans_of_other_instrumentations_and_drops_their_clean
             pass
         with tracer.start_as_current_span("GET /broken") as span:
             span.set_status(Status(StatusCode.ERROR, "502 from upstream"))
+        with tracer.start_as_current_span("chat other-sdk") as span:
+            # A checker elsewhere that only adds the event, not the boolean: still a violation.
+            span.add_event(semconv.EVENT_VIOLATION, {semconv.VIOLATION_TYPE: ViolationType.REFUSAL.value})
         with tracer.start_as_current_span("GET /also-ok"):
             pass
         provider.shutdown()
-        received = _wait_for(otlp_receiver, 1)
+        received = _wait_for(otlp_receiver, 2)
 
-    assert [span.name for span in received] == ["GET /broken"]
+    assert sorted(span.name for span in received) == ["GET /broken", "chat other-sdk"]
