@@ -2,7 +2,9 @@
 
 Runs the real ``openai`` client against the local ``tallyspan.testing`` server, alternating blocks of
 uninstrumented and instrumented calls (so machine drift hits both sides alike), and reports medians,
-the added time per call and the ratio. Also measures, in fresh interpreters, the import time of
+the added time per call and the ratio, both in wall time and in CPU time of the calling thread (the
+latter is what the app's thread pays, and is immune to other processes competing for the CPU; the
+local server runs on its own threads and is not counted). Also measures, in fresh interpreters, the import time of
 ``tallyspan`` and the time of ``tallyspan.instrument()``.
 
 Usage::
@@ -59,28 +61,34 @@ class _FullChain(AbstractContextManager[None]):
         tallyspan.uninstrument()
 
 
-def _time_calls(call: Callable[[], object], count: int) -> list[float]:
+def _time_calls(call: Callable[[], object], count: int) -> list[tuple[float, float]]:
+    """(wall ms, calling-thread CPU ms) per call."""
     samples = []
     for _ in range(count):
-        start = time.perf_counter_ns()
+        wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
         call()
-        samples.append((time.perf_counter_ns() - start) / 1e6)
+        samples.append(((time.perf_counter_ns() - wall) / 1e6, (time.thread_time_ns() - cpu) / 1e6))
     return samples
 
 
 def _measure(
     call: Callable[[], object], setup: Callable[[], AbstractContextManager[None]], calls: int, rounds: int
-) -> tuple[float, float]:
-    """Median ms of the plain call and of the instrumented call, interleaved in ``rounds`` blocks."""
-    plain: list[float] = []
-    traced: list[float] = []
+) -> tuple[float, float, float, float]:
+    """Medians (plain wall, traced wall, plain CPU, traced CPU), interleaved in ``rounds`` blocks."""
+    plain: list[tuple[float, float]] = []
+    traced: list[tuple[float, float]] = []
     per_round = max(1, calls // rounds)
     for _ in range(rounds):
         with nullcontext():
             plain += _time_calls(call, per_round)
         with setup():
             traced += _time_calls(call, per_round)
-    return statistics.median(plain), statistics.median(traced)
+    return (
+        statistics.median(sample[0] for sample in plain),
+        statistics.median(sample[0] for sample in traced),
+        statistics.median(sample[1] for sample in plain),
+        statistics.median(sample[1] for sample in traced),
+    )
 
 
 def _startup_seconds(code: str, repeats: int) -> float:
@@ -115,7 +123,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    rows: list[tuple[str, float, float]] = []
+    rows: list[tuple[str, float, float, float, float]] = []
     with OpenAICompatibleServer(default_reply=ScriptedReply(text=ANSWER)) as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="bench-key", max_retries=0)
 
@@ -132,14 +140,17 @@ def main() -> None:
                 ("instrumentor only", _InstrumentorOnly),
                 ("instrument() chain", _FullChain),
             ):
-                plain, traced = _measure(call, setup, args.calls, args.rounds)
-                rows.append((f"{label} / {setup_label}", plain, traced))
+                rows.append((f"{label} / {setup_label}", *_measure(call, setup, args.calls, args.rounds)))
         client.close()
 
     print(f"\nPer-call overhead, median of {args.calls} calls per side, {args.rounds} alternating rounds")
-    print(f"{'case':<48} {'plain ms':>9} {'traced ms':>10} {'added ms':>9} {'ratio':>7}")
-    for name, plain, traced in rows:
-        print(f"{name:<48} {plain:>9.3f} {traced:>10.3f} {traced - plain:>9.3f} {traced / plain:>7.3f}")
+    print(f"{'':<44} {'--------- wall ms ---------':>28} {'--- calling-thread CPU ms ---':>30}")
+    header = f"{'plain':>7} {'traced':>7} {'added':>6} {'ratio':>6}"
+    print(f"{'case':<44} {header} {header}")
+    for name, plain, traced, plain_cpu, traced_cpu in rows:
+        wall = f"{plain:>7.3f} {traced:>7.3f} {traced - plain:>6.3f} {traced / plain:>6.3f}"
+        cpu = f"{plain_cpu:>7.3f} {traced_cpu:>7.3f} {traced_cpu - plain_cpu:>6.3f} {traced_cpu / plain_cpu:>6.3f}"
+        print(f"{name:<44} {wall} {cpu}")
 
     import_s = _startup_seconds(_IMPORT_CODE, args.startup_repeats)
     openai_only_s = _startup_seconds(

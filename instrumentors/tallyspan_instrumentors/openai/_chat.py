@@ -164,9 +164,12 @@ class _Completion:
 
 
 def _reasoning_of(message: Any) -> str | None:
-    # Not in the SDK's types: OpenAI-compatible servers (vLLM, DeepSeek, llama.cpp) add these fields.
+    # Not in the SDK's types: OpenAI-compatible servers (vLLM, DeepSeek, llama.cpp) add these fields, which
+    # pydantic keeps as extras. Read the dicts: a missing attribute costs pydantic an exception per chunk.
+    fields = getattr(message, "__dict__", None) or {}
+    extras = getattr(message, "__pydantic_extra__", None) or {}
     for name in ("reasoning_content", "reasoning"):
-        value = getattr(message, name, None)
+        value = fields.get(name) or extras.get(name)
         if isinstance(value, str) and value:
             return value
     return None

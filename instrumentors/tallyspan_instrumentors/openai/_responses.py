@@ -33,6 +33,8 @@ __all__ = ["ResponsesStreamAccumulator", "extract_response", "responses_request"
 
 _INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _FINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+#: Events carrying a response snapshot (asking other events for one costs pydantic an exception each).
+_SNAPSHOT_EVENTS = _FINAL_EVENTS | {"response.created", "response.queued", "response.in_progress"}
 
 
 def responses_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: bool) -> ChatRequest:
@@ -220,11 +222,12 @@ class ResponsesStreamAccumulator:
     def add(self, event: Any) -> None:
         """Take one event."""
         kind = getattr(event, "type", None)
-        response = getattr(event, "response", None)
-        if response is not None:
-            self._latest = response
-            if kind in _FINAL_EVENTS:
-                self._final = response
+        if kind in _SNAPSHOT_EVENTS:
+            response = getattr(event, "response", None)
+            if response is not None:
+                self._latest = response
+                if kind in _FINAL_EVENTS:
+                    self._final = response
         elif kind == "response.output_text.delta":
             delta = getattr(event, "delta", None)
             if isinstance(delta, str):
