@@ -208,3 +208,23 @@ def test_async_client_works_with_keep_alive() -> None:
 
     with OpenAICompatibleServer() as server:
         assert asyncio.run(run(server)) == ["ok", "ok", "ok"]
+
+
+def test_a_raising_handler_answers_500_naming_the_error() -> None:
+    def broken(request: RecordedRequest) -> ScriptedReply:
+        raise KeyError("no script for this")
+
+    with (
+        OpenAICompatibleServer(handler=broken) as server,
+        _client(server) as client,
+        pytest.raises(openai.InternalServerError, match="reply handler raised KeyError"),
+    ):
+        client.chat.completions.create(model="m", messages=USER)
+
+
+def test_public_names_are_exported_from_tallyspan_testing() -> None:
+    import tallyspan.testing
+
+    assert tallyspan.testing.__all__ == sorted(tallyspan.testing.__all__)
+    for name in ("OpenAICompatibleServer", "RecordedRequest", "ScriptedReply", "ScriptedToolCall"):
+        assert getattr(tallyspan.testing, name).__module__ == "tallyspan.testing"

@@ -118,7 +118,11 @@ class _Handler(BaseHTTPRequestHandler):
             path=self.path, body=body, headers={k.lower(): v for k, v in self.headers.items()}
         )
         owner = self.server.owner
-        reply = owner._next_reply(request)
+        try:
+            reply = owner._next_reply(request)
+        except Exception as exc:  # a broken test handler shows up as a 500 naming it, not a hang-up
+            self._send_json(500, _error_body(500, f"reply handler raised {type(exc).__name__}: {exc}"))
+            return
         if reply.delay_s > 0:
             time.sleep(reply.delay_s)
         try:
