@@ -434,6 +434,56 @@ async def test_stage_and_ledger_inputs_survive_without_sensitive_trace_data(agen
         assert attrs(chat)[semconv.STAGE] == "triage"
 
 
+async def test_mcp_call_inside_a_tool_enriches_its_span_and_the_server_span_nests_under_it(
+    agent_spans, tracer_provider
+):
+    from mcp import Client
+    from mcp.server.mcpserver import MCPServer
+
+    from tallyspan_instrumentors.mcp import MCPInstrumentor
+
+    server = MCPServer("remote")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    mcp_instrumentor = MCPInstrumentor()
+    mcp_instrumentor.instrument(tracer_provider=tracer_provider)
+    try:
+        async with Client(server) as mcp_client:
+
+            @function_tool
+            async def remote_add(a: int, b: int) -> str:
+                """Add on the remote server."""
+                result = await mcp_client.call_tool("add", {"a": a, "b": b})
+                return str(result.structured_content)
+
+            replies = [
+                ScriptedReply(tool_calls=[ScriptedToolCall("remote_add", {"a": 2, "b": 3}, call_id="r1")]),
+                ScriptedReply(text="5"),
+            ]
+            with OpenAICompatibleServer(replies=replies) as model_server:
+                await Runner.run(make_agent(model_server, [remote_add]), "2+3?")
+    finally:
+        mcp_instrumentor.uninstrument()
+    spans = agent_spans.get_finished_spans()
+    tool_spans = named(spans, "execute_tool")
+    assert sorted((s.name, s.kind) for s in tool_spans) == [
+        ("execute_tool add", SpanKind.SERVER),
+        ("execute_tool remote_add", SpanKind.INTERNAL),
+    ]
+    (tool,) = named(spans, "execute_tool remote_add")
+    (served,) = named(spans, "execute_tool add")
+    assert attrs(tool)[semconv.MCP_METHOD_NAME] == "tools/call"
+    assert attrs(tool)[semconv.GEN_AI_TOOL_CALL_ID] == "r1"
+    assert attrs(tool)[semconv.TOOL_OUTCOME] == "succeeded"
+    assert served.parent is not None
+    assert served.parent.span_id == tool.context.span_id
+    assert served.context.trace_id == tool.context.trace_id
+
+
 # --- end to end: instrument() with contracts, the checks and the ledger ------------------------------------
 
 CONTRACTS = {"weekly_report": {"language": "ja", "min_chars": 10}}

@@ -307,23 +307,21 @@ class TallyspanTracingProcessor:
         if entry.span is None:
             return
         if entry.kind == "function":
-            self._end_tool(data, entry, error)
+            self._end_tool(data, entry.span, entry.tool_arguments, error)
             return
         if error is not None:
             entry.span.set_attribute(semconv.ERROR_TYPE, _ERROR_OTHER)
             entry.span.set_status(Status(StatusCode.ERROR, _error_message(error)))
         entry.span.end()
 
-    def _end_tool(self, data: Any, entry: _Entry, error: Any) -> None:
-        assert entry.span is not None
-        attributes = getattr(entry.span, "attributes", None) or {}
+    def _end_tool(self, data: Any, span: Span, arguments: Any, error: Any) -> None:
+        attributes = getattr(span, "attributes", None) or {}
         # An MCP call inside the tool may already have marked it failed (isError); keep that.
         already_failed = attributes.get(semconv.TOOL_OUTCOME) == semconv.OUTCOME_FAILED
-        arguments = entry.tool_arguments
         if arguments is None and isinstance(data.input, str):
             arguments = parse_arguments(data.input)
         end_tool_span(
-            entry.span,
+            span,
             failed=error is not None or already_failed,
             error_type=attributes.get(semconv.ERROR_TYPE) or semconv.ERROR_TYPE_TOOL_ERROR,
             description=_error_message(error) if error is not None else None,
