@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import anthropic
@@ -833,3 +835,25 @@ def test_agent_run_is_traced_checked_and_reconciled_end_to_end(
     assert run_attributes[semconv.LEDGER_BALANCED] is False
     assert run_attributes[semconv.LEDGER_OBSERVED_COUNT] == 2
     assert run_attributes[semconv.LEDGER_CLAIMED_COUNT] == 1
+
+
+def test_instrument_does_not_import_anthropic_and_patches_when_the_app_does() -> None:
+    code = (
+        "import sys\n"
+        "from wrapt import BoundFunctionWrapper, FunctionWrapper\n"
+        "P = (FunctionWrapper, BoundFunctionWrapper)\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from tallyspan_instrumentors.anthropic import AnthropicInstrumentor\n"
+        "instrumentor = AnthropicInstrumentor()\n"
+        "instrumentor.instrument(tracer_provider=TracerProvider())\n"
+        "assert 'anthropic' not in sys.modules\n"
+        "from anthropic.resources.messages.messages import AsyncMessages, Messages\n"
+        "import anthropic._base_client as base\n"
+        "assert isinstance(Messages.create, P) and isinstance(AsyncMessages.stream, P)\n"
+        "assert isinstance(base.start_api_call_span, P)\n"
+        "instrumentor.uninstrument()\n"
+        "assert not isinstance(Messages.create, P)\n"
+        "assert not isinstance(base.start_api_call_span, P)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr

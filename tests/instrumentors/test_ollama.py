@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import ollama
@@ -581,3 +583,33 @@ def test_agent_run_is_traced_checked_and_reconciled_end_to_end(
     assert run_attributes[semconv.LEDGER_BALANCED] is False
     assert run_attributes[semconv.LEDGER_OBSERVED_COUNT] == 2
     assert run_attributes[semconv.LEDGER_CLAIMED_COUNT] == 1
+
+
+def test_instrument_does_not_import_ollama_and_patches_when_the_app_does() -> None:
+    code = (
+        "import sys\n"
+        "from wrapt import BoundFunctionWrapper, FunctionWrapper\n"
+        "P = (FunctionWrapper, BoundFunctionWrapper)\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter\n"
+        "from tallyspan.testing import OllamaServer\n"
+        "from tallyspan_instrumentors.ollama import OllamaInstrumentor\n"
+        "exporter = InMemorySpanExporter()\n"
+        "provider = TracerProvider()\n"
+        "provider.add_span_processor(SimpleSpanProcessor(exporter))\n"
+        "instrumentor = OllamaInstrumentor()\n"
+        "instrumentor.instrument(tracer_provider=provider)\n"
+        "assert 'ollama' not in sys.modules\n"
+        "import ollama\n"
+        "assert isinstance(ollama.Client.chat, P) and isinstance(ollama.AsyncClient.generate, P)\n"
+        "assert isinstance(ollama.chat, P) and isinstance(ollama.generate, P)\n"
+        "with OllamaServer() as server, ollama.Client(host=server.base_url) as local:\n"
+        "    ollama._client._client = local._client\n"
+        "    ollama.chat(model='m', messages=[{'role': 'user', 'content': 'hi'}])\n"
+        "assert [span.name for span in exporter.get_finished_spans()] == ['chat m']  # once, not twice\n"
+        "instrumentor.uninstrument()\n"
+        "assert not isinstance(ollama.Client.chat, P) and not isinstance(ollama.chat, P)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr

@@ -8,7 +8,6 @@ made) and the raw event stream inside the ``MessageStream`` is observed by the s
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Collection
 from typing import Any
@@ -17,7 +16,7 @@ import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled, unwrap
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Tracer
 
 from tallyspan import semconv
@@ -34,6 +33,7 @@ from tallyspan_instrumentors._common import (
     run_sync,
     start_genai_call,
 )
+from tallyspan_instrumentors._post_import import PatchSet
 from tallyspan_instrumentors.anthropic._extract import (
     EventAccumulator,
     extraction_of_message,
@@ -257,19 +257,10 @@ _WRAPPED: tuple[tuple[str, str, Factory], ...] = (
     (_MODULE, "AsyncMessages.stream", _stream_async),
 )
 
-#: Wrapped only where the installed SDK has them (its own tracing arrived in 2.x).
+#: Wrapped only where the installed SDK has it (its own tracing arrived in 2.x).
 _OPTIONAL: tuple[tuple[str, str, Factory], ...] = (
     ("anthropic._base_client", "start_api_call_span", _native_span),
 )
-
-
-def _owner_and_name(module: str, path: str) -> tuple[Any, str] | None:
-    """The object holding ``path`` in ``module`` and the attribute name, or None when it is absent."""
-    owner: Any = importlib.import_module(module)
-    *parents, name = path.split(".")
-    for parent in parents:
-        owner = getattr(owner, parent, None)
-    return (owner, name) if owner is not None and hasattr(owner, name) else None
 
 
 class AnthropicInstrumentor(BaseInstrumentor):
@@ -285,6 +276,10 @@ class AnthropicInstrumentor(BaseInstrumentor):
         """The package versions this instrumentor supports."""
         return _instruments
 
+    # A class attribute, not set in __init__: BaseInstrumentor is a singleton whose __init__ runs on
+    # every construction, which would forget the patches of the running instrumentation.
+    _patches: PatchSet | None = None
+
     def _instrument(self, **kwargs: Any) -> None:
         from tallyspan import __version__
 
@@ -292,14 +287,13 @@ class AnthropicInstrumentor(BaseInstrumentor):
             semconv.INSTRUMENTATION_SCOPE, __version__, tracer_provider=kwargs.get("tracer_provider")
         )
         capture = resolve_capture_content(kwargs.get("capture_content"))
-        for module, name, factory in _WRAPPED:
-            wrapt.wrap_function_wrapper(module, name, factory(tracer, capture))
-        for module, name, factory in _OPTIONAL:
-            if _owner_and_name(module, name) is not None:
-                wrapt.wrap_function_wrapper(module, name, factory(tracer, capture))
+        # Patched when the app imports anthropic (at once if it has): importing it here costs seconds.
+        patches = PatchSet()
+        for module, name, factory in (*_WRAPPED, *_OPTIONAL):
+            patches.add(module, name, factory(tracer, capture))
+        self._patches = patches
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        for module, name, _ in (*_WRAPPED, *_OPTIONAL):
-            found = _owner_and_name(module, name)
-            if found is not None:
-                unwrap(*found)
+        if self._patches is not None:
+            self._patches.undo()
+            self._patches = None

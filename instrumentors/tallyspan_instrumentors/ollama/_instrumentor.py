@@ -1,22 +1,25 @@
 """The Ollama instrumentor: ``chat`` (``chat {model}``) and ``generate`` (``text_completion {model}``).
 
-Both ``Client`` and ``AsyncClient`` methods are wrapped, and so are the module-level ``ollama.chat`` /
-``ollama.generate``: those are methods bound to a default client when ``ollama`` is imported, so a
-wrapper on the class never sees them. ``stream=True`` returns a generator (sync) or an async generator
-(async) of parts; it is wrapped in a proxy that ends the span once: exhausted, failed, closed
-(``close()`` / ``aclose()``) or garbage-collected.
+Both ``Client`` and ``AsyncClient`` methods are wrapped. The module-level ``ollama.chat`` /
+``ollama.generate`` are methods bound to a default client when ``ollama`` is imported, possibly
+before our wrapper is on the class: they are bound again once it is (and again when it is removed),
+so they go through the class wrapper and a call is never traced twice.
+
+``stream=True`` returns a generator (sync) or an async generator (async) of parts; it is wrapped in
+a proxy that ends the span once: exhausted, failed, closed (``close()`` / ``aclose()``) or collected.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
+import sys
 from collections.abc import Callable, Collection
+from types import ModuleType
 from typing import Any
 
 import wrapt
 from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
-from opentelemetry.instrumentation.utils import unwrap
 from opentelemetry.trace import Tracer
 
 from tallyspan import semconv
@@ -30,6 +33,7 @@ from tallyspan_instrumentors._common import (
     run_sync,
     start_genai_call,
 )
+from tallyspan_instrumentors._post_import import PatchSet
 from tallyspan_instrumentors.ollama._extract import (
     OllamaReply,
     PartAccumulator,
@@ -113,15 +117,32 @@ def _factory(*, chat: bool, is_async: bool) -> Factory:
     return factory
 
 
+#: The module-level functions of ollama: methods of its default client ``ollama._client``.
+_MODULE_FUNCTIONS = ("chat", "generate")
+
+
+def _rebind_module_functions(module: ModuleType) -> None:
+    """Bind ``ollama.chat`` / ``ollama.generate`` to the default client again, through the class as it is now."""
+    default = getattr(module, "_client", None)
+    if default is None:
+        return
+    for name in _MODULE_FUNCTIONS:
+        current = getattr(module, name, None)
+        if getattr(current, "__self__", None) is default:  # not replaced by the app: ours to rebind
+            setattr(module, name, getattr(default, name))
+
+
+def _rebind_if_enabled(patches: PatchSet, module: ModuleType) -> None:
+    if patches.enabled:
+        _rebind_module_functions(module)
+
+
 #: (module, attribute path, wrapper factory): read by both _instrument and _uninstrument.
 _WRAPPED: tuple[tuple[str, str, Factory], ...] = (
     ("ollama._client", "Client.chat", _factory(chat=True, is_async=False)),
     ("ollama._client", "Client.generate", _factory(chat=False, is_async=False)),
     ("ollama._client", "AsyncClient.chat", _factory(chat=True, is_async=True)),
     ("ollama._client", "AsyncClient.generate", _factory(chat=False, is_async=True)),
-    # Bound to the default client at import, so the class wrappers above do not reach them.
-    ("ollama", "chat", _factory(chat=True, is_async=False)),
-    ("ollama", "generate", _factory(chat=False, is_async=False)),
 )
 
 
@@ -136,6 +157,10 @@ class OllamaInstrumentor(BaseInstrumentor):
         """The package versions this instrumentor supports."""
         return _instruments
 
+    # A class attribute, not set in __init__: BaseInstrumentor is a singleton whose __init__ runs on
+    # every construction, which would forget the patches of the running instrumentation.
+    _patches: PatchSet | None = None
+
     def _instrument(self, **kwargs: Any) -> None:
         from tallyspan import __version__
 
@@ -143,13 +168,17 @@ class OllamaInstrumentor(BaseInstrumentor):
             semconv.INSTRUMENTATION_SCOPE, __version__, tracer_provider=kwargs.get("tracer_provider")
         )
         capture = resolve_capture_content(kwargs.get("capture_content"))
+        # Patched when the app imports ollama (at once if it has): importing it here costs a second.
+        patches = PatchSet()
         for module, name, factory in _WRAPPED:
-            wrapt.wrap_function_wrapper(module, name, factory(tracer, capture))
+            patches.add(module, name, factory(tracer, capture))
+        # Runs after the _client hooks: the package finishes importing after its submodule.
+        wrapt.register_post_import_hook(functools.partial(_rebind_if_enabled, patches), "ollama")
+        self._patches = patches
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        for module, name, _ in _WRAPPED:
-            owner: Any = importlib.import_module(module)
-            *path, attribute = name.split(".")
-            for part in path:
-                owner = getattr(owner, part)
-            unwrap(owner, attribute)
+        if self._patches is not None:
+            self._patches.undo()
+            self._patches = None
+            if "ollama" in sys.modules:
+                _rebind_module_functions(sys.modules["ollama"])
