@@ -26,6 +26,13 @@ from tallyspan_instrumentors.mcp import MCPInstrumentor
 INVALID_PARAMS = -32602
 
 
+@pytest.fixture(autouse=True)
+def _no_swallowed_errors() -> Iterator[None]:
+    """Every test here also checks that tallyspan swallowed no error of its own along the way."""
+    yield
+    assert {k: v for k, v in tallyspan.stats().items() if k.startswith("errors.")} == {}
+
+
 @pytest.fixture
 def exporter(tracer_provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
     """MCP instrumented on a private provider (content not captured)."""

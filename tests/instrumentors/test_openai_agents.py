@@ -69,6 +69,13 @@ def sdk_processors() -> tuple[Any, ...]:
 
 
 @pytest.fixture(autouse=True)
+def _no_swallowed_errors() -> Iterator[None]:
+    """Every test here also checks that tallyspan swallowed no error of its own along the way."""
+    yield
+    assert {k: v for k, v in tallyspan.stats().items() if k.startswith("errors.")} == {}
+
+
+@pytest.fixture(autouse=True)
 def sdk_export(monkeypatch: pytest.MonkeyPatch) -> Iterator[ExportReceiver]:
     """The SDK's default export, kept on, sent to a local receiver; the processor list restored after."""
     monkeypatch.delenv("OPENAI_AGENTS_DISABLE_TRACING", raising=False)
