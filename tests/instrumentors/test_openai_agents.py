@@ -281,6 +281,27 @@ async def test_capture_content_exports_tool_arguments_results_and_output(tracer_
     ]
 
 
+async def test_responses_model_calls_become_chat_spans_with_response_details(agent_spans):
+    with OpenAICompatibleServer(replies=TOOL_THEN_TEXT) as server:
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0)
+        _CLIENTS.append(client)
+        model = agents.OpenAIResponsesModel(model="m1", openai_client=client)
+        agent = Agent(name="worker", instructions="Be brief.", tools=[lookup, explode], model=model)
+        result = await Runner.run(agent, "Weather in Tokyo?")
+    assert result.final_output == "Tokyo is sunny."
+    spans = agent_spans.get_finished_spans()
+    (agent_span,) = named(spans, "invoke_agent")
+    first, second = sorted(named(spans, "chat"), key=lambda s: s.start_time or 0)
+    assert first.name == "chat m1"
+    assert first.parent is not None
+    assert first.parent.span_id == agent_span.context.span_id
+    assert attrs(first)[semconv.GEN_AI_RESPONSE_MODEL] == "m1"
+    assert isinstance(attrs(first)[semconv.GEN_AI_RESPONSE_ID], str)
+    assert attrs(first)[semconv.GEN_AI_USAGE_INPUT_TOKENS] == 30
+    assert attrs(second)[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == 5
+    assert {attrs(s)[semconv.GEN_AI_TOOL_CALL_ID] for s in named(spans, "execute_tool")} == {"c1", "c2"}
+
+
 async def test_model_call_appears_once_when_the_openai_client_is_instrumented(agent_spans, tracer_provider):
     openai_instrumentor = OpenAIInstrumentor()
     openai_instrumentor.instrument(tracer_provider=tracer_provider)
