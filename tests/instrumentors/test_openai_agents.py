@@ -6,6 +6,7 @@ receiver, so nothing leaves the machine and the tests can check that the export 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -404,6 +405,40 @@ async def test_sdk_export_and_user_processors_are_kept(tracer_provider, sdk_expo
         if item.get("object") == "trace.span"
     }
     assert "agent" in exported
+
+
+async def test_uninstrument_mid_run_ends_the_open_spans(tracer_provider):
+    memory = InMemorySpanExporter()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(memory))
+    instrumentor = OpenAIAgentsInstrumentor()
+    instrumentor.instrument(tracer_provider=tracer_provider)
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    @function_tool
+    async def slow(x: str) -> str:
+        """Waits."""
+        entered.set()
+        await release.wait()
+        return x
+
+    replies = [
+        ScriptedReply(tool_calls=[ScriptedToolCall("slow", {"x": "a"}, call_id="s1")]),
+        ScriptedReply(text="ok"),
+    ]
+    with OpenAICompatibleServer(replies=replies) as server:
+        run = asyncio.ensure_future(Runner.run(make_agent(server, [slow]), "go"))
+        await entered.wait()
+        instrumentor.uninstrument()
+        assert sorted(s.name for s in memory.get_finished_spans()) == [
+            "chat m1",
+            "execute_tool slow",
+            "invoke_agent worker",
+            "invoke_workflow Agent workflow",
+        ]
+        release.set()
+        result = await run
+    assert result.final_output == "ok"
+    assert len(memory.get_finished_spans()) == 4  # nothing more once uninstrumented
 
 
 async def test_uninstrument_stops_spans_and_unpatches(tracer_provider):

@@ -161,7 +161,7 @@ class OpenAIAgentsInstrumentor(BaseInstrumentor):
     def _uninstrument(self, **kwargs: Any) -> None:
         processor, self._processor = self._processor, None
         if processor is not None:
-            processor.enabled = False
+            processor.close()
         if processor is not None and "agents" in sys.modules:
             import agents.tracing
 

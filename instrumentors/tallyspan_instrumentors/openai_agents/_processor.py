@@ -173,6 +173,16 @@ class TallyspanTracingProcessor:
     def force_flush(self) -> None:
         """See :meth:`shutdown`."""
 
+    def close(self) -> None:
+        """Stop recording and end every span still open (uninstrumented mid-run: the SDK will not call us)."""
+        self.enabled = False
+        with self._lock:
+            entries = list(self._entries.values())
+            self._entries.clear()
+        for entry in reversed(entries):  # children (started later) before their parents
+            if entry.span is not None and entry.span.is_recording():
+                entry.span.end()
+
     # --- hooks for the instrumentor's wrappers ----------------------------------------------------------
 
     def context_for(self, span: Any) -> otel_context.Context | None:
