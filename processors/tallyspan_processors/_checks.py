@@ -54,6 +54,8 @@ class _Call:
     stage: str | None
     prompt: str
     output: str
+    output_key: int
+    """Hash of the stripped output: only calls with the same output are candidates for a repeat."""
 
 
 class ChecksProcessor(WrappingProcessor):
@@ -126,12 +128,17 @@ class ChecksProcessor(WrappingProcessor):
     ) -> CheckResult:
         start, end = span.start_time or 0, span.end_time or 0
         prompt = content.prompt if content is not None else None
+        output_key = hash(content.output.strip()) if content is not None and content.output is not None else 0
         with self._lock:
             recent = list(self._recent)
             if content is not None and content.output is not None and prompt:
-                self._recent.append(_Call(start, end, stage, prompt, content.output))
+                self._recent.append(_Call(start, end, stage, prompt, content.output, output_key))
         other_prompts = [call.prompt for call in recent if call.start < end and start < call.end]
-        other_answers = [(call.prompt, call.output) for call in recent if call.stage == stage]
+        other_answers = [
+            (call.prompt, call.output)
+            for call in recent
+            if call.stage == stage and call.output_key == output_key
+        ]
         enqueued_at = attributes.get(semconv.ENQUEUED_AT)
         waited = start / 1e9 - float(enqueued_at) if isinstance(enqueued_at, (int, float)) and start else None
         return check(

@@ -16,9 +16,8 @@ Everything here is a pure function of the text.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-
-import regex
 
 from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
 from tallyspan._taxonomy import ViolationType
@@ -28,23 +27,25 @@ __all__ = ["SUPPORTED_LANGUAGES", "ScriptProfile", "language_violations", "profi
 #: Languages a contract may require.
 SUPPORTED_LANGUAGES = frozenset({"ja", "en", "zh", "ko"})
 
-_CODE_FENCE = regex.compile(r"(?ms)^[ \t]*(```|~~~)[^\n]*\n.*?(?:^[ \t]*\1[ \t]*$|\Z)")
-_INLINE_CODE = regex.compile(r"`[^`\n]+`")
-_URL = regex.compile(r"(?i)\b(?:https?://|www\.)\S+|\b[\w.+-]+@[\w-]+\.[\w.-]+")
+_CODE_FENCE = re.compile(r"(?ms)^[ \t]*(```|~~~)[^\n]*\n.*?(?:^[ \t]*\1[ \t]*$|\Z)")
+_INLINE_CODE = re.compile(r"`[^`\n]+`")
+_URL = re.compile(r"(?i)\b(?:https?://|www\.)\S+|\b[\w.+-]+@[\w-]+\.[\w.-]+")
 # Latin-only parentheses after a term are glosses: 基準率の無視（base rate neglect）, CO₂(g).
-_GLOSS = regex.compile(r"[（(][^（）()\n\p{Han}\p{Hiragana}\p{Katakana}]{1,80}[）)]")
+_GLOSS = re.compile(
+    r"[（(][^（）()\n\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF\u3041-\u309F\u30A1-\u30FF\u31F0-\u31FF\uFF66-\uFF9D]{1,80}[）)]"
+)
 # TeX math: \[...\], \(...\), $$...$$, $...$ and \commands.
-_MATH = regex.compile(r"(?s)\\\[.*?\\\]|\\\(.*?\\\)|\$\$.*?\$\$|\$[^$\n]{1,200}\$|\\[A-Za-z]+")
+_MATH = re.compile(r"(?s)\\\[.*?\\\]|\\\(.*?\\\)|\$\$.*?\$\$|\$[^$\n]{1,200}\$|\\[A-Za-z]+")
 # Chat-template and markup tokens (<|im_end|>, <<SYS>>, </s>) are not words of any language.
-_MARKUP = regex.compile(r"<\|[^|<>\n]{1,40}\|>|<<?/?[A-Za-z_]{1,20}>>?")
-_QUOTED = regex.compile(r"「[^」\n]{0,200}」|『[^』\n]{0,200}』|\"[^\"\n]{0,200}\"|“[^”\n]{0,200}”")
+_MARKUP = re.compile(r"<\|[^|<>\n]{1,40}\|>|<<?/?[A-Za-z_]{1,20}>>?")
+_QUOTED = re.compile(r"「[^」\n]{0,200}」|『[^』\n]{0,200}』|\"[^\"\n]{0,200}\"|“[^”\n]{0,200}”")
 
-_KANA = regex.compile(r"[\u3041-\u309F\u30A1-\u30FA\u30FD-\u30FF\u31F0-\u31FF\uFF66-\uFF9D々〆]")
-_HAN = regex.compile(r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF]")
-_HANGUL = regex.compile(r"[\uAC00-\uD7AF\u1100-\u11FF\u3130-\u318F]")
-_LATIN_TOKEN = regex.compile(r"(?<![\\^_])[A-Za-z][A-Za-z0-9]*(?:['’._/+^-][A-Za-z0-9]+)*")
-_ARTICLE_A = regex.compile(r"\ba(?= [a-z]{2,})")
-_CLAUSE_SPLIT = regex.compile(r"[。！？!?\n、，,；;：:]")
+_KANA = re.compile(r"[\u3041-\u309F\u30A1-\u30FA\u30FD-\u30FF\u31F0-\u31FF\uFF66-\uFF9D々〆]")
+_HAN = re.compile(r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF]")
+_HANGUL = re.compile(r"[\uAC00-\uD7AF\u1100-\u11FF\u3130-\u318F]")
+_LATIN_TOKEN = re.compile(r"(?<![\\^_])[A-Za-z][A-Za-z0-9]*(?:['’._/+^-][A-Za-z0-9]+)*")
+_ARTICLE_A = re.compile(r"\ba(?= [a-z]{2,})")
+_CLAUSE_SPLIT = re.compile(r"[。！？!?\n、，,；;：:]")
 
 # English words that carry grammar; two of them inside Japanese text make a broken mix.
 _ENGLISH_FUNCTION_WORDS_TEXT = (
@@ -61,7 +62,7 @@ _NOT_WORDS = frozenset({"vs", "etc", "ok", "eg", "ie", "aka", "approx", "max", "
 _ENGLISH_LINES_SHARE = 0.15
 
 # Japanese compounds that contain a character Chinese uses as a function word; removed before scoring.
-_JAPANESE_COMPOUNDS = regex.compile(
+_JAPANESE_COMPOUNDS = re.compile(
     "完了|終了|修了|満了|魅了|了解|了承|校了|未了|投了|読了|了知|"
     "現在|存在|在庫|在住|在籍|在宅|滞在|所在|不在|健在|潜在|実在|駐在|混在|点在|散在|介在|内在|自在|在留|在任|在外|"
     "是非|是正|国是|社是|"
@@ -83,10 +84,11 @@ _CHINESE_FUNCTION_CHARS = {
     "也": 1,
     "請": 1,
 }
-_CHINESE_BIGRAMS = regex.compile("可以|但是|所以|如果|任何|如有|已經|沒有|什麼|怎麼|一個")
+_CHINESE_BIGRAMS = re.compile("可以|但是|所以|如果|任何|如有|已經|沒有|什麼|怎麼|一個")
 _CHINESE_CLAUSE_SCORE = 2
+_NOT_LETTERS = re.compile(r"[\W\d_]+")
 # A Chinese-only character run followed by a gloss is a name: 华为（ファーウェイ）.
-_GLOSSED_NAME = regex.compile(r"[\p{Han}]+(?=[（(])")
+_GLOSSED_NAME = re.compile(r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF]+(?=[（(])")
 #: Prose with quotes set aside is judged alone only when it holds this share of the text's letters.
 _UNQUOTED_MIN_SHARE = 0.3
 #: A Japanese-looking text mostly made of whole English sentence lines is English.
@@ -119,7 +121,7 @@ class ScriptProfile:
 def _strip_code(text: str) -> tuple[str, str]:
     code_parts: list[str] = []
 
-    def keep(match: regex.Match[str]) -> str:
+    def keep(match: re.Match[str]) -> str:
         code_parts.append(match.group(0))
         return "\n"
 
@@ -188,16 +190,19 @@ def _profile_of(prose: str) -> ScriptProfile:
             english_line_chars += len(line.strip())
     chinese_clauses = chinese_chars = total_score = 0
     if han:
+        # Chinese-only characters are rare in Japanese: look for them once, per clause only if present.
+        has_chinese_only = not CHINESE_ONLY.isdisjoint(prose)
         for clause in _CLAUSE_SPLIT.split(prose):
+            if _KANA.search(clause):
+                if has_chinese_only:
+                    # A Chinese-only character form inside a Japanese clause (結肠炎) is contamination too.
+                    found = sum(char in CHINESE_ONLY for char in _GLOSSED_NAME.sub("", clause))
+                    if found:
+                        chinese_clauses += 1
+                        chinese_chars += found
+                continue
             clause_han = len(_HAN.findall(clause))
             if not clause_han:
-                continue
-            if _KANA.search(clause):
-                # A Chinese-only character form inside a Japanese clause (結肠炎) is contamination too.
-                unglossed = _GLOSSED_NAME.sub("", clause)
-                if any(char in CHINESE_ONLY for char in unglossed):
-                    chinese_clauses += 1
-                    chinese_chars += sum(char in CHINESE_ONLY for char in unglossed)
                 continue
             score = _chinese_score(clause)
             total_score += score
@@ -235,7 +240,7 @@ def _profile_of(prose: str) -> ScriptProfile:
 
 
 def _letters(text: str) -> int:
-    return sum(char.isalpha() for char in text)
+    return len(_NOT_LETTERS.sub("", text))
 
 
 def profile(text: str) -> ScriptProfile:
@@ -245,10 +250,18 @@ def profile(text: str) -> ScriptProfile:
     only code has letters the primary is ``code`` (or ``ja``/``zh`` when the code holds CJK text).
     """
     prose, code = _strip_code(text)
-    prose = _MARKUP.sub(" ", _MATH.sub(" ", _URL.sub(" ", prose)))
+    # Cheap substring tests first: most outputs have no URL, TeX or markup to set aside.
+    if "://" in prose or "www." in prose or "@" in prose:
+        prose = _URL.sub(" ", prose)
+    if "\\" in prose or "$" in prose:
+        prose = _MATH.sub(" ", prose)
+    if "<" in prose:
+        prose = _MARKUP.sub(" ", prose)
     unquoted = _GLOSS.sub(" ", _QUOTED.sub(" ", prose))
     result = _profile_of(unquoted)
-    if result.primary != "none" and _letters(unquoted) >= _UNQUOTED_MIN_SHARE * _letters(prose):
+    if result.primary != "none" and (
+        len(unquoted) == len(prose) or _letters(unquoted) >= _UNQUOTED_MIN_SHARE * _letters(prose)
+    ):
         return result
     result = _profile_of(prose)  # mostly quoted text: judge the quotes too
     if result.primary != "none" or not code:

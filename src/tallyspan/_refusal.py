@@ -1,20 +1,20 @@
 """Refusals, leaked reasoning and unearned claims: phrase rules in Japanese, English and Chinese.
 
-Pure functions of the text. Details name the kind of finding, never the text itself.
+Pure functions of the text. Details name the kind of finding, never the text itself. These are our own
+linear patterns, so they use the standard `re` (faster here); user patterns go through `regex` with a timeout.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Sequence
-
-import regex
 
 __all__ = ["find_claims", "find_reasoning_leak", "is_refusal", "strip_reasoning"]
 
 # --- refusal ---------------------------------------------------------------------------------------
 
-_REFUSAL = regex.compile(
+_REFUSAL = re.compile(
     r"(?i)"
     # English
     r"\bI(?:'m| am)\s+(?:sorry|afraid),?\s+(?:but\s+)?I\s+(?:can(?:'|no)t|cannot|am unable to|won't|will not)\b"
@@ -35,12 +35,14 @@ _REFUSAL = regex.compile(
     r"|我(?:无法|無法|不能)(?:提供|回答|帮助|幫助|协助|協助|完成)"
 )
 # Chat-template debris a broken model echoes before its answer (<<SYS>>...<</SYS>>, <|im_end|>, [INST]).
-_TEMPLATE = regex.compile(r"(?s)<<SYS>>.*?<</SYS>>|<\|[^|<>\n]{1,40}\|>|\[/?INST\]")
+_TEMPLATE = re.compile(r"(?s)<<SYS>>.*?<</SYS>>|<\|[^|<>\n]{1,40}\|>|\[/?INST\]")
 # A first sentence that only says the task cannot be done (no reason clause: "...ので、推測できません" explains).
-_JA_TASK_REFUSAL = regex.compile(r"^[^。\n]{0,80}?(?:こと|の)は(?:でき(?:ません|かねます)|いたしかねます)。")
-_JA_REASON = regex.compile(r"ので|ため|から")
+_JA_TASK_REFUSAL = re.compile(r"^[^。\n]{0,80}?(?:こと|の)は(?:でき(?:ません|かねます)|いたしかねます)。")
+_JA_REASON = re.compile(r"ので|ため|から")
 # "..., but I can ...": a disclaimer followed by the answer.
-_BUT_I_CAN = regex.compile(r"(?i)(?:ただし|しかし|但是|不过|\bhowever\b|\bbut\b)[^。.!?\n]{0,60}?(?:できます|\bcan\b|可以)")
+_BUT_I_CAN = re.compile(
+    r"(?i)(?:ただし|しかし|但是|不过|\bhowever\b|\bbut\b)[^。.!?\n]{0,60}?(?:できます|\bcan\b|可以)"
+)
 #: A refusal is a short answer that says no near its start; a long answer with a caveat is an answer.
 _REFUSAL_WINDOW = 240
 _REFUSAL_MAX_CHARS = 400
@@ -52,7 +54,7 @@ def is_refusal(text: str) -> bool:
     if not text or len("".join(text.split())) > _REFUSAL_MAX_CHARS:
         return False
     head = text.lstrip()[:_REFUSAL_WINDOW]
-    found = _REFUSAL.search(head, timeout=1.0)
+    found = _REFUSAL.search(head)
     if found is None:
         first = _JA_TASK_REFUSAL.match(head)
         if first is None or _JA_REASON.search(first.group(0)):
@@ -65,10 +67,10 @@ def is_refusal(text: str) -> bool:
 
 # --- reasoning -------------------------------------------------------------------------------------
 
-_THINK_BLOCK = regex.compile(r"(?is)<(think|thinking|reasoning|reflection)>.*?(?:</\1>|\Z)")
-_LONE_CLOSE = regex.compile(r"(?i)</(?:think|thinking|reasoning|reflection)>")
-_HARMONY = regex.compile(r"<\|(?:channel|start|message|end|return|constrain)\|>|<\|channel\|>\s*analysis")
-_OPENERS = regex.compile(
+_THINK_BLOCK = re.compile(r"(?is)<(think|thinking|reasoning|reflection)>.*?(?:</\1>|\Z)")
+_LONE_CLOSE = re.compile(r"(?i)</(?:think|thinking|reasoning|reflection)>")
+_HARMONY = re.compile(r"<\|(?:channel|start|message|end|return|constrain)\|>|<\|channel\|>\s*analysis")
+_OPENERS = re.compile(
     r"(?i)^\s*(?:"
     r"(?:okay|ok|alright|hmm+|so),?\s+(?:so\s+)?(?:let me|let's|i need to|i should|the user|we need to|first,? i)"
     r"|let me (?:think|analy[sz]e|figure|work through|break (?:this|it) down|start by)"
@@ -115,15 +117,16 @@ def find_reasoning_leak(text: str, reasoning_text: str = "") -> str | None:
 
 # --- claims ----------------------------------------------------------------------------------------
 
-_CLAIM_KINDS: Sequence[tuple[str, regex.Pattern[str]]] = (
-    ("percentage", regex.compile(r"\d+(?:[.,]\d+)?\s*(?:%|percent\b|パーセント|百分之)")),
+_CLAIM_KINDS: Sequence[tuple[str, re.Pattern[str]]] = (
+    # Patterns run on the raw text (\d matches fullwidth digits too); only claim sentences are normalized.
+    ("percentage", re.compile(r"(?i)\d+(?:[.,．]\d+)?\s*(?:[%％]|percent\b|パーセント|百分之)")),
     (
         "customer",
-        regex.compile(
+        re.compile(
             r"(?i)\b(?:\d[\d,.]*\+?\s*(?:k|m|million|thousand)?|thousands|millions|hundreds)\s+(?:of\s+)?"
             r"(?:customers|users|companies|businesses|clients|teams|organi[sz]ations|enterprises)\b"
             r"|\b(?:trusted|used|adopted|chosen|relied on)\s+by\b"
-            r"|[\d,.万千百億]+\s*(?:社|人|名|件|団体|企業)(?:以上)?(?:の(?:お客様|企業|ユーザー)|が|に)"
+            r"|[\d,.，万千百億]+\s*(?:社|人|名|件|団体|企業)(?:以上)?(?:の(?:お客様|企業|ユーザー)|が|に)"
             r"(?:導入|採用|利用|愛用|選ばれ)"
             r"|(?:導入|採用)(?:実績|企業数|社数)"
             r"|[\d,.万千]+\s*(?:家)?(?:企业|客户|用户)"
@@ -131,21 +134,38 @@ _CLAIM_KINDS: Sequence[tuple[str, regex.Pattern[str]]] = (
     ),
     (
         "superlative",
-        regex.compile(
+        re.compile(
             r"(?i)\b(?:world'?s|industry'?s|market'?s|the)\s+"
             r"(?:first|leading|best|largest|fastest|only|#1|number one)\b"
-            r"|#1\b|\bnumber one\b|\bmarket leader\b|\bindustry[- ]leading\b"
+            r"|[#＃][1１]\b|\bnumber one\b|\bmarket leader\b|\bindustry[- ]leading\b"
             r"|(?:業界|世界|国内|日本|市場)(?:初|最大|最高|最速|唯一|No\.?\s*1|ナンバーワン|一位|トップ)"
             r"|シェア(?:No\.?\s*1|一位|トップ)|満足度\s*(?:No\.?\s*1|一位)"
             r"|(?:行业|业界|全球|国内)(?:第一|领先|最大|首个|首家)"
         ),
     ),
 )
-_SENTENCE_END = regex.compile(r"[。！？!?\n]|\.(?:\s|$)")
+# A kind's pattern runs only when one of its trigger substrings (or, for customers, a digit) occurs:
+# substring tests are far cheaper than the alternations, and most outputs make no claim at all.
+_TRIGGERS: dict[str, tuple[str, ...]] = {
+    "percentage": ("%", "％", "percent", "パーセント", "百分之"),
+    "customer": (
+        "thousands", "millions", "hundreds", "trusted", "used by", "adopted", "chosen", "relied",
+        "導入", "採用", "企业", "客户", "用户",
+    ),
+    "superlative": (
+        "first", "leading", "best", "largest", "fastest", "only", "#", "＃", "number one", "leader",
+        "業界", "世界", "国内", "日本", "市場", "シェア", "満足度", "行业", "业界", "全球",
+    ),
+}  # fmt: skip
+_DIGIT = re.compile(r"\d")
+_SENTENCE_END = re.compile(r"[。！？!?\n]|\.(?:\s|$)")
 
 
 def _normalize(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold()
+    # NFKC only when needed (fullwidth digits, ％): the quick check is far cheaper than normalizing.
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return text.casefold()
 
 
 def _sentence_around(text: str, start: int, end: int) -> str:
@@ -159,12 +179,17 @@ def find_claims(text: str, allowed: Sequence[str]) -> list[str]:
 
     A claim is covered when an allowed phrase occurs (NFKC, case-folded) in the claim's sentence.
     """
-    normalized = _normalize(text)
     allowed_normalized = [_normalize(phrase) for phrase in allowed if phrase.strip()]
+    lowered = text.lower()
+    has_digit = _DIGIT.search(text) is not None
     found: list[str] = []
     for kind, pattern in _CLAIM_KINDS:
-        for match in pattern.finditer(normalized, timeout=1.0):
-            sentence = _sentence_around(normalized, match.start(), match.end())
+        if not (kind == "customer" and has_digit) and not any(
+            trigger in lowered for trigger in _TRIGGERS[kind]
+        ):
+            continue
+        for match in pattern.finditer(text):
+            sentence = _normalize(_sentence_around(text, match.start(), match.end()))
             if not any(phrase in sentence for phrase in allowed_normalized):
                 found.append(kind)
     return found

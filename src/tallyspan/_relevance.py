@@ -7,14 +7,14 @@ words of three letters or more. Pure functions of the text.
 
 from __future__ import annotations
 
-import unicodedata
+import re
 from collections.abc import Sequence
-
-import regex
 
 __all__ = ["other_question_detail"]
 
-_CONTENT_RUN = regex.compile(r"[\p{Han}\p{Katakana}ー々]{2,}|[A-Za-z][A-Za-z0-9]{2,}|\d{2,}")
+_CONTENT_RUN = re.compile(
+    r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF\u30A1-\u30FF\u31F0-\u31FF\uFF66-\uFF9D々]{2,}|[A-Za-z][A-Za-z0-9]{2,}|\d{2,}"
+)
 _STOPWORDS_TEXT = (
     "the and for are but not you your with this that from have has was were will would can could what "
     "which who how why when where about into just also very some any all more most please"
@@ -28,9 +28,14 @@ _MIN_FEATURES = 4
 _MIN_REPEATED_CHARS = 40
 
 
+def _normalize(text: str) -> str:
+    # Lower case only: NFKC of a long Japanese answer costs more than the whole check should.
+    return text.lower()
+
+
 def _features(text: str) -> frozenset[str]:
     features: set[str] = set()
-    for run in _CONTENT_RUN.findall(unicodedata.normalize("NFKC", text)):
+    for run in _CONTENT_RUN.findall(_normalize(text)):
         if run[0].isascii() and run[0].isalpha():
             lower = run.lower()
             if lower not in _STOPWORDS:
@@ -40,9 +45,9 @@ def _features(text: str) -> frozenset[str]:
     return frozenset(features)
 
 
-def _coverage(prompt: frozenset[str], answer: frozenset[str]) -> float:
-    """Share of the prompt's topic features the answer repeats."""
-    return len(prompt & answer) / len(prompt) if prompt else 0.0
+def _coverage(prompt: frozenset[str], answer: str) -> float:
+    """Share of the prompt's topic features (bigrams, words) the normalized answer repeats."""
+    return sum(feature in answer for feature in prompt) / len(prompt) if prompt else 0.0
 
 
 def other_question_detail(
@@ -69,9 +74,10 @@ def other_question_detail(
                 return "the same output was returned for a different prompt"
     if not other_prompts:
         return None
-    answer = _features(output)
+    # Prompts are short: look their features up in the answer rather than building the answer's set.
+    answer = _normalize(output)
     own = _features(prompt)
-    if len(answer) < _MIN_FEATURES or len(own) < _MIN_FEATURES:
+    if len(own) < _MIN_FEATURES or len(_CONTENT_RUN.findall(answer, 0, 400)) < 2:
         return None
     own_score = _coverage(own, answer)
     for index, other in enumerate(other_prompts):
