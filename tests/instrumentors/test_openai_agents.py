@@ -272,6 +272,16 @@ async def test_capture_content_exports_tool_arguments_results_and_output(tracer_
     assert json.loads(attrs(ok)[semconv.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"city": "Tokyo"}
     assert attrs(ok)[semconv.GEN_AI_TOOL_CALL_RESULT] == "Tokyo: sunny"
     last = max(named(spans, "chat"), key=lambda s: s.start_time or 0)
+    inputs = json.loads(attrs(last)[semconv.GEN_AI_INPUT_MESSAGES])
+    assert [m["role"] for m in inputs] == ["system", "user", "assistant", "tool", "tool"]
+    assert inputs[1]["parts"] == [{"type": "text", "content": "Weather in Tokyo?"}]
+    assert inputs[2]["parts"][0] == {
+        "type": "tool_call",
+        "id": "c1",
+        "name": "lookup",
+        "arguments": {"city": "Tokyo"},
+    }
+    assert inputs[3]["parts"] == [{"type": "tool_call_response", "id": "c1", "response": "Tokyo: sunny"}]
     output = json.loads(attrs(last)[semconv.GEN_AI_OUTPUT_MESSAGES])
     assert output == [
         {

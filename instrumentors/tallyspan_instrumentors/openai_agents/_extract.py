@@ -14,9 +14,15 @@ from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 from tallyspan._content import ModelContent, ToolCallContent
-from tallyspan_instrumentors._common import Extraction, output_message, text_part, tool_call_part
+from tallyspan_instrumentors._common import (
+    Extraction,
+    output_message,
+    text_part,
+    tool_call_part,
+    tool_call_response_part,
+)
 
-__all__ = ["generation_extraction", "last_user_text", "response_extraction"]
+__all__ = ["chat_input_messages", "generation_extraction", "last_user_text", "response_extraction"]
 
 
 def _get(item: Any, name: str) -> Any:
@@ -66,6 +72,34 @@ def last_user_text(messages: Any) -> str | None:
         if _get(message, "role") == "user":
             return _text_of(_get(message, "content")) or None
     return None
+
+
+def chat_input_messages(messages: Any) -> list[dict[str, Any]] | None:
+    """A generation's chat-format input as GenAI input messages (for opt-in capture), or None."""
+    if not isinstance(messages, Sequence) or isinstance(messages, str):
+        return None
+    converted = []
+    for message in messages:
+        role = _get(message, "role") or "user"
+        content = _get(message, "content")
+        if role == "tool":
+            parts = [tool_call_response_part(_get(message, "tool_call_id"), content)]
+        else:
+            text = _text_of(content)
+            parts = [text_part(text)] if text else []
+        for call in _get(message, "tool_calls") or ():
+            function = _get(call, "function") or {}
+            arguments = _get(function, "arguments")
+            name = _get(function, "name")
+            parts.append(
+                tool_call_part(
+                    _get(call, "id"),
+                    name if isinstance(name, str) else "",
+                    arguments if isinstance(arguments, str) else "",
+                )
+            )
+        converted.append({"role": role, "parts": parts})
+    return converted
 
 
 def _content(

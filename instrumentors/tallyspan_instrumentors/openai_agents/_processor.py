@@ -40,9 +40,10 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from tallyspan import semconv
 from tallyspan._selfstats import count, swallowed
-from tallyspan_instrumentors._common import GenAICall, parse_arguments, start_genai_call
+from tallyspan_instrumentors._common import GenAICall, messages_json, parse_arguments, start_genai_call
 from tallyspan_instrumentors._tool_span import end_tool_span
 from tallyspan_instrumentors.openai_agents._extract import (
+    chat_input_messages,
     generation_extraction,
     last_user_text,
     response_extraction,
@@ -348,6 +349,9 @@ class TallyspanTracingProcessor:
                 call.span.update_name(semconv.span_name(semconv.OPERATION_CHAT, model))
         else:
             extraction = generation_extraction(data.output, data.usage, prompt)
+            inputs = chat_input_messages(data.input) if self._capture_content else None
+            if inputs is not None:  # the input is known only now (the SDK fills it during the call)
+                call.span.set_attribute(semconv.GEN_AI_INPUT_MESSAGES, messages_json(inputs))
         if error is not None:
             call.span.set_attribute(semconv.ERROR_TYPE, _ERROR_OTHER)
             call.span.set_status(Status(StatusCode.ERROR, _error_message(error)))
