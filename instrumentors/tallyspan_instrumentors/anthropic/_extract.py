@@ -112,20 +112,19 @@ def _server_attributes(resource: Any) -> dict[str, AttributeValue]:
     return attributes
 
 
-def request_content(kwargs: Mapping[str, Any]) -> tuple[str | None, dict[str, str]]:
-    """The prompt for the checks (the last user text) and the opt-in content attributes."""
+def request_content(kwargs: Mapping[str, Any], *, capture: bool) -> tuple[str | None, dict[str, str]]:
+    """The prompt for the checks (the last user text) and, when ``capture``, the content attributes."""
     messages = kwargs.get("messages")
     messages = list(messages) if isinstance(messages, Iterable) and not isinstance(messages, str) else []
-    prompt: str | None = None
-    converted: list[dict[str, Any]] = []
+    prompt = _last_user_text(messages)
+    if not capture:
+        return prompt, {}  # converting every message would be paid on each call for nothing
+    converted = []
     for message in messages:
         role = _field(message, "role")
-        parts = _parts(_field(message, "content"))
-        converted.append({"role": role if isinstance(role, str) else "user", "parts": parts})
-        if role == "user":
-            text = "".join(part["content"] for part in parts if part["type"] == "text")
-            if text:
-                prompt = text
+        converted.append(
+            {"role": role if isinstance(role, str) else "user", "parts": _parts(_field(message, "content"))}
+        )
     attributes = {semconv.GEN_AI_INPUT_MESSAGES: messages_json(converted)}
     system = kwargs.get("system")
     if _given(system):
@@ -133,6 +132,18 @@ def request_content(kwargs: Mapping[str, Any]) -> tuple[str | None, dict[str, st
         if system_parts:
             attributes[semconv.GEN_AI_SYSTEM_INSTRUCTIONS] = messages_json(system_parts)
     return prompt, attributes
+
+
+def _last_user_text(messages: list[Any]) -> str | None:
+    for message in reversed(messages):
+        if _field(message, "role") != "user":
+            continue
+        text = "".join(
+            part["content"] for part in _parts(_field(message, "content")) if part["type"] == "text"
+        )
+        if text:
+            return text
+    return None
 
 
 def _parts(content: Any) -> list[dict[str, Any]]:

@@ -53,7 +53,7 @@ Factory = Callable[[Tracer, bool], Callable[..., Any]]
 
 def _starter(tracer: Tracer, capture: bool, instance: Any, kwargs: dict[str, Any], *, stream: bool) -> Any:
     def start() -> GenAICall:
-        prompt, content_attributes = request_content(kwargs)
+        prompt, content_attributes = request_content(kwargs, capture=capture)
         model = kwargs.get("model")
         return start_genai_call(
             tracer,

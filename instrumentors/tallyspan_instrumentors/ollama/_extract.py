@@ -120,10 +120,14 @@ def _server_attributes(client: Any) -> dict[str, AttributeValue]:
     return attributes
 
 
-def request_content(arguments: Mapping[str, Any], *, chat: bool) -> tuple[str | None, dict[str, str]]:
-    """The prompt for the checks (the last user text) and the opt-in content attributes."""
+def request_content(
+    arguments: Mapping[str, Any], *, chat: bool, capture: bool
+) -> tuple[str | None, dict[str, str]]:
+    """The prompt for the checks (the last user text) and, when ``capture``, the content attributes."""
     if not chat:
         prompt = _str_or_none(arguments.get("prompt"))
+        if not capture:
+            return prompt, {}
         attributes = {
             semconv.GEN_AI_INPUT_MESSAGES: messages_json(
                 [{"role": "user", "parts": [text_part(prompt)] if prompt else []}]
@@ -135,6 +139,12 @@ def request_content(arguments: Mapping[str, Any], *, chat: bool) -> tuple[str | 
         return prompt, attributes
     messages = arguments.get("messages")
     messages = list(messages) if isinstance(messages, Iterable) and not isinstance(messages, str) else []
+    if not capture:  # converting every message would be paid on each call for nothing
+        for message in reversed(messages):
+            content = _str_or_none(_field(message, "content"))
+            if _field(message, "role") == "user" and content:
+                return content, {}
+        return None, {}
     last_user: str | None = None
     converted = []
     for message in messages:

@@ -66,7 +66,7 @@ def _starter(
 ) -> Callable[[], GenAICall]:
     def start() -> GenAICall:
         arguments = call_arguments(args, kwargs, chat=chat)
-        prompt, content_attributes = request_content(arguments, chat=chat)
+        prompt, content_attributes = request_content(arguments, chat=chat, capture=capture)
         operation = semconv.OPERATION_CHAT if chat else semconv.OPERATION_TEXT_COMPLETION
         model = arguments.get("model")
         return start_genai_call(

@@ -34,6 +34,7 @@ class StreamAbortedError(Exception):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as httpx expects
+    disable_nagle_algorithm = True  # headers and body go out as separate writes; avoid 40 ms ACK stalls
     server: _HTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:
