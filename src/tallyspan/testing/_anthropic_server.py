@@ -208,9 +208,10 @@ def _message_events(message: Mapping[str, Any]) -> Iterator[tuple[str, dict[str,
         },
     )
     for index, block in enumerate(message["content"]):
-        yield from _block_events(index, block)
-        if index == 0:
-            yield "ping", {"type": "ping"}
+        for event in _block_events(index, block):
+            yield event
+            if index == 0 and event[0] == "content_block_start":
+                yield "ping", {"type": "ping"}  # where the API sends its first ping
     delta_usage = {
         key: usage[key]
         for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
