@@ -298,11 +298,26 @@ def test_with_raw_response_returns_the_raw_object_and_still_makes_a_span(
     spans: InMemorySpanExporter, client: anthropic.Anthropic
 ) -> None:
     raw = client.messages.with_raw_response.create(model=MODEL, max_tokens=32, messages=USER)  # type: ignore[arg-type]
-    assert raw.parse().content[0].type == "text"
+    assert type(raw).__name__ == "APIResponse"
+    message = raw.parse()
+    assert message.content[0].type == "text"
     span = only_span(spans)
     assert span.status.status_code is StatusCode.UNSET
     assert span.attributes is not None
-    assert span.attributes[semconv.GEN_AI_REQUEST_MODEL] == MODEL
+    assert span.attributes[semconv.GEN_AI_RESPONSE_ID] == message.id
+    assert span.attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
+
+
+def test_with_streaming_response_leaves_the_body_to_the_app(
+    spans: InMemorySpanExporter, server: AnthropicServer, client: anthropic.Anthropic
+) -> None:
+    server.add_reply(AnthropicReply(text="本文はアプリのもの"))
+    with client.messages.with_streaming_response.create(model=MODEL, max_tokens=32, messages=USER) as raw:  # type: ignore[arg-type]
+        body = b"".join(raw.iter_bytes())
+    assert json.loads(body)["content"][0]["text"] == "本文はアプリのもの"
+    span = only_span(spans)
+    assert span.status.status_code is StatusCode.UNSET
+    assert semconv.GEN_AI_RESPONSE_ID not in (span.attributes or {})
 
 
 async def test_async_create_makes_the_same_span(

@@ -47,6 +47,8 @@ _logger = logging.getLogger(__name__)
 
 _MODULE = "anthropic.resources.messages.messages"
 _instruments = ("anthropic >= 0.40",)
+#: The header ``with_raw_response`` ("raw") and ``with_streaming_response`` ("stream") add to a request.
+_RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
 
 Factory = Callable[[Tracer, bool], Callable[..., Any]]
 
@@ -75,6 +77,29 @@ def _finish_sync(call: GenAICall, result: Any) -> Any:
     return result
 
 
+def _finisher_sync(kwargs: dict[str, Any]) -> Callable[[GenAICall, Any], Any]:
+    """``_finish_sync``, reading the body of a ``with_raw_response`` result (not of a streamed one)."""
+
+    def finish(call: GenAICall, result: Any) -> Any:
+        if _is_raw_response(result):
+            headers = kwargs.get("extra_headers")
+            read = isinstance(headers, dict) and headers.get(_RAW_RESPONSE_HEADER) == "raw"
+            if read and kwargs.get("stream") is not True:
+                parsed = result.parse()  # the SDK caches it: the app's own parse() gets the same object
+                call.finish(extraction_of_message(call, parsed) if _is_message(parsed) else None)
+            else:
+                # with_streaming_response or a raw stream: the body is the app's to read, we must not.
+                call.finish(None)
+            return result
+        return _finish_sync(call, result)
+
+    return finish
+
+
+def _is_raw_response(result: Any) -> bool:
+    return type(result).__name__ == "APIResponse" and callable(getattr(result, "parse", None))
+
+
 def _finish_async(call: GenAICall, result: Any) -> Any:
     if _is_stream(result):
         return AsyncStreamProxy(result, call, EventAccumulator())
@@ -97,7 +122,7 @@ def _create(tracer: Tracer, capture: bool) -> Callable[..., Any]:
     ) -> Any:
         stream = kwargs.get("stream") is True
         start = _starter(tracer, capture, instance, kwargs, stream=stream)
-        return run_sync(wrapped, args, kwargs, start, _finish_sync)
+        return run_sync(wrapped, args, kwargs, start, _finisher_sync(kwargs))
 
     return wrapper
 
