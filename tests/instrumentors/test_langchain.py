@@ -832,3 +832,43 @@ def test_parallel_tool_calls_run_on_threads_and_hang_under_the_workflow(langchai
     assert all(parent_id(span) == span_id(root) for span in tools)
     assert [span.name for span in spans].count(CHAT) == 2
     assert handler_of(langchain).open_runs() == 0
+
+
+def test_chat_anthropic_call_appears_once_with_the_anthropic_instrumentor(
+    langchain, tracer_provider, exporter
+):
+    import anthropic
+    from langchain_anthropic import ChatAnthropic
+
+    from tallyspan.testing import AnthropicReply, AnthropicServer
+    from tallyspan_instrumentors.anthropic import AnthropicInstrumentor
+
+    instrumentor = AnthropicInstrumentor()
+    instrumentor.instrument(tracer_provider=tracer_provider)
+    replies = [
+        AnthropicReply(text="direct"),
+        AnthropicReply(text="via langchain", prompt_tokens=9, completion_tokens=3, cached_tokens=4),
+        AnthropicReply(text="streamed"),
+    ]
+    try:
+        with AnthropicServer(replies=replies) as server:
+            with anthropic.Anthropic(base_url=server.base_url, api_key=API_KEY, max_retries=0) as client:
+                client.messages.create(
+                    model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+                )
+            model = ChatAnthropic(
+                model_name="claude-x", base_url=server.base_url, api_key=API_KEY, max_retries=0
+            )  # type: ignore[call-arg]
+            assert model.invoke("hi").content == "via langchain"
+            assert "".join(str(chunk.content) for chunk in model.stream("hi")) == "streamed"
+    finally:
+        instrumentor.uninstrument()
+
+    direct, invoked, streamed = spans_by_start(exporter)
+    assert semconv.SERVER_ADDRESS in (direct.attributes or {})  # the Anthropic instrumentor is live
+    for span in (invoked, streamed):
+        assert span.name == "chat claude-x"
+        assert (span.attributes or {})[semconv.GEN_AI_PROVIDER_NAME] == "anthropic"
+        assert semconv.SERVER_ADDRESS not in (span.attributes or {})
+    assert (invoked.attributes or {})[semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 4
+    assert (invoked.attributes or {})[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
