@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import anthropic
 import pytest
@@ -83,8 +84,9 @@ def only_span(exporter: InMemorySpanExporter) -> ReadableSpan:
     return finished[0]
 
 
-def create(client: anthropic.Anthropic, **kwargs: object) -> anthropic.types.Message:
-    return client.messages.create(model=MODEL, max_tokens=256, messages=USER, **kwargs)  # type: ignore[arg-type,call-overload,no-any-return]
+def create(client: anthropic.Anthropic, **kwargs: Any) -> Any:
+    """``messages.create`` with the test's model and prompt: a Message, or a Stream with ``stream=True``."""
+    return client.messages.create(model=MODEL, max_tokens=256, messages=USER, **kwargs)  # type: ignore[arg-type]
 
 
 # --- non-streaming -------------------------------------------------------------------------------------
@@ -408,7 +410,7 @@ def test_exhausted_stream_ends_the_span_once_with_the_whole_response(
     server.add_reply(STREAM_REPLY)
     stream = create(client, stream=True)
     assert spans.get_finished_spans() == ()
-    kinds = [event.type for event in stream]  # type: ignore[attr-defined]
+    kinds = [event.type for event in stream]
     assert kinds[0] == "message_start"
     assert kinds[-1] == "message_stop"
     span = only_span(spans)
@@ -439,7 +441,7 @@ def test_exhausted_stream_ends_the_span_once_with_the_whole_response(
         prompt="東京の天気は?",
         reasoning_text="考え中",
     )
-    stream.close()  # type: ignore[attr-defined]
+    stream.close()
     assert len(spans.get_finished_spans()) == 1
 
 
@@ -448,12 +450,12 @@ def test_break_then_close_ends_the_span_once_with_what_was_read(
 ) -> None:
     server.add_reply(STREAM_REPLY)
     stream = create(client, stream=True)
-    for event in stream:  # type: ignore[attr-defined]
+    for event in stream:
         if event.type == "content_block_start":
             break
     assert spans.get_finished_spans() == ()
-    stream.close()  # type: ignore[attr-defined]
-    stream.close()  # type: ignore[attr-defined]
+    stream.close()
+    stream.close()
     span = only_span(spans)
     assert span.status.status_code is StatusCode.UNSET
     assert span.attributes is not None
@@ -465,7 +467,7 @@ def test_with_exit_ends_the_span(
     spans: InMemorySpanExporter, server: AnthropicServer, client: anthropic.Anthropic
 ) -> None:
     server.add_reply(STREAM_REPLY)
-    with create(client, stream=True) as stream:  # type: ignore[attr-defined]
+    with create(client, stream=True) as stream:
         next(iter(stream))
     assert len(spans.get_finished_spans()) == 1
 
@@ -476,7 +478,7 @@ def test_error_event_mid_stream_fails_the_span_and_reaches_the_app(
     server.add_reply(AnthropicReply(text="途中で切れる長い答えです。", stream_error_after=3))
     stream = create(client, stream=True)
     with pytest.raises(anthropic.APIStatusError) as raised:
-        for _ in stream:  # type: ignore[attr-defined]
+        for _ in stream:
             pass
     assert "overloaded_error" in str(raised.value)
     span = only_span(spans)
@@ -493,7 +495,7 @@ def test_connection_dropped_mid_stream_fails_the_span(
     server.add_reply(AnthropicReply(text="切断されるストリーム" * 5, abort_after_chunks=3))
     stream = create(client, stream=True)
     with pytest.raises(Exception) as raised:  # noqa: PT011 - the transport's own error type, whatever it is
-        for _ in stream:  # type: ignore[attr-defined]
+        for _ in stream:
             pass
     span = only_span(spans)
     assert span.status.status_code is StatusCode.ERROR
@@ -506,7 +508,7 @@ def test_abandoned_stream_ends_its_span_when_collected(
 ) -> None:
     server.add_reply(STREAM_REPLY)
     stream = create(client, stream=True)
-    next(iter(stream))  # type: ignore[call-overload]
+    next(iter(stream))
     del stream
     gc.collect()
     span = only_span(spans)
@@ -518,11 +520,11 @@ async def test_async_stream_exhausted_and_closed_early(
 ) -> None:
     server.add_reply(STREAM_REPLY)
     server.add_reply(STREAM_REPLY)
-    stream = await async_client.messages.create(model=MODEL, max_tokens=8, messages=USER, stream=True)  # type: ignore[arg-type]
+    stream: Any = await async_client.messages.create(model=MODEL, max_tokens=8, messages=USER, stream=True)  # type: ignore[arg-type]
     kinds = [event.type async for event in stream]
     assert kinds[-1] == "message_stop"
     assert len(spans.get_finished_spans()) == 1
-    early = await async_client.messages.create(model=MODEL, max_tokens=8, messages=USER, stream=True)  # type: ignore[arg-type]
+    early: Any = await async_client.messages.create(model=MODEL, max_tokens=8, messages=USER, stream=True)  # type: ignore[arg-type]
     async for _ in early:
         break
     await early.close()
@@ -669,7 +671,7 @@ def test_suppressed_calls_make_no_span(
 ) -> None:
     with suppress_instrumentation():
         create(client)
-        for _ in create(client, stream=True):  # type: ignore[attr-defined]
+        for _ in create(client, stream=True):
             pass
         with client.messages.stream(model=MODEL, max_tokens=8, messages=USER) as stream:  # type: ignore[arg-type]
             stream.until_done()
@@ -684,13 +686,15 @@ def test_uninstrument_restores_the_sdk_methods(
 
     originals = {name: getattr(Messages, name) for name in ("create", "parse", "stream")}
     async_originals = {name: getattr(AsyncMessages, name) for name in ("create", "parse", "stream")}
-    native_start = anthropic._base_client.start_api_call_span
+    from anthropic import _base_client as base_client
+
+    native_start = base_client.start_api_call_span  # type: ignore[attr-defined]
     instrumentor = AnthropicInstrumentor()
     exporter = instrument_anthropic()
     assert Messages.create is not originals["create"]
-    assert anthropic._base_client.start_api_call_span is not native_start
+    assert base_client.start_api_call_span is not native_start  # type: ignore[attr-defined]
     instrumentor.uninstrument()
-    assert anthropic._base_client.start_api_call_span is native_start
+    assert base_client.start_api_call_span is native_start  # type: ignore[attr-defined]
     assert {name: getattr(Messages, name) for name in originals} == originals
     assert {name: getattr(AsyncMessages, name) for name in async_originals} == async_originals
     create(client)
@@ -754,7 +758,7 @@ def run_agent(client: anthropic.Anthropic) -> str:
                     "type": "tool_result",
                     "tool_use_id": use.id,
                     "content": AGENT_TOOLS[use.name](**use.input, tool_call_id=use.id),
-                }  # type: ignore[arg-type]
+                }
                 for use in uses
             ]
             messages.append({"role": "user", "content": results})

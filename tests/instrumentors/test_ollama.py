@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import ollama
 import pytest
@@ -43,7 +44,7 @@ def client(server: OllamaServer) -> Iterator[ollama.Client]:
 async def async_client(server: OllamaServer) -> AsyncIterator[ollama.AsyncClient]:
     aclient = ollama.AsyncClient(host=server.base_url)
     yield aclient
-    await aclient.close()  # its connections would otherwise be reported unclosed by a later test
+    await aclient.close()  # type: ignore[no-untyped-call]  # its connections would otherwise be reported unclosed by a later test
 
 
 @pytest.fixture
@@ -192,7 +193,7 @@ def test_captured_content_follows_the_genai_message_format(
             text="晴れ", reasoning="確認", tool_calls=[ScriptedToolCall("log_action", {"call_id": "c1"})]
         )
     )
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "system", "content": "日本語で"},
         {"role": "user", "content": "東京の天気は?"},
         {
