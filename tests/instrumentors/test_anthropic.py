@@ -334,6 +334,28 @@ async def test_async_create_makes_the_same_span(
     assert attributes[semconv.GEN_AI_RESPONSE_ID] == message.id
 
 
+def test_beta_messages_are_traced_the_same_way(
+    spans: InMemorySpanExporter,
+    consumed_buffer: ContentBuffer,
+    server: AnthropicServer,
+    client: anthropic.Anthropic,
+) -> None:
+    server.add_reply(STREAM_REPLY)
+    server.add_reply(STREAM_REPLY)
+    message = client.beta.messages.create(model=MODEL, max_tokens=64, messages=USER)  # type: ignore[arg-type]
+    with client.beta.messages.stream(model=MODEL, max_tokens=64, messages=USER) as stream:  # type: ignore[arg-type]
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use"
+    created, streamed = spans.get_finished_spans()
+    assert (created.attributes or {})[semconv.GEN_AI_RESPONSE_ID] == message.id
+    assert (streamed.attributes or {})[semconv.GEN_AI_REQUEST_STREAM] is True
+    for span in (created, streamed):
+        assert span.context is not None
+        content = consumed_buffer.pop(span.context.span_id)
+        assert isinstance(content, ModelContent)
+        assert content.tool_calls == (ToolCallContent("get_weather", '{"city": "東京"}', "toolu_s"),)
+
+
 # --- errors --------------------------------------------------------------------------------------------
 
 

@@ -46,6 +46,7 @@ __all__ = ["AnthropicInstrumentor"]
 _logger = logging.getLogger(__name__)
 
 _MODULE = "anthropic.resources.messages.messages"
+_BETA_MODULE = "anthropic.resources.beta.messages.messages"
 _instruments = ("anthropic >= 0.40",)
 #: The header ``with_raw_response`` ("raw") and ``with_streaming_response`` ("stream") add to a request.
 _RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
@@ -280,6 +281,13 @@ _WRAPPED: tuple[tuple[str, str, Factory], ...] = (
     (_MODULE, "AsyncMessages.create", _create_async),
     (_MODULE, "AsyncMessages.parse", _create_async),
     (_MODULE, "AsyncMessages.stream", _stream_async),
+    # The beta surface (client.beta.messages) has the same methods, objects and stream events.
+    (_BETA_MODULE, "Messages.create", _create),
+    (_BETA_MODULE, "Messages.parse", _create),
+    (_BETA_MODULE, "Messages.stream", _stream),
+    (_BETA_MODULE, "AsyncMessages.create", _create_async),
+    (_BETA_MODULE, "AsyncMessages.parse", _create_async),
+    (_BETA_MODULE, "AsyncMessages.stream", _stream_async),
 )
 
 #: Wrapped only where the installed SDK has it (its own tracing arrived in 2.x).
