@@ -1,4 +1,4 @@
-"""The Anthropic instrumentor: ``messages.create`` / ``parse`` / ``stream``, sync and async.
+"""The Anthropic instrumentor: ``messages.create`` / ``parse`` / ``stream`` (and ``beta.messages``), sync and async.
 
 ``create(stream=True)`` returns the SDK's stream wrapped in a proxy that ends the span once. The
 ``messages.stream(...)`` manager is wrapped so its span opens on ``__enter__`` (when the request is
