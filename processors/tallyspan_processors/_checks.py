@@ -6,7 +6,10 @@ For each span whose ``gen_ai.operation.name`` is a model operation it
 1. finds the contract: ``settings.contracts.contract_for(tallyspan.stage, gen_ai.agent.name, model)``;
    spans without one are forwarded untouched;
 2. reads the output: the ContentBuffer first, else the content other instrumentations captured
-   (``_checks_content``); without either only the non-text checks run;
+   (``_checks_content``); without either only the non-text checks run. A turn that requests tool
+   calls (finish reason ``tool_calls`` / ``tool_use``, or tool-call parts) is a step of the agent
+   loop, not a deliverable: its text (often empty, or a line of narration) is not judged against the
+   contract either; the ledger accounts for the calls it asks for;
 3. runs :func:`tallyspan.check` with the span's own facts: its duration (``deadline_s``), its error
    (``error.type``, exception events, status), its wait (``tallyspan.enqueued_at`` vs its start), and
    the prompts of other model calls in flight at the same time;
@@ -45,6 +48,8 @@ __all__ = ["ChecksProcessor", "checks_component"]
 #: Recent model calls remembered for answer_to_other_question (prompts in flight, repeated outputs).
 DEFAULT_RECENT_CALLS: Final = 64
 _EVALUATION_PREFIX: Final = "tallyspan."
+#: Provider finish reasons meaning "the model handed the turn to tools" (OpenAI, Anthropic, GenAI).
+_TOOL_FINISH_REASONS: Final = frozenset({"tool_calls", "function_call", "tool_use", "tool_call"})
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,9 @@ class ChecksProcessor(WrappingProcessor):
         span_id = span.context.span_id if span.context is not None else 0
         buffered = self._buffer.pop(span_id) if self._pop_content else self._buffer.peek(span_id)
         if isinstance(buffered, ModelContent):
-            return SpanContent(buffered.output_text, buffered.prompt, buffered.reasoning_text)
+            return SpanContent(
+                buffered.output_text, buffered.prompt, buffered.reasoning_text, bool(buffered.tool_calls)
+            )
         return captured_content(span.attributes or {})
 
     def _check(
@@ -127,6 +134,8 @@ class ChecksProcessor(WrappingProcessor):
         content: SpanContent | None,
     ) -> CheckResult:
         start, end = span.start_time or 0, span.end_time or 0
+        if content is not None and (content.requested_tools or _requested_tools(attributes)):
+            content = None  # a step of the agent loop: only the non-text checks apply
         prompt = content.prompt if content is not None else None
         output_key = hash(content.output.strip()) if content is not None and content.output is not None else 0
         with self._lock:
@@ -214,6 +223,13 @@ def _evaluation_events(contract_name: str, result: CheckResult, timestamp: int |
         )
     )
     return events
+
+
+def _requested_tools(attributes: Mapping[str, Any]) -> bool:
+    reasons = attributes.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS)
+    if isinstance(reasons, str):
+        reasons = (reasons,)
+    return isinstance(reasons, Sequence) and any(reason in _TOOL_FINISH_REASONS for reason in reasons)
 
 
 def _str(value: Any) -> str | None:

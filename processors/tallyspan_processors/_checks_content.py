@@ -29,6 +29,8 @@ class SpanContent:
     output: str | None
     prompt: str | None = None
     reasoning: str = ""
+    requested_tools: bool = False
+    """The turn ended by asking for tool calls: an intermediate step of an agent loop, not a deliverable."""
 
 
 def _parts_text(message: Mapping[str, Any], part_type: str = "text") -> str:
@@ -66,7 +68,11 @@ def _genai_messages(attributes: Mapping[str, Any]) -> SpanContent | None:
         if isinstance(message, Mapping) and message.get("role") == "user":
             prompt = _parts_text(message)
             break
-    return SpanContent(_parts_text(first), prompt, _parts_text(first, "reasoning"))
+    parts = first.get("parts")
+    requested_tools = isinstance(parts, list) and any(
+        isinstance(part, Mapping) and part.get("type") == "tool_call" for part in parts
+    )
+    return SpanContent(_parts_text(first), prompt, _parts_text(first, "reasoning"), requested_tools)
 
 
 def _indexed(attributes: Mapping[str, Any], prefix: str, suffix: str) -> dict[int, Any]:

@@ -1,7 +1,9 @@
 """Where the ledger's entries come from: an ended span read into observed calls and the agent's claims.
 
 * ``execute_tool`` spans of ordinary tools are observed calls (outcome from ``tallyspan.tool.outcome``,
-  else the span status, so other instrumentations' tool spans count too).
+  else the span status, so other instrumentations' tool spans count too). SERVER-kind ones are the
+  callee's view of a call (an MCP server handling ``tools/call``): the caller's span already counts
+  it, so they enter nothing.
 * ``execute_tool`` spans of the log tool are claims: their arguments come from the ContentBuffer
   (``ToolContent``), else from ``gen_ai.tool.call.arguments`` when content is captured.
 * Model spans contribute the log-tool calls the model requested: from the ContentBuffer
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 from tallyspan import semconv
 from tallyspan._content import ModelContent, ToolContent, content_buffer
@@ -53,7 +55,10 @@ def entries_of(span: ReadableSpan, spec: LogToolSpec) -> Iterator[RawEntry]:
     span_id = span.context.span_id if span.context is not None else 0
     end = span.end_time or 0
     if operation == semconv.OPERATION_EXECUTE_TOOL:
-        yield from _tool_entries(span, attributes, spec, span_id, end)
+        if span.kind is SpanKind.SERVER:
+            content_buffer().pop(span_id)
+        else:
+            yield from _tool_entries(span, attributes, spec, span_id, end)
     elif operation in semconv.MODEL_OPERATIONS:
         yield from _requested_log_calls(attributes, spec, span_id, end)
     for event in span.events:

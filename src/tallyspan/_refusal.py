@@ -157,6 +157,16 @@ _TRIGGERS: dict[str, tuple[str, ...]] = {
         "業界", "世界", "国内", "日本", "市場", "シェア", "満足度", "行业", "业界", "全球",
     ),
 }  # fmt: skip
+# A percentage is a claim only beside what it claims: satisfaction, share, a comparison, an improvement,
+# customers. "目標の 46%", "CPU 97%" or "tests 95% passed" report the work itself and are not claims.
+_PERCENTAGE_CLAIM_CUES: tuple[str, ...] = (
+    "satisf", "share", "customer", "user", "client", "faster", "cheaper", "better", "more than", "less than",
+    "higher", "lower", "improv", "increas", "reduc", "cut ", "grow", "boost", "roi", "retention", "churn",
+    "accura", "success rate", "than", "vs", "compared",
+    "満足", "シェア", "顧客", "お客様", "ユーザー", "利用者", "向上", "削減", "改善", "増加", "増", "減",
+    "成長", "高速", "短縮", "精度", "成功率", "継続率", "解約率", "比", "導入", "採用", "効率", "アップ",
+    "满意", "份额", "客户", "用户", "提升", "提高", "降低", "增长", "减少", "准确",
+)  # fmt: skip
 _DIGIT = re.compile(r"\d")
 _SENTENCE_END = re.compile(r"[。！？!?\n]|\.(?:\s|$)")
 
@@ -177,7 +187,9 @@ def _sentence_around(text: str, start: int, end: int) -> str:
 def find_claims(text: str, allowed: Sequence[str]) -> list[str]:
     """Return the kinds of claims in ``text`` that no phrase of ``allowed`` covers (one per claim).
 
-    A claim is covered when an allowed phrase occurs (NFKC, case-folded) in the claim's sentence.
+    A claim is covered when an allowed phrase occurs (NFKC, case-folded) in the claim's sentence. A
+    percentage counts only in a sentence that says what it claims (satisfaction, share, a comparison,
+    an improvement, customers): a progress or utilisation figure is the report's own subject.
     """
     allowed_normalized = [_normalize(phrase) for phrase in allowed if phrase.strip()]
     lowered = text.lower()
@@ -190,6 +202,8 @@ def find_claims(text: str, allowed: Sequence[str]) -> list[str]:
             continue
         for match in pattern.finditer(text):
             sentence = _normalize(_sentence_around(text, match.start(), match.end()))
+            if kind == "percentage" and not any(cue in sentence for cue in _PERCENTAGE_CLAIM_CUES):
+                continue
             if not any(phrase in sentence for phrase in allowed_normalized):
                 found.append(kind)
     return found

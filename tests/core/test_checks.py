@@ -218,6 +218,32 @@ def test_unearned_claims_are_caught_by_kind() -> None:
     assert english.violation_types == ("unearned_claim",)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "今週は目標の 46% まで進みました。",
+        "GPU 使用率は 97% でした。",
+        "The test suite passed at 95%.",
+    ],
+)
+def test_a_progress_or_utilisation_percentage_is_not_a_claim(text: str) -> None:
+    assert _types(check(text, Contract(claims={"allowed": []}))) == ()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "処理速度が 40% 向上しました。",
+        "国内シェアは 35% です。",
+        "Our customers save 30% on average.",
+        "It is 2x faster and 50% cheaper than the alternative.",
+        "用户满意度达到 99%。",
+    ],
+)
+def test_a_percentage_that_claims_something_is_a_claim(text: str) -> None:
+    assert _types(check(text, Contract(claims={"allowed": []}))) == ("unearned_claim",)
+
+
 def test_claims_in_the_allow_list_are_earned() -> None:
     contract = Contract(claims={"allowed": ["満足度は98%", "導入企業300社"]})
     assert _types(check("導入企業３００社が採用しています。満足度は98%です。", contract)) == ()

@@ -22,7 +22,7 @@ from opentelemetry.trace import StatusCode
 import tallyspan
 from tallyspan import semconv
 from tallyspan._content import content_buffer
-from tallyspan.testing import OpenAICompatibleServer, ScriptedReply
+from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
 
 CONTRACTS: dict[str, Any] = {
     "contracts": {
@@ -131,6 +131,35 @@ def test_reasoning_in_its_own_field_is_fine_but_think_tags_in_the_answer_leak(
     assert chain.force_flush()
     spans = [span for span in span_exporter.get_finished_spans() if span.name.startswith("chat ")]
     assert [_types(span) for span in spans] == [(), ("reasoning_leaked",)]
+
+
+def test_a_turn_that_asks_for_tools_is_a_step_not_a_deliverable(
+    chain: tallyspan.Instrumentation, span_exporter: InMemorySpanExporter
+) -> None:
+    lookup = ScriptedToolCall(name="lookup", arguments={"week": 48})
+    replies = [
+        ScriptedReply(tool_calls=[lookup]),  # empty text: not too_short, not missing 判定
+        ScriptedReply(text="Let me look that up.", tool_calls=[lookup]),  # narration: not not_japanese
+        ScriptedReply(text=""),  # an empty answer that stops is still an empty deliverable
+    ]
+    with (
+        OpenAICompatibleServer(replies=replies) as server,
+        openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client,
+        tallyspan.stage("weekly_report"),
+    ):
+        for _ in replies:
+            client.chat.completions.create(model="gpt-4o", messages=USER)
+    assert chain.force_flush()
+    spans = [span for span in span_exporter.get_finished_spans() if span.name.startswith("chat ")]
+    assert [(span.attributes or {})[semconv.GEN_AI_RESPONSE_FINISH_REASONS] for span in spans] == [
+        ("tool_calls",),
+        ("tool_calls",),
+        ("stop",),
+    ]
+    assert [_types(span) for span in spans[:2]] == [(), ()]
+    assert [span.status.status_code for span in spans[:2]] == [StatusCode.UNSET, StatusCode.UNSET]
+    assert _types(spans[2]) == ("missing_required", "too_short")
+    assert len(content_buffer()) == 0
 
 
 def test_a_5xx_answer_is_a_process_error_and_the_app_sees_its_exception(
