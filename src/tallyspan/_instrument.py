@@ -41,6 +41,7 @@ from tallyspan._config import (
     resolve_db_path,
 )
 from tallyspan._errors import ConfigError
+from tallyspan._ledger_api import LedgerSink
 from tallyspan._selfstats import swallowed
 
 __all__ = ["DEFAULT_STORE", "Instrumentation", "instrument", "instrumentation", "uninstrument"]
@@ -136,6 +137,7 @@ def instrument(
     evaluation_events: bool = False,
     ledger_log_tool: str = "log_action",
     span_processors: Sequence[SpanProcessor] = (),
+    ledger_sinks: Sequence[LedgerSink] = (),
 ) -> Instrumentation:
     """Instrument every supported library that is installed, and check every model output.
 
@@ -159,6 +161,8 @@ def instrument(
         ledger_log_tool: the tool through which the agent logs its own actions.
         span_processors: more processors at the end of our chain: they receive the enriched spans
             (with violations and ledger balance), e.g. ``SimpleSpanProcessor(your_exporter)``.
+        ledger_sinks: more places for each run's ledger entries and reconciliation
+            (:class:`tallyspan.ledger.LedgerSink`), beside the embedded store and OTLP logs.
 
     Returns:
         The active :class:`Instrumentation`.
@@ -186,7 +190,7 @@ def instrument(
             otlp_logs=otlp_logs_requested(),
         )
         provider = _resolve_provider(tracer_provider, service_name)
-        chain, names = _build_chain(settings, span_processors)
+        chain, names = _build_chain(settings, span_processors, ledger_sinks)
         head = _Switch(chain)
         provider.add_span_processor(head)
         enabled = _instrument_libraries(instrumentors, provider, settings)
@@ -257,7 +261,7 @@ def _component_factory(name: str) -> Any:
 
 
 def _build_chain(
-    settings: Settings, extra_processors: Sequence[SpanProcessor]
+    settings: Settings, extra_processors: Sequence[SpanProcessor], extra_ledger_sinks: Sequence[LedgerSink]
 ) -> tuple[SpanProcessor, tuple[str, ...]]:
     sinks: list[SpanProcessor] = list(extra_processors)
     names: list[str] = []
@@ -272,8 +276,8 @@ def _build_chain(
             sinks.append(store_factory((), settings))
             names.append("store")
     ledger_sinks_factory = _component_factory("ledger_sinks")
-    if ledger_sinks_factory is not None:
-        settings = dataclasses.replace(settings, ledger_sinks=tuple(ledger_sinks_factory(settings)))
+    own_sinks = tuple(ledger_sinks_factory(settings)) if ledger_sinks_factory is not None else ()
+    settings = dataclasses.replace(settings, ledger_sinks=(*own_sinks, *extra_ledger_sinks))
     chain: Sequence[SpanProcessor] = sinks
     for name in _CHAIN_ORDER:
         factory: ComponentFactory | None = _component_factory(name)

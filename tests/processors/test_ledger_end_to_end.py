@@ -5,6 +5,7 @@ the OTLP log records (decoded by a real OTLP/HTTP receiver) must show exactly th
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,4 +191,64 @@ def test_one_unlogged_call_unbalances_the_run_span_and_the_otlp_log_records(
         "SELECT balanced, discrepancy_types, observed_count, claimed_count FROM ledger_reconciliations"
     )
     assert tuple(row) == (0, '["unlogged_refusal"]', 3, 2)
+    db.close()
+
+
+class _ListSink:
+    """A user's own ledger sink: keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.entries: list[tallyspan.ledger.LedgerEntry] = []
+        self.records: list[tallyspan.ledger.LedgerRecord] = []
+        self.shut_down = 0
+
+    def export_entries(self, entries: Sequence[tallyspan.ledger.LedgerEntry]) -> bool:
+        self.entries.extend(entries)
+        return True
+
+    def export_reconciliation(self, record: tallyspan.ledger.LedgerRecord) -> bool:
+        self.records.append(record)
+        return True
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        self.shut_down += 1
+
+
+def test_a_ledger_sink_passed_to_instrument_gets_both_columns_and_the_reconciliation(
+    tracer_provider: TracerProvider, db_path: Path
+) -> None:
+    sink = _ListSink()
+    assert isinstance(sink, tallyspan.ledger.LedgerSink)
+    tallyspan.instrument(
+        tracer_provider=tracer_provider,
+        store=db_path,
+        instrumentors=["tallyspan_openai"],
+        ledger_sinks=[sink],
+    )
+    with (
+        OpenAICompatibleServer(replies=SCRIPT) as server,
+        openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client,
+    ):
+        _agent(client, execute_log_calls=True)
+    tallyspan.uninstrument()
+
+    assert [(e.side, e.call_id, e.outcome) for e in sink.entries] == [
+        ("observed", "c1", "succeeded"),
+        ("claimed", "c1", "succeeded"),
+        ("observed", "c2", "rejected"),
+        ("observed", "c3", "succeeded"),
+        ("claimed", "c3", "succeeded"),
+    ]
+    (record,) = sink.records
+    assert record.run_name == "airline_agent"
+    assert record.reconciliation.balanced is False
+    assert [d.type for d in record.reconciliation.discrepancies] == ["unlogged_refusal"]
+    assert sink.shut_down == 1
+    db = connect(db_path)
+    assert (
+        db.execute("SELECT count(*) FROM ledger_reconciliations").fetchone()[0] == 1
+    )  # the store still gets it
     db.close()
