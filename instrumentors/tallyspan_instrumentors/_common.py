@@ -41,6 +41,7 @@ __all__ = [
     "parse_arguments",
     "run_async",
     "run_sync",
+    "server_attributes",
     "start_genai_call",
     "text_part",
     "tool_call_part",
@@ -444,3 +445,24 @@ def output_message(parts: list[dict[str, Any]], finish_reason: str | None) -> di
 def messages_json(messages: Iterable[Mapping[str, Any]] | list[Any]) -> str:
     """Serialise messages or parts for a span attribute (non-JSON values as their ``str``)."""
     return json.dumps(list(messages), ensure_ascii=False, default=str)
+
+
+_DEFAULT_PORTS = {"https": 443, "http": 80}
+
+
+def server_attributes(resource: Any) -> dict[str, AttributeValue]:
+    """``server.address`` / ``server.port`` from ``resource._client.base_url`` (an httpx URL).
+
+    The SDK resources of openai and anthropic, and ollama's clients, all keep their HTTP client there.
+    """
+    url = getattr(getattr(resource, "_client", None), "base_url", None)
+    host = getattr(url, "host", None)
+    if not isinstance(host, str) or not host:
+        return {}
+    attributes: dict[str, AttributeValue] = {semconv.SERVER_ADDRESS: host}
+    port = getattr(url, "port", None)
+    if not isinstance(port, int):
+        port = _DEFAULT_PORTS.get(str(getattr(url, "scheme", "")))
+    if isinstance(port, int):
+        attributes[semconv.SERVER_PORT] = port
+    return attributes

@@ -20,6 +20,7 @@ from tallyspan_instrumentors._common import (
     GenAICall,
     messages_json,
     output_message,
+    server_attributes,
     text_part,
     tool_call_part,
     tool_call_response_part,
@@ -33,7 +34,6 @@ __all__ = [
     "request_content",
 ]
 
-_DEFAULT_PORTS = {"https": 443, "http": 80}
 
 #: Anthropic stop reasons mapped to the output-message finish_reason values of the GenAI conventions.
 _FINISH_REASONS = {
@@ -94,21 +94,7 @@ def request_attributes(
         attributes[semconv.GEN_AI_REQUEST_STOP_SEQUENCES] = list(stop)
     if stream:
         attributes[semconv.GEN_AI_REQUEST_STREAM] = True
-    attributes.update(_server_attributes(resource))
-    return attributes
-
-
-def _server_attributes(resource: Any) -> dict[str, AttributeValue]:
-    url = getattr(getattr(resource, "_client", None), "base_url", None)
-    host = getattr(url, "host", None)
-    if not isinstance(host, str) or not host:
-        return {}
-    attributes: dict[str, AttributeValue] = {semconv.SERVER_ADDRESS: host}
-    port = getattr(url, "port", None)
-    if not isinstance(port, int):
-        port = _DEFAULT_PORTS.get(str(getattr(url, "scheme", "")))
-    if isinstance(port, int):
-        attributes[semconv.SERVER_PORT] = port
+    attributes.update(server_attributes(resource))
     return attributes
 
 

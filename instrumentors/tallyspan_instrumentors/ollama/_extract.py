@@ -21,6 +21,7 @@ from tallyspan_instrumentors._common import (
     GenAICall,
     messages_json,
     output_message,
+    server_attributes,
     text_part,
     tool_call_part,
     tool_call_response_part,
@@ -28,7 +29,6 @@ from tallyspan_instrumentors._common import (
 
 __all__ = ["OllamaReply", "PartAccumulator", "reply_extraction", "request_attributes", "request_content"]
 
-_DEFAULT_PORTS = {"https": 443, "http": 80}
 
 #: Ollama ``options`` keys and the request attributes they set.
 _OPTIONS = (
@@ -102,21 +102,7 @@ def request_attributes(
     output_format = arguments.get("format")
     if output_format:
         attributes[semconv.GEN_AI_OUTPUT_TYPE] = "json"  # "json" or a JSON schema: both ask for JSON
-    attributes.update(_server_attributes(client))
-    return attributes
-
-
-def _server_attributes(client: Any) -> dict[str, AttributeValue]:
-    url = getattr(getattr(client, "_client", None), "base_url", None)
-    host = getattr(url, "host", None)
-    if not isinstance(host, str) or not host:
-        return {}
-    attributes: dict[str, AttributeValue] = {semconv.SERVER_ADDRESS: host}
-    port = getattr(url, "port", None)
-    if not isinstance(port, int):
-        port = _DEFAULT_PORTS.get(str(getattr(url, "scheme", "")))
-    if isinstance(port, int):
-        attributes[semconv.SERVER_PORT] = port
+    attributes.update(server_attributes(client))
     return attributes
 
 

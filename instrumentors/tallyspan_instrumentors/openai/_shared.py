@@ -8,6 +8,7 @@ from typing import Any
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
+from tallyspan_instrumentors._common import server_attributes
 
 __all__ = [
     "as_dict",
@@ -19,8 +20,6 @@ __all__ = [
     "text_of_content",
     "usage_attributes",
 ]
-
-_DEFAULT_PORTS = {"https": 443, "http": 80}
 
 
 def given(value: Any) -> bool:
@@ -72,22 +71,6 @@ def text_of_content(content: Any) -> str | None:
                 texts.append(text)
         return "".join(texts) if texts else None
     return None
-
-
-def server_attributes(resource: Any) -> dict[str, AttributeValue]:
-    """``server.address`` / ``server.port`` from the client behind an SDK resource."""
-    client = getattr(resource, "_client", None)
-    url = getattr(client, "base_url", None)
-    host = getattr(url, "host", None)
-    if not isinstance(host, str) or not host:
-        return {}
-    attributes: dict[str, AttributeValue] = {semconv.SERVER_ADDRESS: host}
-    port = getattr(url, "port", None)
-    if not isinstance(port, int):
-        port = _DEFAULT_PORTS.get(str(getattr(url, "scheme", "")))
-    if isinstance(port, int):
-        attributes[semconv.SERVER_PORT] = port
-    return attributes
 
 
 def _int_at(obj: Any, *path: str) -> int | None:

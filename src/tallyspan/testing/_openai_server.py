@@ -98,6 +98,21 @@ class RecordedRequest:
 ReplyHandler = Callable[[RecordedRequest], ScriptedReply]
 
 
+def read_request(handler: BaseHTTPRequestHandler) -> RecordedRequest:
+    """Read the POST body a handler received; a body that is not a JSON object is recorded as ``{}``."""
+    length = int(handler.headers.get("content-length") or 0)
+    raw = handler.rfile.read(length) if length else b""
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    return RecordedRequest(
+        path=handler.path, body=body, headers={k.lower(): v for k, v in handler.headers.items()}
+    )
+
+
 class _AbortedError(Exception):
     """Raised inside the handler to drop the connection mid-stream."""
 
@@ -111,17 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Stay quiet: tests and the demo own the terminal."""
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            body = json.loads(raw) if raw else {}
-        except ValueError:
-            body = {}
-        if not isinstance(body, dict):
-            body = {}
-        request = RecordedRequest(
-            path=self.path, body=body, headers={k.lower(): v for k, v in self.headers.items()}
-        )
+        request = read_request(self)
         owner = self.server.owner
         try:
             reply = owner._next_reply(request)

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from tallyspan.testing._openai_server import RecordedRequest, ScriptedReply
+from tallyspan.testing._openai_server import RecordedRequest, ScriptedReply, read_request
 
 __all__ = ["ScriptedServer", "StreamAbortedError"]
 
@@ -41,17 +41,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Stay quiet: tests own the terminal."""
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            body = json.loads(raw) if raw else {}
-        except ValueError:
-            body = {}
-        if not isinstance(body, dict):
-            body = {}
-        request = RecordedRequest(
-            path=self.path, body=body, headers={k.lower(): v for k, v in self.headers.items()}
-        )
+        request = read_request(self)
         owner = self.server.owner
         reply = owner._next_reply(request)
         if reply.delay_s > 0:
