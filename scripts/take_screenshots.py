@@ -1,4 +1,4 @@
-"""Take the Phoenix screenshots shown in docs/backends.md, with headless Chromium, fully offline.
+"""Take the Phoenix screenshots shown in the README, with headless Chromium, fully offline.
 
 It starts a real Arize Phoenix on 127.0.0.1 (installed by scripts/install-phoenix.sh), runs the
 instrumented test agent of tests/e2e/violating_agent.py against it (a Japanese contract answered in

@@ -1,11 +1,12 @@
 """Every collector config, Rotel file and Grafana dashboard parses, and names only what semconv defines.
 
 A renamed attribute in ``tallyspan.semconv`` must fail here until collector-config/ and
-docs/backends.md follow it: a filter that tests a name nobody emits silently drops everything.
+README.md follow it: a filter that tests a name nobody emits silently drops everything.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import re
@@ -18,10 +19,11 @@ import yaml
 
 import tallyspan
 from tallyspan import semconv
+from tallyspan._config import DEFAULT_DB_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "collector-config"
-BACKENDS_DOC = ROOT / "docs" / "backends.md"
+BACKENDS_DOC = ROOT / "README.md"
 
 COLLECTOR_CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
 DASHBOARDS = sorted((CONFIG_DIR / "grafana").glob("*.json"))
@@ -59,14 +61,19 @@ def _prometheus_names(defined: Iterable[str]) -> set[str]:
 
 
 def _python_references() -> set[str]:
-    """``tallyspan.instrument``-style API references and our plugin package names: not telemetry names."""
+    """API references (``tallyspan.instrument``), package and entry point names, the store file: not telemetry."""
     api = {f"tallyspan.{name}" for name in dir(tallyspan) if not name.startswith("_")}
     packages = {
         name
         for name in ("tallyspan_instrumentors", "tallyspan_processors", "tallyspan_exporters")
         if importlib.util.find_spec(name) is not None
     }
-    return api | packages
+    instrumentors = {
+        entry_point.name
+        for entry_point in importlib.metadata.entry_points(group="opentelemetry_instrumentor")
+        if entry_point.value.startswith("tallyspan_instrumentors")
+    }
+    return api | packages | instrumentors | {DEFAULT_DB_PATH.name}
 
 
 def undefined_names(text: str) -> set[str]:

@@ -175,7 +175,7 @@ def _expected_ids(phoenix: Phoenix, project: str, attribute: str, value: Any) ->
 
 
 def test_every_filter_of_the_backends_guide_selects_what_it_says(phoenix: Phoenix, project: str) -> None:
-    """The table in docs/backends.md, condition by condition, against Phoenix's own filter."""
+    """The Phoenix filter table in README.md, condition by condition, against Phoenix's own filter."""
     language = FailureClass.LANGUAGE_CORRUPTION.value
     violated_in_stage = _expected_ids(phoenix, project, semconv.STAGE, REPORT_STAGE)
     assert _filtered(
