@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install Arize Phoenix into its OWN virtual environment, for the end-to-end tests in tests/e2e/ and
-# the screenshot script (docs/take_screenshots.py).
+# the screenshot script (scripts/take_screenshots.py).
 #
 # Phoenix is heavy and pins its own dependencies (SQLAlchemy, grpc, pandas, ...), so it must not share
 # the project's venv. The tests find it through TALLYSPAN_PHOENIX_VENV (default below) and skip with a
