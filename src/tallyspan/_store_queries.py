@@ -24,7 +24,7 @@ from typing import Any
 
 from tallyspan import semconv
 from tallyspan._errors import TallyspanError
-from tallyspan._store_schema import LEDGER_RECONCILIATIONS, RUNS, SPANS, VIOLATIONS, connect
+from tallyspan._store_schema import LEDGER_ENTRIES, LEDGER_RECONCILIATIONS, RUNS, SPANS, VIOLATIONS, connect
 
 __all__ = [
     "ErrorCount",
@@ -38,6 +38,7 @@ __all__ = [
     "ledger_runs",
     "list_spans",
     "open_store",
+    "prune",
     "report",
     "violations_by_stage_and_type",
 ]
@@ -322,3 +323,33 @@ def list_spans(
 def _like_prefix(text: str) -> str:
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"{escaped}%"
+
+
+def prune(db: sqlite3.Connection, before_unix_nano: int) -> dict[str, int]:
+    """Delete every trace whose last span ended before ``before_unix_nano``; rows deleted per table.
+
+    Whole traces go, so a run never loses half its books; ledger rows of traces with no spans in the
+    store (written by the ledger sink alone) go by their own time. One transaction.
+    """
+    with db:
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS _prune_traces (trace_id TEXT PRIMARY KEY)")
+        db.execute("DELETE FROM _prune_traces")
+        db.execute(
+            f"INSERT INTO _prune_traces SELECT trace_id FROM {SPANS} GROUP BY trace_id"
+            " HAVING max(coalesce(end_unix_nano, start_unix_nano, 0)) < ?",
+            (before_unix_nano,),
+        )
+        for table in (LEDGER_ENTRIES, LEDGER_RECONCILIATIONS):
+            db.execute(
+                f"INSERT OR IGNORE INTO _prune_traces SELECT DISTINCT trace_id FROM {table}"
+                f" WHERE time_unix_nano < ? AND trace_id NOT IN (SELECT trace_id FROM {SPANS})",
+                (before_unix_nano,),
+            )
+        deleted = {
+            table: db.execute(
+                f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM _prune_traces)"
+            ).rowcount
+            for table in (SPANS, RUNS, VIOLATIONS, LEDGER_ENTRIES, LEDGER_RECONCILIATIONS)
+        }
+        db.execute("DROP TABLE _prune_traces")
+    return deleted

@@ -27,7 +27,7 @@ __all__ = ["main"]
 _logger = logging.getLogger(__name__)
 
 #: Commands other modules provide; registered only when they import, so the CLI works without them.
-_OPTIONAL_COMMANDS = ("check", "ledger")
+_OPTIONAL_COMMANDS = ("check", "ledger", "prune")
 
 
 class _Group(click.Group):

@@ -1,0 +1,49 @@
+"""``tallyspan prune --older-than 7d``: keep the embedded store from growing without end."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import click
+
+from tallyspan._store_queries import open_store, prune
+from tallyspan.cli._render import emit, table
+from tallyspan.cli._state import CliState, pass_state
+
+__all__ = ["command", "parse_age"]
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+
+def parse_age(text: str) -> float:
+    """Seconds in an age such as ``90m``, ``36h``, ``7d`` or ``2w``.
+
+    Raises:
+        click.BadParameter: the text is not a number followed by one of s, m, h, d, w.
+    """
+    match = _AGE.fullmatch(text.strip())
+    if match is None:
+        raise click.BadParameter(f"{text!r} is not an age like 90m, 36h, 7d or 2w", param_hint="--older-than")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+@click.command("prune")
+@click.option(
+    "--older-than", "older_than", required=True, help="Delete traces that ended longer ago: 36h, 7d, 2w."
+)
+@click.option("--vacuum", is_flag=True, help="Give the freed pages back to the file system afterwards.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")
+@pass_state
+def command(state: CliState, older_than: str, vacuum: bool, as_json: bool) -> None:
+    """Delete whole traces (spans, runs, violations, both ledger columns) older than an age."""
+    cutoff = time.time_ns() - int(parse_age(older_than) * 1e9)
+    with open_store(state.db_path) as db:
+        deleted = prune(db, cutoff)
+        if vacuum:
+            db.execute("VACUUM")
+    data = {"older_than": older_than, "before_unix_nano": cutoff, "deleted": deleted}
+    header = f"tallyspan prune — {state.db_path}\n"
+    rows = list(deleted.items())
+    emit("prune", data, as_json=as_json, text=lambda _: header + table(["table", "rows deleted"], rows))

@@ -1,0 +1,88 @@
+"""``tallyspan prune --older-than AGE``: whole old traces leave the store, recent ones stay."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from tests.cli.conftest import Filled
+
+from tallyspan._store_schema import connect
+from tallyspan.cli import main
+from tallyspan.cli.prune import parse_age
+
+TABLES = ("spans", "runs", "violations", "ledger_entries", "ledger_reconciliations")
+
+
+def _counts(filled: Filled) -> dict[str, int]:
+    db = connect(filled.path)
+    try:
+        return {table: db.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in TABLES}
+    finally:
+        db.close()
+
+
+def _age_trace(filled: Filled, trace_id: str, days: float) -> None:
+    """Move every row of one trace ``days`` into the past, as if it had been recorded then."""
+    shift = int(days * 86400e9)
+    db = connect(filled.path)
+    with db:
+        db.execute(
+            "UPDATE spans SET start_unix_nano = start_unix_nano - ?, end_unix_nano = end_unix_nano - ?"
+            " WHERE trace_id = ?",
+            (shift, shift, trace_id),
+        )
+        for table in ("ledger_entries", "ledger_reconciliations"):
+            db.execute(
+                f"UPDATE {table} SET time_unix_nano = time_unix_nano - ? WHERE trace_id = ?",
+                (shift, trace_id),
+            )
+    db.close()
+
+
+def test_prune_deletes_the_old_trace_whole_and_keeps_the_recent_one(filled: Filled) -> None:
+    before = _counts(filled)
+    assert before["runs"] >= 1
+    assert before["ledger_reconciliations"] == 1
+    old = filled.trace_id("invoke_agent reporter")
+    _age_trace(filled, old, days=10)
+
+    result = CliRunner().invoke(main, ["prune", "--older-than", "7d", "--json"], catch_exceptions=False)
+
+    assert result.exit_code == 0
+    document = json.loads(result.output)
+    assert document["command"] == "prune"
+    deleted = document["data"]["deleted"]
+    assert deleted["spans"] == 4  # the run and its three children
+    assert deleted["violations"] == 2
+    assert deleted["ledger_reconciliations"] == 1
+    after = _counts(filled)
+    assert {table: before[table] - after[table] for table in TABLES} == deleted
+    db = connect(filled.path)
+    assert [row[0] for row in db.execute("SELECT DISTINCT trace_id FROM spans")] == [
+        filled.trace_id("chat gpt-4o-mini")
+    ]
+    db.close()
+
+
+def test_prune_with_nothing_old_deletes_nothing(filled: Filled) -> None:
+    before = _counts(filled)
+    result = CliRunner().invoke(main, ["prune", "--older-than", "1h", "--vacuum"], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert "rows deleted" in result.output
+    assert _counts(filled) == before
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90m", 5400.0), ("36h", 129600.0), ("7d", 604800.0), ("2w", 1209600.0)]
+)
+def test_ages_are_read_in_their_units(text: str, seconds: float) -> None:
+    assert parse_age(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["7", "7 days", "-1d", "d", ""])
+def test_a_bad_age_is_a_usage_error_naming_the_option(filled: Filled, text: str) -> None:
+    result = CliRunner().invoke(main, ["prune", "--older-than", text])
+    assert result.exit_code == 2
+    assert "--older-than" in result.output
