@@ -6,6 +6,7 @@ Usage::
     from tallyspan_exporters import OTLPLedgerSink
 
     sink = OTLPLedgerSink(InMemoryLogRecordExporter())   # default: OTLPLogExporter from the OTEL_* env
+    sink = OTLPLedgerSink(protocol="grpc")               # OTLP over gRPC (the tallyspan[grpc] extra)
 
 Each entry is a log record with event name ``tallyspan.ledger.entry`` (trace id of the run, span id of
 the span the entry came from, ``tallyspan.ledger.run_span_id``, side, seq, call id, tool, outcome), and
@@ -35,7 +36,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.util.types import AnyValue, AttributeValue
 
 from tallyspan import semconv
-from tallyspan._config import Settings
+from tallyspan._config import GRPC_INSTALL_HINT, OTLPProtocol, Settings, otlp_logs_protocol
+from tallyspan._errors import ConfigError
 from tallyspan._selfstats import swallowed
 from tallyspan.ledger import LedgerEntry, LedgerRecord, LedgerSink
 
@@ -55,28 +57,50 @@ def _attributes(pairs: Mapping[str, AttributeValue | None]) -> dict[str, Attribu
     return {key: value for key, value in pairs.items() if value is not None}
 
 
+def _otlp_log_exporter(protocol: OTLPProtocol) -> LogRecordExporter:
+    if protocol == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
+                OTLPLogExporter as GRPCLogExporter,
+            )
+        except ImportError as error:
+            raise ConfigError(
+                "OTLP logs over gRPC need opentelemetry-exporter-otlp-proto-grpc: " + GRPC_INSTALL_HINT
+            ) from error
+        return GRPCLogExporter()
+    if protocol != "http/protobuf":
+        raise ConfigError(f"protocol must be 'grpc' or 'http/protobuf', not {protocol!r}")
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+
+    return OTLPLogExporter()
+
+
 class OTLPLedgerSink:
     """Write ledger entries and reconciliations as OpenTelemetry log records.
 
     Args:
         exporter: the log exporter; default an ``OTLPLogExporter`` configured by the ``OTEL_*`` variables.
+        protocol: the transport of the default exporter, ``http/protobuf`` or ``grpc``; default
+            ``OTEL_EXPORTER_OTLP_LOGS_PROTOCOL``, else ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``http/protobuf``.
         batch: export through a ``BatchLogRecordProcessor`` (default); False exports each record at once.
         resource: the resource of the records; default ``service.name`` from ``service_name``.
         service_name: used for the default resource.
+
+    Raises:
+        ConfigError: ``grpc`` without its exporter installed (``pip install 'tallyspan[grpc]'``).
     """
 
     def __init__(
         self,
         exporter: LogRecordExporter | None = None,
         *,
+        protocol: OTLPProtocol | None = None,
         batch: bool = True,
         resource: Resource | None = None,
         service_name: str | None = None,
     ) -> None:
         if exporter is None:
-            from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-
-            exporter = OTLPLogExporter()
+            exporter = _otlp_log_exporter(protocol or otlp_logs_protocol())
         if resource is None:
             resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
         self._provider = LoggerProvider(resource=resource)
@@ -182,7 +206,12 @@ def ledger_sinks_component(settings: Settings) -> Sequence[LedgerSink]:
 
     sinks: list[LedgerSink] = []
     if settings.otlp_logs:
-        sinks.append(OTLPLedgerSink(service_name=settings.service_name))
+        try:
+            sinks.append(
+                OTLPLedgerSink(protocol=settings.otlp_logs_protocol, service_name=settings.service_name)
+            )
+        except Exception:  # a bad OTLP setting must not stop the app; the other sinks still work
+            swallowed(_logger, "ledger_logs.exporter", "could not create the OTLP ledger log exporter")
     if settings.db_path is not None:
         sinks.append(SQLiteLedgerSink(settings.db_path))
     return sinks

@@ -8,26 +8,36 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 from tallyspan._errors import ConfigError
 
 __all__ = [
     "DEFAULT_DB_PATH",
+    "DEFAULT_OTLP_PROTOCOL",
     "ENV_CAPTURE_MESSAGE_CONTENT",
     "ENV_DB",
     "ENV_EXPORTER_OTLP_ENDPOINT",
     "ENV_EXPORTER_OTLP_LOGS_ENDPOINT",
+    "ENV_EXPORTER_OTLP_LOGS_PROTOCOL",
+    "ENV_EXPORTER_OTLP_PROTOCOL",
     "ENV_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "ENV_EXPORTER_OTLP_TRACES_PROTOCOL",
     "ENV_SERVICE_NAME",
+    "GRPC_INSTALL_HINT",
+    "OTLPProtocol",
     "Settings",
+    "otlp_logs_protocol",
     "otlp_logs_requested",
+    "otlp_traces_protocol",
     "otlp_traces_requested",
     "resolve_capture_content",
     "resolve_db_path",
+    "warn_once",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -47,8 +57,21 @@ ENV_EXPORTER_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 ENV_EXPORTER_OTLP_LOGS_ENDPOINT = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"
 ENV_TRACES_EXPORTER = "OTEL_TRACES_EXPORTER"
 ENV_LOGS_EXPORTER = "OTEL_LOGS_EXPORTER"
+ENV_EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
+"""The OTLP transport of every signal: ``grpc``, ``http/protobuf`` (default) or ``http/json``."""
+ENV_EXPORTER_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+"""The OTLP transport of traces; wins over ``OTEL_EXPORTER_OTLP_PROTOCOL``."""
+ENV_EXPORTER_OTLP_LOGS_PROTOCOL = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL"
+"""The OTLP transport of logs (the ledger records); wins over ``OTEL_EXPORTER_OTLP_PROTOCOL``."""
 
 DEFAULT_DB_PATH = Path(".tallyspan") / "tallyspan.db"
+
+OTLPProtocol = Literal["grpc", "http/protobuf"]
+"""The OTLP transports the Python exporters implement (``http/json`` is not one of them)."""
+DEFAULT_OTLP_PROTOCOL: Final[OTLPProtocol] = "http/protobuf"
+"""The default of the OpenTelemetry specification."""
+GRPC_INSTALL_HINT: Final = "pip install 'tallyspan[grpc]'"
+"""What to run when OTLP over gRPC is asked for and its exporter is not installed."""
 
 _TRUE = {"true", "1", "yes", "on", "span_only", "event_only", "span_and_event"}
 _FALSE = {"false", "0", "no", "off", "no_content", ""}
@@ -99,6 +122,61 @@ def otlp_logs_requested() -> bool:
     return _exporter_wanted(ENV_LOGS_EXPORTER, (ENV_EXPORTER_OTLP_ENDPOINT, ENV_EXPORTER_OTLP_LOGS_ENDPOINT))
 
 
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(key: tuple[str, str], message: str, *args: object) -> None:
+    """Log a configuration warning the first time only: the environment does not change between calls."""
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    _logger.warning(message, *args)
+
+
+def _otlp_protocol(signal_env: str) -> OTLPProtocol:
+    for name in (signal_env, ENV_EXPORTER_OTLP_PROTOCOL):
+        raw = os.environ.get(name, "").strip().lower()
+        if raw:
+            break
+    else:
+        return DEFAULT_OTLP_PROTOCOL
+    if raw == "grpc":
+        return "grpc"
+    if raw == "http/protobuf":
+        return "http/protobuf"
+    if raw == "http/json":
+        warn_once(
+            (name, raw),
+            "%s=http/json: the Python OTLP exporters do not implement OTLP/JSON; exporting http/protobuf",
+            name,
+        )
+    else:
+        warn_once(
+            (name, raw),
+            "%s=%r is not an OTLP protocol (grpc, http/protobuf, http/json); exporting %s",
+            name,
+            raw,
+            DEFAULT_OTLP_PROTOCOL,
+        )
+    return DEFAULT_OTLP_PROTOCOL
+
+
+def otlp_traces_protocol() -> OTLPProtocol:
+    """The OTLP transport of traces: ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``, else
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``http/protobuf``; ``http/json`` or an unknown value warns
+    (once) and gives ``http/protobuf``."""
+    return _otlp_protocol(ENV_EXPORTER_OTLP_TRACES_PROTOCOL)
+
+
+def otlp_logs_protocol() -> OTLPProtocol:
+    """The OTLP transport of logs: ``OTEL_EXPORTER_OTLP_LOGS_PROTOCOL``, else
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``http/protobuf``; ``http/json`` or an unknown value warns
+    (once) and gives ``http/protobuf``."""
+    return _otlp_protocol(ENV_EXPORTER_OTLP_LOGS_PROTOCOL)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything ``instrument()`` resolved, handed to each component factory (see ``_instrument``)."""
@@ -119,4 +197,6 @@ class Settings:
     """Where the ledger processor writes entries and reconciliations (``tallyspan.ledger.LedgerSink``)."""
     otlp_traces: bool = False
     otlp_logs: bool = False
+    otlp_traces_protocol: OTLPProtocol = DEFAULT_OTLP_PROTOCOL
+    otlp_logs_protocol: OTLPProtocol = DEFAULT_OTLP_PROTOCOL
     extra: Mapping[str, Any] = field(default_factory=dict)

@@ -6,6 +6,9 @@ The chain it adds to the tracer provider::
     _Switch ─► OffThreadProcessor ─► ChecksProcessor ─► LedgerProcessor ─┬► BatchSpanProcessor(OTLP)
                 (worker thread)                                          └► store (SQLite)
 
+OTLP goes over HTTP (protobuf) or, when ``OTEL_EXPORTER_OTLP[_TRACES|_LOGS]_PROTOCOL=grpc``, over gRPC
+(the ``tallyspan[grpc]`` extra); without that extra a gRPC signal is not exported at all, with one warning.
+
 Each link is made by a factory registered under the ``tallyspan.components`` entry point group:
 ``factory(downstream, settings) -> SpanProcessor``. A component that is not installed is skipped.
 """
@@ -30,15 +33,21 @@ from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from tallyspan._config import (
+    DEFAULT_OTLP_PROTOCOL,
     ENV_SERVICE_NAME,
+    GRPC_INSTALL_HINT,
+    OTLPProtocol,
     Settings,
+    otlp_logs_protocol,
     otlp_logs_requested,
+    otlp_traces_protocol,
     otlp_traces_requested,
     resolve_capture_content,
     resolve_db_path,
+    warn_once,
 )
 from tallyspan._errors import ConfigError
 from tallyspan._ledger_api import LedgerSink
@@ -186,9 +195,8 @@ def instrument(
             mark_error_status=mark_error_status,
             evaluation_events=evaluation_events,
             ledger_log_tool=ledger_log_tool,
-            otlp_traces=otlp_traces_requested(),
-            otlp_logs=otlp_logs_requested(),
         )
+        settings = _with_otlp(settings)
         provider = _resolve_provider(tracer_provider, service_name)
         chain, names = _build_chain(settings, span_processors, ledger_sinks)
         head = _Switch(chain)
@@ -244,6 +252,58 @@ def _resolve_provider(tracer_provider: TracerProvider | None, service_name: str 
     return _own_provider
 
 
+def _grpc_exporters_installed() -> bool:
+    try:
+        import opentelemetry.exporter.otlp.proto.grpc._log_exporter
+        import opentelemetry.exporter.otlp.proto.grpc.trace_exporter  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _with_otlp(settings: Settings) -> Settings:
+    """Which signals go out over OTLP, and by which protocol; a gRPC signal without its exporter is dropped."""
+    traces = otlp_traces_requested()
+    logs = otlp_logs_requested()
+    traces_protocol: OTLPProtocol = otlp_traces_protocol() if traces else DEFAULT_OTLP_PROTOCOL
+    logs_protocol: OTLPProtocol = otlp_logs_protocol() if logs else DEFAULT_OTLP_PROTOCOL
+    grpc_traces = traces and traces_protocol == "grpc"
+    grpc_logs = logs and logs_protocol == "grpc"
+    if (grpc_traces or grpc_logs) and not _grpc_exporters_installed():
+        # Never fall back to HTTP: the endpoint is a gRPC port, and HTTP to it fails on every export.
+        dropped = " and ".join(
+            name for name, wanted in (("traces", grpc_traces), ("ledger logs", grpc_logs)) if wanted
+        )
+        warn_once(
+            ("grpc", "not installed"),
+            "OTLP over gRPC was asked for, but its exporter (opentelemetry-exporter-otlp-proto-grpc) is "
+            "not installed: tallyspan exports no %s over OTLP. Install it with: %s",
+            dropped,
+            GRPC_INSTALL_HINT,
+        )
+        traces = traces and not grpc_traces
+        logs = logs and not grpc_logs
+    return dataclasses.replace(
+        settings,
+        otlp_traces=traces,
+        otlp_logs=logs,
+        otlp_traces_protocol=traces_protocol,
+        otlp_logs_protocol=logs_protocol,
+    )
+
+
+def _otlp_span_exporter(protocol: OTLPProtocol) -> SpanExporter:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GRPCSpanExporter,
+        )
+
+        return GRPCSpanExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter()
+
+
 def _component_entry_point(name: str) -> EntryPoint | None:
     found = entry_points(group=COMPONENT_GROUP, name=name)
     return next(iter(found), None)
@@ -266,10 +326,15 @@ def _build_chain(
     sinks: list[SpanProcessor] = list(extra_processors)
     names: list[str] = []
     if settings.otlp_traces:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        sinks.append(BatchSpanProcessor(OTLPSpanExporter()))
-        names.append("otlp")
+        try:
+            exporter = _otlp_span_exporter(settings.otlp_traces_protocol)
+        except Exception:  # a bad OTLP setting (a missing certificate file, ...) must not stop the app
+            swallowed(
+                _logger, "otlp.traces", "could not create the OTLP span exporter; traces are not exported"
+            )
+        else:
+            sinks.append(BatchSpanProcessor(exporter))
+            names.append("otlp")
     if settings.db_path is not None:
         store_factory: ComponentFactory | None = _component_factory("store")
         if store_factory is not None:
