@@ -41,10 +41,24 @@ class PatchSet:
         self._targets.append((module, path))
         wrapt.register_post_import_hook(functools.partial(self._patch, path, wrapper), module)
 
+    def add_built_on_import(self, module: str, path: str, build: Callable[[], Callable[..., Any]]) -> None:
+        """Like :meth:`add`, for a wrapper that can only be built once the library is importable.
+
+        ``build`` runs in the import hook of ``module`` (the module is complete by then).
+        """
+        self._targets.append((module, path))
+        wrapt.register_post_import_hook(functools.partial(self._build_and_patch, path, build), module)
+
     def _patch(self, path: str, wrapper: Callable[..., Any], module: ModuleType) -> None:
         # A hook of an instrumentation undone before the import must do nothing.
         if self.enabled and _resolve(module, path) is not None:
             wrapt.wrap_function_wrapper(module, path, wrapper)
+
+    def _build_and_patch(
+        self, path: str, build: Callable[[], Callable[..., Any]], module: ModuleType
+    ) -> None:
+        if self.enabled and _resolve(module, path) is not None:
+            wrapt.wrap_function_wrapper(module, path, build())
 
     def undo(self) -> None:
         """Disable the hooks not yet run and unwrap every target that was wrapped."""

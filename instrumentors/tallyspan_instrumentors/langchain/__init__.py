@@ -32,7 +32,21 @@ finish reason, usage and tool calls, and hands output and tool calls to the chec
 no span for the run (suppressed, or our start failed), the key is not set and the provider span appears.
 """
 
-from tallyspan_instrumentors.langchain._handler import TallyspanCallbackHandler
+from typing import TYPE_CHECKING, Any
+
 from tallyspan_instrumentors.langchain._instrumentor import LangChainInstrumentor
 
+if TYPE_CHECKING:
+    from tallyspan_instrumentors.langchain._handler import TallyspanCallbackHandler
+
 __all__ = ["LangChainInstrumentor", "TallyspanCallbackHandler"]
+
+
+def __getattr__(name: str) -> Any:
+    # The handler subclasses langchain_core's; import it only when asked for, so that loading the
+    # instrumentor (as instrument() does for every entry point) works without LangChain installed.
+    if name == "TallyspanCallbackHandler":
+        from tallyspan_instrumentors.langchain._handler import TallyspanCallbackHandler
+
+        return TallyspanCallbackHandler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,6 +10,7 @@ SDK's raw response object, reads the parsed body from it (the SDK caches the par
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -19,9 +20,7 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import (
     BaseInstrumentor,
 )
-from opentelemetry.instrumentation.utils import unwrap
 from opentelemetry.trace import Tracer
-from wrapt import wrap_function_wrapper
 
 import tallyspan
 from tallyspan import semconv
@@ -38,6 +37,7 @@ from tallyspan_instrumentors._common import (
     run_sync,
     start_genai_call,
 )
+from tallyspan_instrumentors._post_import import PatchSet
 from tallyspan_instrumentors.openai._chat import (
     ChatRequest,
     ChatStreamAccumulator,
@@ -221,6 +221,8 @@ class OpenAIInstrumentor(BaseInstrumentor):
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` environment variable, else off).
     """
 
+    _patches: PatchSet | None = None
+
     def instrumentation_dependencies(self) -> Collection[str]:
         """The ``openai`` versions this instrumentor supports."""
         return _instruments
@@ -233,17 +235,15 @@ class OpenAIInstrumentor(BaseInstrumentor):
             tallyspan.__version__,
             tracer_provider=kwargs.get("tracer_provider"),
         )
+        # Patched when the app imports openai, so instrument() never pays that import itself.
+        # Older SDKs lack some of these (Responses arrived in 1.66); a missing target is skipped.
+        self._patches = PatchSet()
         for module, name, factory in _WRAPPED:
-            try:
-                wrap_function_wrapper(module, name, factory(tracer, capture_content))
-            except (ImportError, AttributeError):
-                # Older SDKs lack some of these (Responses arrived in 1.66); instrument the rest.
-                _logger.debug("openai has no %s.%s; not instrumented", module, name)
+            self._patches.add_built_on_import(
+                module, name, functools.partial(factory, tracer, capture_content)
+            )
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        for module, name, _factory in _WRAPPED:
-            class_name, method = name.rsplit(".", 1)
-            try:
-                unwrap(f"{module}.{class_name}", method)
-            except (ImportError, AttributeError):
-                _logger.debug("openai has no %s.%s; nothing to unwrap", module, name)
+        if self._patches is not None:
+            self._patches.undo()
+            self._patches = None
