@@ -193,6 +193,22 @@ class LedgerProcessor(WrappingProcessor):
             books = _Books(context.trace_id)
         return self._close(span, books)
 
+    def forget(self, span: ReadableSpan) -> None:
+        # Left tracked, dropped spans would fill _run_of and push live runs out of it (their calls then
+        # become runs of their own); a dropped run span's books can never be closed.
+        context = span.context
+        if context is not None:
+            span_id = context.span_id
+            with self._lock:
+                run_id = self._run_of.pop(span_id, None)
+                if run_id == span_id:
+                    if self._runs.pop(span_id, None) is not None:
+                        count("dropped.ledger_runs")
+                    self._closed_runs[span_id] = None  # entries still queued for it are late, counted
+                    while len(self._closed_runs) > _MAX_CLOSED_RUNS:
+                        self._closed_runs.popitem(last=False)
+        super().forget(span)
+
     def _enter(self, run_id: int, trace_id: int, entry: RawEntry) -> None:
         with self._lock:
             if run_id in self._closed_runs:

@@ -2,12 +2,17 @@
 the ledger and the exports, in the order the spans ended.
 
 The app pays for the instrumentation only. The queue is bounded; a span that does not fit is dropped
-and counted (``tallyspan.stats()["dropped.spans"]``), never blocks the app. ``force_flush`` and
-``shutdown`` drain the queue first, so no span leaves the process without its violations.
+and counted (``tallyspan.stats()["dropped.spans"]``), never blocks the app, and the chain forgets it (its
+ContentBuffer entry, the ledger's note of its run), so a burst cannot leave state behind. ``force_flush``
+and ``shutdown`` drain the queue first, so no span leaves the process without its violations; both
+give up at their deadline, and what shutdown gave up is counted (``dropped.spans_at_shutdown``).
+
+A worker that is gone (it did not survive ``fork()``) is started again on the next span or flush.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -20,14 +25,17 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from tallyspan._config import Settings
+from tallyspan._content import content_buffer
 from tallyspan._selfstats import count, swallowed
-from tallyspan_processors._wrapping import flush_all, shutdown_all
+from tallyspan_processors._wrapping import WrappingProcessor, flush_all, shutdown_all
 
 __all__ = ["DEFAULT_MAX_QUEUE_SIZE", "OffThreadProcessor", "worker_component"]
 
 _logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_QUEUE_SIZE = 8192
+#: How long ``shutdown`` waits for the queue to drain (the SDK's shutdown takes no timeout).
+DEFAULT_SHUTDOWN_TIMEOUT_MILLIS = 30000
 
 
 class _Flush:
@@ -46,19 +54,28 @@ class OffThreadProcessor(SpanProcessor):
     Args:
         downstream: the processors to run on the worker (usually one ``WrappingProcessor`` chain).
         max_queue_size: spans waiting at most; more are dropped and counted.
+        shutdown_timeout_millis: how long ``shutdown`` waits for the queued spans to be forwarded.
     """
 
     def __init__(
-        self, downstream: Sequence[SpanProcessor], *, max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
+        self,
+        downstream: Sequence[SpanProcessor],
+        *,
+        max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
+        shutdown_timeout_millis: int = DEFAULT_SHUTDOWN_TIMEOUT_MILLIS,
     ) -> None:
         if max_queue_size < 1:
             raise ValueError("max_queue_size must be at least 1")
         self._downstream = tuple(downstream)
         self._max_queue_size = max_queue_size
+        self._shutdown_timeout_s = max(0, shutdown_timeout_millis) / 1000
         self._queue: queue.Queue[object] = queue.Queue(max_queue_size)
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self._is_shutdown = False
+        # Set once shutdown stops waiting: the worker then discards (and counts) what is still queued.
+        self._stopping = False
+        self._drained_at_shutdown = True
         if hasattr(os, "register_at_fork"):
             # The worker thread does not survive fork(): give the child a fresh queue and worker.
             self_ref = weakref.ref(self)
@@ -79,14 +96,30 @@ class OffThreadProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         if self._is_shutdown:
             count("dropped.spans_after_shutdown")
+            self._forget(span)
             return
         self._ensure_worker()
         try:
             self._queue.put_nowait(span)
         except queue.Full:
             count("dropped.spans")
+            self._forget(span)
+
+    def _forget(self, span: ReadableSpan) -> None:
+        """Free what the chain holds for a span it will never see end (a burst must leave nothing behind)."""
+        try:
+            if span.context is not None:
+                content_buffer().pop(span.context.span_id)
+            for processor in self._downstream:
+                if isinstance(processor, WrappingProcessor):
+                    processor.forget(span)
+        except Exception:  # on the app's thread: never let our bookkeeping break the span's end
+            swallowed(_logger, "worker.forget", "tallyspan could not forget a dropped span")
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        if self._is_shutdown:
+            # Nothing can be queued any more: answer at once instead of waiting on a stopped worker.
+            return self._drained_at_shutdown
         deadline = time.monotonic() + timeout_millis / 1000
         if not self._drain(deadline):
             return False
@@ -94,20 +127,45 @@ class OffThreadProcessor(SpanProcessor):
         return remaining_millis > 0 and flush_all(self._downstream, remaining_millis)
 
     def shutdown(self) -> None:
-        if self._is_shutdown:
-            return
-        self._is_shutdown = True
-        self._drain(time.monotonic() + 30)
+        with self._lock:
+            if self._is_shutdown:
+                return
+            self._is_shutdown = True
+        deadline = time.monotonic() + self._shutdown_timeout_s
+        self._drained_at_shutdown = self._drain(deadline)
+        self._stopping = True
         worker = self._worker
         if worker is not None:
-            self._queue.put(_STOP)
-            worker.join(timeout=5)
+            # A stuck worker with a full queue stops by itself once it sees _stopping.
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(_STOP)
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))
+        if worker is None or not worker.is_alive():
+            self._discard_queued()  # spans that raced shutdown's flag into the queue
         shutdown_all(self._downstream)
+
+    def _discard_queued(self) -> None:
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            self._discard(item)
+
+    def _discard(self, item: object) -> None:
+        if isinstance(item, _Flush):
+            item.done.set()  # let a flush that waits on it go, rather than time out
+        elif item is not _STOP:
+            count("dropped.spans_at_shutdown")
+            self._drained_at_shutdown = False
+            if isinstance(item, ReadableSpan):
+                self._forget(item)
 
     def _drain(self, deadline: float) -> bool:
         """Wait until every span queued before this call has been forwarded."""
-        if self._worker is None:
+        if self._worker is None and self._queue.empty():
             return True
+        self._ensure_worker()
         marker = _Flush()
         try:
             self._queue.put(marker, timeout=max(0.0, deadline - time.monotonic()))
@@ -116,33 +174,52 @@ class OffThreadProcessor(SpanProcessor):
         return marker.done.wait(max(0.0, deadline - time.monotonic()))
 
     def _ensure_worker(self) -> None:
-        if self._worker is not None:
+        worker = self._worker
+        if worker is not None and worker.is_alive():
             return
         with self._lock:
-            if self._worker is None:
-                worker = threading.Thread(target=self._run, name="tallyspan-worker", daemon=True)
-                worker.start()
-                self._worker = worker
+            worker = self._worker
+            if worker is not None and worker.is_alive():
+                return
+            if worker is not None and not self._stopping:
+                count("errors.worker.restarted")  # it died, or did not survive fork()
+            if self._stopping:
+                return  # shutting down: nobody should start a worker any more
+            worker = threading.Thread(target=self._run, name="tallyspan-worker", daemon=True)
+            worker.start()
+            self._worker = worker
 
     def _run(self) -> None:
         # Our own exports (OTLP over HTTP, SQLite) must not be traced by instrumentations of the app.
         token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
             while True:
-                item = self._queue.get()
+                if self._stopping:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        return
+                else:
+                    item = self._queue.get()
                 if item is _STOP:
                     return
                 if isinstance(item, _Flush):
                     item.done.set()
-                    continue
-                assert isinstance(item, ReadableSpan)
-                for processor in self._downstream:
-                    try:
-                        processor.on_end(item)
-                    except Exception:  # the worker must outlive any processor's failure
-                        swallowed(_logger, "worker.on_end", "a span processor failed on the worker")
+                elif self._stopping:
+                    self._discard(item)  # shutdown stopped waiting for this one
+                elif isinstance(item, ReadableSpan):
+                    self._forward(item)
+                else:
+                    count("dropped.spans_not_readable")  # on_end was handed something else
         finally:
             detach(token)
+
+    def _forward(self, span: ReadableSpan) -> None:
+        for processor in self._downstream:
+            try:
+                processor.on_end(span)
+            except BaseException:  # even sys.exit() in a processor: the worker must outlive it
+                swallowed(_logger, "worker.on_end", "a span processor failed on the worker")
 
     def _reset_after_fork(self) -> None:
         self._queue = queue.Queue(self._max_queue_size)

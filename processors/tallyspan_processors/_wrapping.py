@@ -85,6 +85,15 @@ class WrappingProcessor(SpanProcessor):
             except Exception:  # one exporter's failure must not keep the span from the others
                 swallowed(_logger, "on_end", "a span processor failed in on_end")
 
+    def forget(self, span: ReadableSpan) -> None:
+        """``span`` was dropped before reaching :meth:`on_end` (a full queue): free what is kept for it.
+
+        Called on the app's thread, so it must be cheap; the default passes it down the chain.
+        """
+        for processor in self._downstream:
+            if isinstance(processor, WrappingProcessor):
+                processor.forget(span)
+
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return flush_all(self._downstream, timeout_millis)
 

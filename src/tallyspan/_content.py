@@ -59,7 +59,10 @@ class ToolContent:
 
 Content: TypeAlias = ModelContent | ToolContent
 
-DEFAULT_MAX_ENTRIES = 4096
+#: The worker's queue (tallyspan_processors' DEFAULT_MAX_QUEUE_SIZE, 8192) and half again for spans
+#: between the put and their end: every model span waiting there keeps its content for the checks. The
+#: worker frees the entries of the spans it drops.
+DEFAULT_MAX_ENTRIES = 12288
 
 
 class ContentBuffer:
