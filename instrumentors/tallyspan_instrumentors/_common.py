@@ -94,7 +94,7 @@ class GenAICall:
         except Exception:  # our bookkeeping must not replace the app's own exception
             swallowed(_logger, "span.fail", "tallyspan could not record a failed model call")
         finally:
-            self.span.end()
+            self._end()
 
     def finish(self, extraction: Extraction | None) -> None:
         """Set the response attributes, hand content to the ContentBuffer, end the span (never raises)."""
@@ -115,7 +115,13 @@ class GenAICall:
         except Exception:  # a bad response must not break the app; the span still ends
             swallowed(_logger, "span.finish", "tallyspan could not record a model response")
         finally:
+            self._end()
+
+    def _end(self) -> None:
+        try:
             self.span.end()
+        except Exception:  # a span processor that raises in on_end must not reach the app's call or stream
+            swallowed(_logger, "span.end", "a span processor failed while a model-call span ended")
 
 
 def start_genai_call(
