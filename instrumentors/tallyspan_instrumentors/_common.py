@@ -108,7 +108,8 @@ class GenAICall:
                     self.span.set_attribute(
                         semconv.GEN_AI_OUTPUT_MESSAGES, messages_json(extraction.output_messages)
                     )
-                if extraction.content is not None:
+                # A span the sampler dropped never reaches a processor: its content would stay buffered.
+                if extraction.content is not None and self.span.is_recording():
                     buffer = content_buffer()
                     if buffer.active:
                         buffer.put(self.span.get_span_context().span_id, extraction.content)

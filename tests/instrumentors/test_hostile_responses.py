@@ -20,8 +20,10 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 import tallyspan
+from tallyspan._content import content_buffer
 from tallyspan.testing import (
     AnthropicReply,
     AnthropicServer,
@@ -196,3 +198,24 @@ def test_a_span_processor_raising_in_on_end_never_reaches_the_app(
     assert getattr(caught.value, "status_code", None) == 500
     assert len(spans.get_finished_spans()) == 3
     assert tallyspan.stats() == {"errors.span.end": 3}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_content_of_spans_the_sampler_dropped_is_not_buffered(clients: Clients, provider: str) -> None:
+    dropping = TracerProvider(sampler=ALWAYS_OFF)
+    buffer = content_buffer()
+    buffer.add_consumer()  # a checks processor is installed, on another provider
+    instrumentors = [kind() for kind in _INSTRUMENTORS]
+    try:
+        for instrumentor in instrumentors:
+            instrumentor.instrument(tracer_provider=dropping)
+        for _ in range(5):
+            clients.call(provider)
+            list(clients.stream(provider))
+        # No processor ever sees these spans, so nothing would ever pop their content.
+        assert len(buffer) == 0
+    finally:
+        for instrumentor in instrumentors:
+            instrumentor.uninstrument()
+        buffer.remove_consumer()
+        dropping.shutdown()
