@@ -220,7 +220,10 @@ def parse_log_arguments(
         return Claim(call_id, None, None, summary_text, seq, malformed="no tool name")
     outcome = normalize_outcome(raw_outcome)
     if outcome is None:
-        reason = "no outcome" if raw_outcome is None else f"unknown outcome {str(raw_outcome)[:40]!r}"
+        # Never quote the word: it is the agent's free text, and the reason is exported with content off.
+        reason = (
+            "no outcome" if raw_outcome is None else "unknown outcome (not succeeded, failed or rejected)"
+        )
         return Claim(call_id, tool_name, None, summary_text, seq, malformed=reason)
     return Claim(call_id, tool_name, outcome, summary_text, seq)
 

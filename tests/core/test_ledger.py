@@ -308,7 +308,10 @@ def test_parse_without_call_id_is_fine() -> None:
         ({"call_id": "c1", "claimed_outcome": "succeeded"}, "no tool name"),
         ({"call_id": "c1", "tool_name": 3, "claimed_outcome": "succeeded"}, "no tool name"),
         ({"call_id": "c1", "tool_name": "book"}, "no outcome"),
-        ({"tool_name": "book", "claimed_outcome": "maybe"}, "unknown outcome 'maybe'"),
+        (
+            {"tool_name": "book", "claimed_outcome": "maybe"},
+            "unknown outcome (not succeeded, failed or rejected)",
+        ),
         (None, "arguments are not a JSON object"),
     ],
 )
