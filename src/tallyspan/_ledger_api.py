@@ -16,12 +16,15 @@ from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan._ledger import Reconciliation
+from tallyspan._ledger import Reconciliation, normalize_outcome
 from tallyspan._selfstats import count, swallowed
 
 __all__ = ["LedgerEntry", "LedgerRecord", "LedgerSink", "claim"]
 
 _logger = logging.getLogger(__name__)
+
+#: Stands for an outcome word outside the vocabulary while content is not captured (it is not one either).
+_UNRECOGNISED_OUTCOME = "unrecognised"
 
 
 def claim(call_id: str | None, tool_name: str, claimed_outcome: str, summary: str = "") -> None:
@@ -30,7 +33,8 @@ def claim(call_id: str | None, tool_name: str, claimed_outcome: str, summary: st
     For agents that log their actions in code or text rather than through the log tool. The claim
     belongs to the run of the current span and is reconciled with the calls observed in it. Values
     are recorded as given; one that does not parse (an unknown outcome) is reported as
-    ``malformed_log``, never raised. The summary is kept only when message content is captured.
+    ``malformed_log``, never raised. The summary, and an outcome outside the vocabulary (the agent's
+    own words), are kept only when message content is captured.
 
     Args:
         call_id: the id of the tool call the agent reports, or None to pair by tool name.
@@ -43,13 +47,17 @@ def claim(call_id: str | None, tool_name: str, claimed_outcome: str, summary: st
         if not span.is_recording():
             count("dropped.ledger_claims")
             return
+        capture = _capture_content()
+        outcome = str(claimed_outcome)
+        if not capture and normalize_outcome(claimed_outcome) is None:
+            outcome = _UNRECOGNISED_OUTCOME  # still malformed_log, without exporting the agent's words
         attributes: dict[str, AttributeValue] = {
             semconv.LEDGER_TOOL_NAME: str(tool_name),
-            semconv.LEDGER_OUTCOME: str(claimed_outcome),
+            semconv.LEDGER_OUTCOME: outcome,
         }
         if call_id is not None:
             attributes[semconv.LEDGER_CALL_ID] = str(call_id)
-        if summary and _capture_content():
+        if summary and capture:
             attributes[semconv.LEDGER_SUMMARY] = str(summary)
         span.add_event(semconv.EVENT_LEDGER_CLAIM, attributes)
     except Exception:  # recording a claim must never break the agent that makes it
