@@ -38,6 +38,7 @@ from tallyspan._checks import CheckResult, check
 from tallyspan._config import Settings
 from tallyspan._content import ModelContent, content_buffer
 from tallyspan._contracts import Contract, ContractSet
+from tallyspan._fork import renew_lock_after_fork
 from tallyspan_processors._checks_content import SpanContent, captured_content
 from tallyspan_processors._enrich import enriched_copy
 from tallyspan_processors._ledger import LedgerProcessor
@@ -92,6 +93,7 @@ class ChecksProcessor(WrappingProcessor):
         self._pop_content = pop_content
         self._recent: deque[_Call] = deque(maxlen=recent_calls)
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
         self._buffer = content_buffer()
         self._buffer.add_consumer()
         self._consuming = True

@@ -45,6 +45,7 @@ from opentelemetry.util.types import AttributeValue
 from tallyspan import semconv
 from tallyspan._config import Settings
 from tallyspan._content import content_buffer
+from tallyspan._fork import renew_lock_after_fork
 from tallyspan._selfstats import count, swallowed
 from tallyspan.ledger import (
     PROTOCOL_TYPES,
@@ -133,6 +134,7 @@ class LedgerProcessor(WrappingProcessor):
         self._max_entries_per_run = max_entries_per_run
         self._max_span_events = max(0, max_span_events)
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)  # on_start takes it on the app's threads, the worker on every span
         self._run_of: OrderedDict[int, int] = OrderedDict()
         self._runs: OrderedDict[int, _Books] = OrderedDict()
         self._closed_runs: OrderedDict[int, None] = OrderedDict()

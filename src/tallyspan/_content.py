@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from tallyspan._fork import renew_lock_after_fork
 from tallyspan._selfstats import count
 
 __all__ = [
@@ -72,6 +73,7 @@ class ContentBuffer:
         self._max_entries = max_entries
         self._entries: OrderedDict[int, Content] = OrderedDict()
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)  # the worker pops under this lock; a fork then must not freeze puts
         self._consumers = 0
 
     @property

@@ -8,6 +8,7 @@ broken extractor cannot flood the host application's logs.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import Counter
 
@@ -16,6 +17,16 @@ __all__ = ["count", "reset_stats", "stats", "swallowed"]
 _lock = threading.Lock()
 _counters: Counter[str] = Counter()
 _logged: set[str] = set()
+
+
+def _renew_lock() -> None:
+    # Any thread may be counting at fork(): the child must not inherit the lock held for ever.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_lock)
 
 
 def count(key: str, amount: int = 1) -> None:

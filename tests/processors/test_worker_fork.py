@@ -1,0 +1,135 @@
+"""fork() after ``tallyspan.instrument()`` (gunicorn, celery prefork): the child's spans are checked and
+stored by a worker of its own, and the parent goes on as before.
+
+The child reports through its exit status only (it leaves with ``os._exit``, as a prefork worker
+does, so no atexit hook flushes for it); what it wrote is read back from the shared SQLite store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+import tallyspan
+from tallyspan import _selfstats, semconv
+from tallyspan._content import ModelContent, content_buffer
+from tallyspan._store_schema import connect
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+
+CONTRACTS = {"contracts": {"report": {"min_chars": 50}}}
+#: Only a guard against a child that hangs (a deadlock): the test fails instead of hanging the suite.
+CHILD_GUARD_S = 60
+
+
+def _model_span(provider: TracerProvider, name: str, output: str) -> None:
+    """What an instrumentor does: a model span whose output goes to the ContentBuffer before it ends."""
+    span = provider.get_tracer("test").start_span(
+        name, attributes={semconv.GEN_AI_OPERATION_NAME: "chat", semconv.STAGE: "report"}
+    )
+    content_buffer().put(span.get_span_context().span_id, ModelContent(output, prompt="weekly report?"))
+    span.end()
+
+
+def _fork(child: Callable[[], bool]) -> int:
+    """Run ``child`` in a forked process; return its exit code (1 if it raised, -9 if it hung)."""
+    with warnings.catch_warnings():
+        # Python 3.12+ warns about fork() in a process with threads: exactly the case under test.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if child() else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + CHILD_GUARD_S
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return -9
+
+
+def _rows(db_path: Path) -> dict[str, list[str]]:
+    db = connect(db_path)
+    try:
+        db.row_factory = sqlite3.Row
+        return {
+            str(row["name"]): json.loads(row["violation_types"])
+            for row in db.execute("SELECT name, violation_types FROM spans")
+        }
+    finally:
+        db.close()
+
+
+def test_a_forked_child_checks_and_stores_its_spans_and_the_parent_is_unaffected(
+    tracer_provider: TracerProvider, db_path: Path
+) -> None:
+    instrumentation = tallyspan.instrument(
+        CONTRACTS, tracer_provider=tracer_provider, store=db_path, instrumentors=[]
+    )
+    _model_span(tracer_provider, "chat parent-before", "short")  # the worker thread now runs
+    assert instrumentation.force_flush()
+
+    def child() -> bool:
+        _model_span(tracer_provider, "chat child", "too short")
+        return instrumentation.force_flush(30_000)
+
+    assert _fork(child) == 0
+    _model_span(tracer_provider, "chat parent-after", "x" * 60)
+    assert instrumentation.force_flush()
+    assert _rows(db_path) == {
+        "chat parent-before": ["too_short"],
+        "chat child": ["too_short"],
+        "chat parent-after": [],
+    }
+
+
+def test_a_fork_while_other_threads_hold_our_locks_does_not_deadlock_the_child(
+    tracer_provider: TracerProvider, db_path: Path
+) -> None:
+    """The worker pops content under the buffer's lock; a fork at that instant copies the lock held."""
+    # Before the fix the child hung on its first put (the guard killed it: exit code -9).
+    instrumentation = tallyspan.instrument(
+        CONTRACTS, tracer_provider=tracer_provider, store=db_path, instrumentors=[]
+    )
+    held, release = threading.Event(), threading.Event()
+
+    def hold(lock: threading.Lock) -> None:
+        with lock:
+            held.set()
+            release.wait(60)
+
+    holders = [
+        threading.Thread(target=hold, args=(content_buffer()._lock,), daemon=True),
+        threading.Thread(target=hold, args=(_selfstats._lock,), daemon=True),  # any thread counting
+    ]
+    for holder in holders:
+        holder.start()
+        assert held.wait(10)
+        held.clear()
+
+    def child() -> bool:
+        _model_span(tracer_provider, "chat child", "too short")
+        tallyspan.stats()
+        return instrumentation.force_flush(30_000)
+
+    try:
+        code = _fork(child)
+    finally:
+        release.set()
+    assert code == 0
+    assert _rows(db_path) == {"chat child": ["too_short"]}
