@@ -10,6 +10,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -27,8 +28,17 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from tallyspan import semconv
 from tallyspan._config import Settings, resolve_db_path
-from tallyspan._selfstats import swallowed
-from tallyspan._store_schema import MIGRATIONS, RUNS, SPANS, VIOLATIONS, connect, migration
+from tallyspan._fork import renew_lock_after_fork
+from tallyspan._selfstats import count, swallowed
+from tallyspan._store_schema import (
+    BUSY_TIMEOUT_MS,
+    MIGRATIONS,
+    RUNS,
+    SPANS,
+    VIOLATIONS,
+    connect,
+    migration,
+)
 from tallyspan._taxonomy import FAILURE_CLASS_OF, ViolationType
 
 # connect/MIGRATIONS/migration are re-exported so the ledger sink can reach the schema from here too.
@@ -38,6 +48,11 @@ _logger = logging.getLogger(__name__)
 
 #: How often the batch processor writes when the app is busy but no batch is full.
 SCHEDULE_DELAY_MILLIS: Final = 500
+#: Spans kept while another connection holds the write lock (``tallyspan prune``, a backup); the oldest
+#: beyond this are dropped and counted.
+MAX_PENDING_SPANS: Final = 16384
+_SQLITE_BUSY: Final = 5  # primary result codes: another connection holds the lock
+_SQLITE_LOCKED: Final = 6
 
 _SPAN_COLUMNS: Final = (
     "trace_id", "span_id", "parent_span_id", "name", "kind", "operation", "provider", "request_model",
@@ -70,16 +85,31 @@ class SQLiteSpanExporter(SpanExporter):
     is opened on the first export, so constructing the exporter never touches the disk. Thread-safe;
     one transaction per batch.
 
+    While another connection holds the write lock longer than the busy timeout, the batches are kept
+    (at most ``MAX_PENDING_SPANS`` spans) and written with the next export that gets the lock; until
+    then each export tries once without waiting, so a long lock costs the exporting thread one busy
+    timeout, not one per batch. Spans that cannot be written (the store cannot be opened, or more than
+    the pending limit) are counted in ``dropped.store_spans``.
+
     Args:
         path: the database file; default ``TALLYSPAN_DB`` or ``./.tallyspan/tallyspan.db``.
+        busy_timeout_millis: how long a write waits for another connection's lock.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, busy_timeout_millis: int = BUSY_TIMEOUT_MS
+    ) -> None:
         self._path = resolve_db_path(path)
+        self._busy_timeout_millis = max(0, busy_timeout_millis)
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)  # a fork while the batch thread writes must not freeze the child
         self._db: sqlite3.Connection | None = None
         self._pid = os.getpid()
         self._is_shutdown = False
+        self._pending: list[_Batch] = []
+        self._pending_spans = 0
+        self._contended = False
+        """True after a write found the database locked: later writes try once without waiting."""
 
     @property
     def path(self) -> Path:
@@ -89,35 +119,45 @@ class SQLiteSpanExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Write ``spans`` in one transaction; SUCCESS, or FAILURE (logged and counted) without raising."""
         if self._is_shutdown:
+            count("dropped.store_spans", len(spans))
             return SpanExportResult.FAILURE
         try:
-            with _suppressed(), self._lock:
-                db = self._connection()
-                batch = _Batch()
-                for span in spans:
-                    batch.add(span)
-                db.execute("BEGIN")
-                try:
-                    batch.write(db)
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-        except Exception:  # the store is a convenience: losing it must never break the app or the chain
+            batch = _Batch()
+            for span in spans:
+                batch.add(span)
+        except Exception:  # a span we cannot read must not cost the rest of the chain
             swallowed(
-                _logger, "store.export", f"could not write spans to the tallyspan store at {self._path}"
+                _logger, "store.export", f"could not read spans for the tallyspan store at {self._path}"
             )
+            count("dropped.store_spans", len(spans))
             return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS
+        with _suppressed(), self._lock:
+            if self._pid != os.getpid():
+                self._forget_parent()
+            self._keep(batch)
+            written = self._write_pending(wait=not self._contended)
+        return SpanExportResult.SUCCESS if written else SpanExportResult.FAILURE
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Nothing is buffered here: every ``export`` has committed when it returns."""
-        return True
+        """Write the batches kept while the database was locked; True when nothing is left unwritten."""
+        with _suppressed(), self._lock:
+            if not self._pending:
+                return True
+            return self._write_pending(wait=True, timeout_millis=timeout_millis)
 
     def shutdown(self) -> None:
-        """Close the database; later exports return FAILURE."""
-        with self._lock:
+        """Write what is still kept (one last wait for the lock), close the database; later exports fail."""
+        with _suppressed(), self._lock:
+            if self._is_shutdown:
+                return
             self._is_shutdown = True
+            if self._pid != os.getpid():
+                self._forget_parent()
+            if self._pending:
+                self._write_pending(wait=True)
+            if self._pending_spans:
+                count("dropped.store_spans", self._pending_spans)
+            self._pending, self._pending_spans = [], 0
             db, self._db = self._db, None
         if db is not None:
             try:
@@ -125,14 +165,73 @@ class SQLiteSpanExporter(SpanExporter):
             except Exception:  # closing a broken connection must not raise out of provider shutdown
                 swallowed(_logger, "store.close", f"could not close the tallyspan store at {self._path}")
 
-    def _connection(self) -> sqlite3.Connection:
-        if self._pid != os.getpid():
-            # A forked child must not use its parent's SQLite connection: abandon it (closing it could
-            # disturb the parent's locks) and open its own.
-            self._db, self._pid = None, os.getpid()
-        if self._db is None:
-            self._db = connect(self._path)
-        return self._db
+    def _forget_parent(self) -> None:
+        # A forked child must not use its parent's SQLite connection: abandon it (closing it could
+        # disturb the parent's locks) and open its own. The batches it kept are the parent's to write.
+        self._db, self._pid = None, os.getpid()
+        self._pending, self._pending_spans, self._contended = [], 0, False
+
+    def _keep(self, batch: _Batch) -> None:
+        self._pending.append(batch)
+        self._pending_spans += len(batch.spans)
+        while self._pending_spans > MAX_PENDING_SPANS and len(self._pending) > 1:
+            oldest = self._pending.pop(0)
+            self._pending_spans -= len(oldest.spans)
+            count("dropped.store_spans", len(oldest.spans))
+
+    def _write_pending(self, *, wait: bool, timeout_millis: int | None = None) -> bool:
+        """Write every kept batch in one transaction (under ``self._lock``); False if it failed."""
+        db: sqlite3.Connection | None = None
+        try:
+            if self._db is None:
+                self._db = connect(self._path)
+            db = self._db
+            busy_millis = self._busy_timeout_millis if wait else 0
+            if timeout_millis is not None:
+                busy_millis = min(busy_millis, max(0, timeout_millis))
+            db.execute(f"PRAGMA busy_timeout = {int(busy_millis)}")
+            db.execute("BEGIN")
+            try:
+                for batch in self._pending:
+                    batch.write(db)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as error:
+            if not _is_locked(error):
+                return self._lost()
+            self._contended = True
+            swallowed(
+                _logger,
+                "store.locked",
+                f"the tallyspan store at {self._path} is locked by another connection; up to "
+                f"{MAX_PENDING_SPANS} spans are kept and written once it is free",
+            )
+            return False
+        except Exception:  # the store is a convenience: losing it must never break the app or the chain
+            return self._lost()
+        self._pending, self._pending_spans, self._contended = [], 0, False
+        return True
+
+    def _lost(self) -> bool:
+        swallowed(_logger, "store.export", f"could not write spans to the tallyspan store at {self._path}")
+        count("dropped.store_spans", self._pending_spans)
+        self._pending, self._pending_spans = [], 0
+        if self._db is not None:
+            # A connection that failed other than by a lock may be broken: open afresh next time.
+            with contextlib.suppress(Exception):
+                self._db.close()
+            self._db = None
+        return False
+
+
+def _is_locked(error: sqlite3.OperationalError) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    return "locked" in str(error) or "busy" in str(error)
 
 
 def store_component(downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor:

@@ -1,0 +1,304 @@
+"""The embedded store in trouble inside a long-lived process: a directory where the file should be, a
+read-only folder, a file that is not SQLite, another connection holding the write lock past the busy
+timeout, fork() mid-write. The app goes on, each error is logged once and counted, no span is lost
+uncounted, and export resumes by itself once the lock is released.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import tallyspan
+from tallyspan._store_schema import connect
+from tallyspan_exporters import SQLiteSpanExporter
+from tallyspan_exporters._store import MAX_PENDING_SPANS
+
+#: Short, so a test holding the lock does not wait the default five seconds per attempt.
+BUSY_MS = 50
+CHILD_GUARD_S = 60
+
+
+def _spans(count: int, prefix: str = "span") -> tuple[ReadableSpan, ...]:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("test")
+    for index in range(count):
+        tracer.start_span(f"{prefix}-{index}").end()
+    provider.shutdown()
+    return memory.get_finished_spans()
+
+
+def _span_count(db_path: Path) -> int:
+    db = connect(db_path)
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM spans").fetchone()[0])
+    finally:
+        db.close()
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.levelno >= logging.WARNING and record.name.startswith("tallyspan")
+    ]
+
+
+@pytest.fixture
+def lock_holder(db_path: Path) -> Iterator[sqlite3.Connection]:
+    """A second connection to a migrated store, as ``tallyspan prune`` or a backup script would hold it."""
+    connect(db_path).close()
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    yield holder
+    if holder.in_transaction:
+        holder.execute("ROLLBACK")
+    holder.close()
+
+
+def _fork(child: Callable[[], bool]) -> int:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads: the case under test
+        pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if child() else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + CHILD_GUARD_S  # a guard against a deadlocked child, not a timing
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return -9
+
+
+# --- a store that cannot be opened ---------------------------------------------------------------------
+
+
+def test_a_directory_as_the_database_is_logged_once_and_every_lost_span_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "store.db"
+    folder.mkdir()
+    exporter = SQLiteSpanExporter(folder)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(5):
+            assert exporter.export(_spans(3)) is SpanExportResult.FAILURE
+    stats = tallyspan.stats()
+    assert stats["errors.store.export"] == 5
+    assert stats["dropped.store_spans"] == 15
+    assert len(_warnings(caplog)) == 1
+    exporter.shutdown()
+
+
+def test_a_file_that_is_not_sqlite_is_logged_once_and_every_lost_span_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "corrupt.db"
+    path.write_bytes(b"not an SQLite database at all " * 200)
+    exporter = SQLiteSpanExporter(path)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(4):
+            assert exporter.export(_spans(2)) is SpanExportResult.FAILURE
+    assert tallyspan.stats()["dropped.store_spans"] == 8
+    assert len(_warnings(caplog)) == 1
+    assert path.read_bytes().startswith(b"not an SQLite database")  # we never overwrite a user's file
+    exporter.shutdown()
+
+
+def _export_into_read_only_folder(folder: Path) -> bool:
+    exporter = SQLiteSpanExporter(folder / "tallyspan.db")
+    results = [exporter.export(_spans(2)) for _ in range(3)]
+    exporter.shutdown()
+    stats = tallyspan.stats()
+    return (
+        results == [SpanExportResult.FAILURE] * 3
+        and stats.get("errors.store.export") == 3
+        and stats.get("dropped.store_spans") == 6
+        and not (folder / "tallyspan.db").exists()
+    )
+
+
+def test_a_read_only_folder_fails_every_export_without_raising() -> None:
+    folder = Path(tempfile.mkdtemp(prefix="tallyspan-ro-"))
+    try:
+        folder.chmod(0o555)
+        if os.geteuid() != 0:
+            assert _export_into_read_only_folder(folder)
+            return
+        # root ignores permissions: the check runs in a child that gives up root first.
+        folder.parent.chmod(folder.parent.stat().st_mode | 0o111)
+
+        def as_nobody() -> bool:
+            os.setgid(65534)
+            os.setuid(65534)
+            return _export_into_read_only_folder(folder)
+
+        assert _fork(as_nobody) == 0
+    finally:
+        folder.chmod(0o755)
+        folder.rmdir()
+
+
+def test_a_store_that_cannot_be_opened_never_reaches_the_app_through_the_chain(
+    tmp_path: Path, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+) -> None:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    instrumentation = tallyspan.instrument(
+        tracer_provider=tracer_provider,
+        store=folder,
+        instrumentors=[],
+        span_processors=[SimpleSpanProcessor(span_exporter)],
+    )
+    tracer = tracer_provider.get_tracer("app")
+    for index in range(40):
+        with tracer.start_as_current_span(f"request-{index}"):
+            pass
+    instrumentation.force_flush()
+    assert len(span_exporter.get_finished_spans()) == 40  # the other sinks get everything
+    assert tallyspan.stats()["dropped.store_spans"] == 40
+
+
+# --- another connection holds the write lock -------------------------------------------------------------
+
+
+def test_a_lock_held_past_the_busy_timeout_keeps_the_spans_and_export_resumes_once_released(
+    db_path: Path, lock_holder: sqlite3.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    exporter = SQLiteSpanExporter(db_path, busy_timeout_millis=BUSY_MS)
+    assert exporter.export(_spans(1, "before")) is SpanExportResult.SUCCESS
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    with caplog.at_level(logging.WARNING):
+        for batch in range(6):
+            assert exporter.export(_spans(10, f"locked{batch}")) is SpanExportResult.FAILURE
+    assert len(_warnings(caplog)) == 1
+    assert tallyspan.stats()["errors.store.locked"] == 6
+    lock_holder.execute("COMMIT")
+    assert exporter.export(_spans(1, "after")) is SpanExportResult.SUCCESS
+    assert _span_count(db_path) == 1 + 60 + 1
+    assert "dropped.store_spans" not in tallyspan.stats()
+    exporter.shutdown()
+
+
+def test_spans_kept_under_a_lock_are_written_by_force_flush_or_counted_at_shutdown(
+    db_path: Path, lock_holder: sqlite3.Connection
+) -> None:
+    exporter = SQLiteSpanExporter(db_path, busy_timeout_millis=BUSY_MS)
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    assert exporter.export(_spans(5)) is SpanExportResult.FAILURE
+    assert exporter.force_flush(BUSY_MS) is False
+    lock_holder.execute("COMMIT")
+    assert exporter.force_flush() is True
+    assert _span_count(db_path) == 5
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    assert exporter.export(_spans(7, "late")) is SpanExportResult.FAILURE
+    exporter.shutdown()  # one last wait for the lock, then what is left is counted
+    assert tallyspan.stats()["dropped.store_spans"] == 7
+
+
+def test_a_lock_held_for_many_batches_drops_only_beyond_the_pending_limit_and_counts_them(
+    db_path: Path, lock_holder: sqlite3.Connection
+) -> None:
+    exporter = SQLiteSpanExporter(db_path, busy_timeout_millis=BUSY_MS)
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    batch_size = 512
+    batches = MAX_PENDING_SPANS // batch_size + 4
+    spans = _spans(batch_size)
+    for _ in range(batches):
+        exporter.export(spans)
+    lock_holder.execute("COMMIT")
+    assert exporter.force_flush() is True
+    dropped = tallyspan.stats()["dropped.store_spans"]
+    assert dropped == (batches * batch_size) - MAX_PENDING_SPANS
+    exporter.shutdown()
+
+
+def test_the_app_goes_on_under_a_held_lock_and_the_chain_catches_up_when_it_is_released(
+    db_path: Path,
+    tracer_provider: TracerProvider,
+    span_exporter: InMemorySpanExporter,
+    lock_holder: sqlite3.Connection,
+) -> None:
+    store = BatchSpanProcessor(SQLiteSpanExporter(db_path, busy_timeout_millis=BUSY_MS))
+    instrumentation = tallyspan.instrument(
+        tracer_provider=tracer_provider,
+        store=None,
+        instrumentors=[],
+        span_processors=[SimpleSpanProcessor(span_exporter), store],
+    )
+    tracer = tracer_provider.get_tracer("app")
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    for index in range(2000):
+        with tracer.start_as_current_span(f"request-{index}"):
+            pass
+    instrumentation.force_flush()
+    assert len(span_exporter.get_finished_spans()) == 2000
+    assert _span_count_while_locked(db_path) == 0
+    lock_holder.execute("COMMIT")
+    with tracer.start_as_current_span("after-release"):
+        pass
+    assert instrumentation.force_flush()
+    assert _span_count(db_path) == 2001
+    assert "dropped.store_spans" not in tallyspan.stats()
+
+
+def _span_count_while_locked(db_path: Path) -> int:
+    # WAL: a reader is never blocked by the writer's lock, and sees nothing it has not committed.
+    db = sqlite3.connect(db_path)
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM spans").fetchone()[0])
+    finally:
+        db.close()
+
+
+# --- fork() ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_fork_while_the_exporter_writes_does_not_deadlock_the_child_or_close_the_parents_store(
+    db_path: Path,
+) -> None:
+    exporter = SQLiteSpanExporter(db_path)
+    assert exporter.export(_spans(1, "parent")) is SpanExportResult.SUCCESS
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with exporter._lock:  # the batch thread in the middle of a write
+            held.set()
+            release.wait(60)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert held.wait(10)
+
+    def child() -> bool:
+        written = exporter.export(_spans(2, "child")) is SpanExportResult.SUCCESS
+        exporter.shutdown()  # must not close the parent's connection
+        return written
+
+    try:
+        code = _fork(child)
+    finally:
+        release.set()
+    assert code == 0
+    assert exporter.export(_spans(1, "parent-after")) is SpanExportResult.SUCCESS
+    assert _span_count(db_path) == 4
+    exporter.shutdown()
