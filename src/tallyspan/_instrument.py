@@ -35,6 +35,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from tallyspan._adopt import Borrowed, adopt, give_back
 from tallyspan._config import (
     DEFAULT_OTLP_PROTOCOL,
     ENV_SERVICE_NAME,
@@ -114,6 +115,12 @@ class Instrumentation:
     instrumentors: tuple[BaseInstrumentor, ...] = ()
     components: tuple[str, ...] = ()
     _head: _Switch | None = field(default=None, repr=False)
+    _adopted: tuple[Borrowed, ...] = field(default=(), repr=False)
+
+    @property
+    def adopted_processors(self) -> tuple[SpanProcessor, ...]:
+        """The app's own span processors that now receive the enriched spans from our chain."""
+        return tuple(item.processor for item in self._adopted)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Run every queued span through the checks and ledger and export it; True if done in time."""
@@ -147,6 +154,7 @@ def instrument(
     ledger_log_tool: str = "log_action",
     span_processors: Sequence[SpanProcessor] = (),
     ledger_sinks: Sequence[LedgerSink] = (),
+    adopt_processors: bool = True,
 ) -> Instrumentation:
     """Instrument every supported library that is installed, and check every model output.
 
@@ -172,6 +180,9 @@ def instrument(
             (with violations and ledger balance), e.g. ``SimpleSpanProcessor(your_exporter)``.
         ledger_sinks: more places for each run's ledger entries and reconciliation
             (:class:`tallyspan.ledger.LedgerSink`), beside the embedded store and OTLP logs.
+        adopt_processors: move the span processors already on the provider (the app's own export)
+            behind our chain, so they export the enriched spans; ``uninstrument()`` gives them back.
+            Processors added after ``instrument()`` see spans before they are checked.
 
     Returns:
         The active :class:`Instrumentation`.
@@ -198,7 +209,8 @@ def instrument(
         )
         settings = _with_otlp(settings)
         provider = _resolve_provider(tracer_provider, service_name)
-        chain, names = _build_chain(settings, span_processors, ledger_sinks)
+        adopted = adopt(provider, keep=_Switch) if adopt_processors else ()
+        chain, names = _build_chain(settings, (*span_processors, *adopted), ledger_sinks)
         head = _Switch(chain)
         provider.add_span_processor(head)
         enabled = _instrument_libraries(instrumentors, provider, settings)
@@ -209,6 +221,7 @@ def instrument(
             instrumentors=enabled,
             components=names,
             _head=head,
+            _adopted=adopted,
         )
         return _current
 
@@ -225,6 +238,10 @@ def uninstrument() -> None:
             instrumentor.uninstrument()
         except Exception:  # unpatching one library must not keep the others patched
             swallowed(_logger, "uninstrument", f"{type(instrumentor).__name__} failed to uninstrument")
+    try:
+        give_back(current.tracer_provider, current._adopted)
+    except Exception:  # the app's processors stay fed by our (stopped) chain: log it, go on
+        swallowed(_logger, "uninstrument.give_back", "could not give the app's span processors back")
     current.shutdown()
 
 

@@ -27,7 +27,9 @@ def raw_spans(tracer_provider: TracerProvider) -> InMemorySpanExporter:
     """Spans as our decorators made them (straight from the provider, before our chain)."""
     exporter = InMemorySpanExporter()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tallyspan.instrument(tracer_provider=tracer_provider, store=None, instrumentors=())
+    tallyspan.instrument(
+        tracer_provider=tracer_provider, store=None, instrumentors=(), adopt_processors=False
+    )
     return exporter
 
 
@@ -158,7 +160,13 @@ def test_tool_span_is_current_inside_the_tool(raw_spans: InMemorySpanExporter) -
 def test_content_is_on_the_span_only_when_captured(tracer_provider: TracerProvider) -> None:
     exporter = InMemorySpanExporter()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tallyspan.instrument(tracer_provider=tracer_provider, store=None, instrumentors=(), capture_content=True)
+    tallyspan.instrument(
+        tracer_provider=tracer_provider,
+        store=None,
+        instrumentors=(),
+        capture_content=True,
+        adopt_processors=False,
+    )
 
     @tallyspan.tool
     def add(a: int, b: int) -> dict[str, int]:
@@ -185,7 +193,9 @@ def test_content_is_not_on_the_span_by_default_but_in_the_buffer(tracer_provider
     exporter = InMemorySpanExporter()
     tracer_provider.add_span_processor(peek)
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tallyspan.instrument(tracer_provider=tracer_provider, store=None, instrumentors=())
+    tallyspan.instrument(
+        tracer_provider=tracer_provider, store=None, instrumentors=(), adopt_processors=False
+    )
 
     @tallyspan.tool
     def add(a: int, b: int) -> int:
@@ -311,7 +321,13 @@ def test_unserialisable_result_is_captured_as_text_and_returned_unchanged(
 ) -> None:
     exporter = InMemorySpanExporter()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tallyspan.instrument(tracer_provider=tracer_provider, store=None, instrumentors=(), capture_content=True)
+    tallyspan.instrument(
+        tracer_provider=tracer_provider,
+        store=None,
+        instrumentors=(),
+        capture_content=True,
+        adopt_processors=False,
+    )
     circular: list[object] = []
     circular.append(circular)
 
