@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
 
+from tallyspan._fork import renew_lock_after_fork
 from tallyspan._selfstats import swallowed
-from tallyspan._store_schema import LEDGER_ENTRIES, LEDGER_RECONCILIATIONS, connect
+from tallyspan._store_schema import BUSY_TIMEOUT_MS, LEDGER_ENTRIES, LEDGER_RECONCILIATIONS, connect
 from tallyspan.ledger import LedgerEntry, LedgerRecord
 
 __all__ = ["MALFORMED_PREFIX", "SQLiteLedgerSink"]
@@ -62,13 +63,21 @@ class SQLiteLedgerSink:
         path: the SQLite file (created and migrated if needed).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_millis: int = BUSY_TIMEOUT_MS) -> None:
         self._path = path
+        self._busy_timeout_millis = max(0, busy_timeout_millis)
         self._db: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
+        self._pid = os.getpid()
         self._closed = False
+        # Set after a write found the store locked: this sink writes on the chain's worker, so until a
+        # write succeeds again each one tries once without waiting (else every run stalled every span).
+        self._contended = False
 
     def _connection(self) -> sqlite3.Connection:
+        if self._pid != os.getpid():
+            self._db, self._pid = None, os.getpid()  # a forked child opens its own, never closes ours
         if self._db is None:
             self._db = connect(self._path)
         return self._db
@@ -126,9 +135,15 @@ class SQLiteLedgerSink:
         try:
             with self._lock:
                 db = self._connection()
-                with db:
-                    db.execute("BEGIN")
-                    statements(db)
+                db.execute(f"PRAGMA busy_timeout = {0 if self._contended else self._busy_timeout_millis}")
+                try:
+                    with db:
+                        db.execute("BEGIN")
+                        statements(db)
+                except sqlite3.OperationalError as error:
+                    self._contended = "locked" in str(error) or "busy" in str(error)
+                    raise
+                self._contended = False
             return True
         except Exception:  # a sink reports failure and never raises into the ledger processor
             swallowed(_logger, "ledger_store.write", f"could not write the ledger to {os.fspath(self._path)}")
@@ -144,6 +159,8 @@ class SQLiteLedgerSink:
         """Close the connection; later writes return False."""
         with self._lock:
             self._closed = True
+            if self._pid != os.getpid():
+                self._db = None  # the parent's connection: not ours to close
             if self._db is not None:
                 try:
                     self._db.close()

@@ -22,8 +22,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import tallyspan
+from tallyspan._ledger import Reconciliation
 from tallyspan._store_schema import connect
+from tallyspan.ledger import LedgerRecord
 from tallyspan_exporters import SQLiteSpanExporter
+from tallyspan_exporters._ledger_store import SQLiteLedgerSink
 from tallyspan_exporters._store import MAX_PENDING_SPANS
 
 #: Short, so a test holding the lock does not wait the default five seconds per attempt.
@@ -302,3 +305,24 @@ def test_a_fork_while_the_exporter_writes_does_not_deadlock_the_child_or_close_t
     assert exporter.export(_spans(1, "parent-after")) is SpanExportResult.SUCCESS
     assert _span_count(db_path) == 4
     exporter.shutdown()
+
+
+def test_the_ledger_sink_under_a_held_lock_fails_counted_and_writes_again_once_released(
+    db_path: Path, lock_holder: sqlite3.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = SQLiteLedgerSink(db_path, busy_timeout_millis=BUSY_MS)
+    balanced = Reconciliation(balanced=True, protocol_ok=True, discrepancy_types=(), discrepancies=())
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    with caplog.at_level(logging.WARNING):
+        for run in range(1, 4):
+            assert sink.export_reconciliation(LedgerRecord(1, run, f"run{run}", balanced, 0, 0, 1)) is False
+    assert tallyspan.stats()["errors.ledger_store.write"] == 3
+    assert len(_warnings(caplog)) == 1
+    lock_holder.execute("COMMIT")
+    assert sink.export_reconciliation(LedgerRecord(1, 9, "after", balanced, 0, 0, 1)) is True
+    db = connect(db_path)
+    try:
+        assert [row[0] for row in db.execute("SELECT run_name FROM ledger_reconciliations")] == ["after"]
+    finally:
+        db.close()
+    sink.shutdown()
