@@ -27,10 +27,12 @@ from tallyspan._content import ModelContent, content_buffer
 from tallyspan._selfstats import swallowed
 
 __all__ = [
+    "AsyncGeneratorProxy",
     "AsyncStreamProxy",
     "Extraction",
     "GenAICall",
     "StreamAccumulator",
+    "SyncGeneratorProxy",
     "SyncStreamProxy",
     "error_type",
     "finalize_if_proxy",
@@ -283,15 +285,18 @@ class _StreamProxyMixin:
     """The finalize-once logic shared by the sync and async proxies."""
 
     _self_call: GenAICall
-    _self_accumulator: StreamAccumulator
+    _self_accumulator: StreamAccumulator | None
     _self_finalized: bool
     _self_first_item_at: float | None
 
     def _tallyspan_observe(self, item: Any) -> None:
+        accumulator = self._self_accumulator
+        if accumulator is None:  # the span has ended: later items are the app's alone
+            return
         try:
             if self._self_first_item_at is None:
                 self._self_first_item_at = time.monotonic()
-            self._self_accumulator.add(item)
+            accumulator.add(item)
         except Exception:  # a chunk we cannot read still reaches the app
             swallowed(_logger, "stream.chunk", "tallyspan could not read a stream chunk")
 
@@ -300,9 +305,11 @@ class _StreamProxyMixin:
             return
         self._self_finalized = True
         call = self._self_call
+        accumulator, self._self_accumulator = self._self_accumulator, None
+        # Dropped here, not with the proxy: an app keeping its stream object must not keep every chunk.
         try:
-            extraction = self._self_accumulator.extraction(call)
-            if self._self_first_item_at is not None:
+            extraction = accumulator.extraction(call) if accumulator is not None else None
+            if extraction is not None and self._self_first_item_at is not None:
                 extraction.attributes[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = (
                     self._self_first_item_at - call.started_at
                 )
@@ -323,8 +330,13 @@ class _StreamProxyMixin:
             swallowed(_logger, "stream.collect", "tallyspan could not end an abandoned stream's span")
 
 
-class SyncStreamProxy(_StreamProxyMixin, wrapt.ObjectProxy[Any]):
-    """Wraps an SDK stream: the app sees the same object, the span ends exactly once."""
+def _exit_error(exc: Any) -> BaseException | None:
+    """The exception that ends a ``with`` block early: the stream was cut short, the call failed."""
+    return exc if isinstance(exc, BaseException) else None
+
+
+class _SyncIterationProxy(_StreamProxyMixin, wrapt.ObjectProxy[Any]):
+    """Iteration through the proxy: each item is observed, the end of the items ends the span."""
 
     def __init__(self, stream: Any, call: GenAICall, accumulator: StreamAccumulator) -> None:
         super().__init__(stream)
@@ -333,7 +345,7 @@ class SyncStreamProxy(_StreamProxyMixin, wrapt.ObjectProxy[Any]):
         self._self_finalized = False
         self._self_first_item_at = None
 
-    def __iter__(self) -> SyncStreamProxy:
+    def __iter__(self) -> _SyncIterationProxy:
         return self
 
     def __next__(self) -> Any:
@@ -348,15 +360,19 @@ class SyncStreamProxy(_StreamProxyMixin, wrapt.ObjectProxy[Any]):
         self._tallyspan_observe(item)
         return item
 
+
+class SyncStreamProxy(_SyncIterationProxy):
+    """Wraps an SDK stream: the app sees the same object, the span ends exactly once."""
+
     def __enter__(self) -> SyncStreamProxy:
         self.__wrapped__.__enter__()
         return self
 
-    def __exit__(self, *exc_info: Any) -> Any:
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> Any:
         try:
-            return self.__wrapped__.__exit__(*exc_info)
+            return self.__wrapped__.__exit__(exc_type, exc, traceback)
         finally:
-            self._tallyspan_finalize()
+            self._tallyspan_finalize(_exit_error(exc))
 
     def close(self) -> None:
         """Close the underlying stream and end the span."""
@@ -366,8 +382,28 @@ class SyncStreamProxy(_StreamProxyMixin, wrapt.ObjectProxy[Any]):
             self._tallyspan_finalize()
 
 
-class AsyncStreamProxy(_StreamProxyMixin, wrapt.ObjectProxy[Any]):
-    """The async twin of :class:`SyncStreamProxy`."""
+class SyncGeneratorProxy(_SyncIterationProxy):
+    """Wraps a generator of items (ollama's streams): ``close()`` ends the span too.
+
+    A generator is no context manager: ``with`` fails with the TypeError it gives the bare generator
+    (wrapt's proxy would forward ``__enter__`` and fail with AttributeError instead).
+    """
+
+    def __enter__(self) -> Any:
+        raise TypeError(
+            f"'{type(self.__wrapped__).__name__}' object does not support the context manager protocol"
+        )
+
+    def close(self) -> None:
+        """Close the generator and end the span."""
+        try:
+            self.__wrapped__.close()
+        finally:
+            self._tallyspan_finalize()
+
+
+class _AsyncIterationProxy(_StreamProxyMixin, wrapt.ObjectProxy[Any]):
+    """The async twin of :class:`_SyncIterationProxy`."""
 
     def __init__(self, stream: Any, call: GenAICall, accumulator: StreamAccumulator) -> None:
         super().__init__(stream)
@@ -376,7 +412,7 @@ class AsyncStreamProxy(_StreamProxyMixin, wrapt.ObjectProxy[Any]):
         self._self_finalized = False
         self._self_first_item_at = None
 
-    def __aiter__(self) -> AsyncStreamProxy:
+    def __aiter__(self) -> _AsyncIterationProxy:
         return self
 
     async def __anext__(self) -> Any:
@@ -391,15 +427,19 @@ class AsyncStreamProxy(_StreamProxyMixin, wrapt.ObjectProxy[Any]):
         self._tallyspan_observe(item)
         return item
 
+
+class AsyncStreamProxy(_AsyncIterationProxy):
+    """The async twin of :class:`SyncStreamProxy`."""
+
     async def __aenter__(self) -> AsyncStreamProxy:
         await self.__wrapped__.__aenter__()
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> Any:
+    async def __aexit__(self, exc_type: Any, exc: Any, traceback: Any) -> Any:
         try:
-            return await self.__wrapped__.__aexit__(*exc_info)
+            return await self.__wrapped__.__aexit__(exc_type, exc, traceback)
         finally:
-            self._tallyspan_finalize()
+            self._tallyspan_finalize(_exit_error(exc))
 
     async def close(self) -> None:
         """Close the underlying stream and end the span."""
@@ -409,10 +449,29 @@ class AsyncStreamProxy(_StreamProxyMixin, wrapt.ObjectProxy[Any]):
             self._tallyspan_finalize()
 
 
-def finalize_if_proxy(stream: Any) -> None:
-    """End the span of ``stream`` if it is one of our proxies (SDK helpers close streams behind them)."""
+class AsyncGeneratorProxy(_AsyncIterationProxy):
+    """Wraps an async generator of items: ``aclose()`` ends the span too; like it, no context manager."""
+
+    async def __aenter__(self) -> Any:
+        raise TypeError(
+            f"'{type(self.__wrapped__).__name__}' object does not support the asynchronous context manager protocol"
+        )
+
+    async def aclose(self) -> None:
+        """Close the generator and end the span."""
+        try:
+            await self.__wrapped__.aclose()
+        finally:
+            self._tallyspan_finalize()
+
+
+def finalize_if_proxy(stream: Any, error: BaseException | None = None) -> None:
+    """End the span of ``stream`` if it is one of our proxies (SDK helpers close streams behind them).
+
+    With ``error`` (an exception that left a ``with`` block early), the span is marked failed by it.
+    """
     if isinstance(stream, _StreamProxyMixin):
-        stream._tallyspan_finalize()
+        stream._tallyspan_finalize(error)
 
 
 # --- content in the GenAI conventions' message format ------------------------------------------------------

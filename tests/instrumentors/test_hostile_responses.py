@@ -9,6 +9,8 @@ swallowed, counted in ``tallyspan.stats()`` and logged at most once.
 from __future__ import annotations
 
 import gc
+import json
+import tracemalloc
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +23,10 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.trace import StatusCode
 
 import tallyspan
+from tallyspan import semconv
 from tallyspan._content import content_buffer
 from tallyspan.testing import (
     AnthropicReply,
@@ -43,6 +47,23 @@ PROVIDERS = ("openai", "anthropic", "ollama")
 
 class AppError(Exception):
     """The app's own failure, raised inside a ``with`` around a stream."""
+
+
+def fail_inside(manager: Any, *, read_all: bool = False) -> None:
+    """Enter ``manager``, read one item (or all of them), then fail with the app's own AppError."""
+    with manager as stream:
+        if read_all:
+            list(stream)
+        else:
+            next(iter(stream))
+        raise AppError
+
+
+async def fail_inside_async(manager: Any) -> None:
+    """The async twin of :func:`fail_inside` (one item)."""
+    async with manager as stream:
+        await stream.__anext__()
+        raise AppError
 
 
 @dataclass
@@ -219,3 +240,239 @@ def test_content_of_spans_the_sampler_dropped_is_not_buffered(clients: Clients, 
             instrumentor.uninstrument()
         buffer.remove_consumer()
         dropping.shutdown()
+
+
+# --- streams: every way an app leaves one ends exactly one span ------------------------------------------
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_with_block_left_by_an_exception_fails_the_span_with_it(
+    spans: InMemorySpanExporter, clients: Clients, provider: str
+) -> None:
+    with pytest.raises(AppError):
+        fail_inside(clients.stream(provider))
+    span = only_span(spans)
+    assert span.status.status_code is StatusCode.ERROR
+    assert attributes_of(span)[semconv.ERROR_TYPE] == "AppError"
+    assert attributes_of(span)[semconv.GEN_AI_REQUEST_MODEL] == MODEL
+
+
+def test_a_stream_helper_left_by_an_exception_fails_the_span_with_it(
+    spans: InMemorySpanExporter, clients: Clients
+) -> None:
+    with pytest.raises(AppError):
+        fail_inside(clients.openai.chat.completions.stream(model=MODEL, messages=USER))
+    with pytest.raises(AppError):
+        fail_inside(clients.openai.responses.stream(model=MODEL, input="hi"))
+    with pytest.raises(AppError):
+        fail_inside(clients.anthropic.messages.stream(model=MODEL, max_tokens=64, messages=USER))
+    gc.collect()
+    finished = spans.get_finished_spans()
+    assert [attributes_of(span).get(semconv.ERROR_TYPE) for span in finished] == ["AppError"] * 3
+    assert tallyspan.stats() == {}
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_an_exception_after_the_stream_ended_leaves_the_span_alone(
+    spans: InMemorySpanExporter, clients: Clients, provider: str
+) -> None:
+    with pytest.raises(AppError):  # the call had succeeded: the app's later failure is not the model call's
+        fail_inside(clients.stream(provider), read_all=True)
+    span = only_span(spans)
+    assert span.status.status_code is StatusCode.UNSET
+    assert semconv.ERROR_TYPE not in attributes_of(span)
+
+
+async def test_async_with_blocks_left_by_an_exception_fail_the_span(
+    spans: InMemorySpanExporter, async_clients: AsyncClients
+) -> None:
+    for provider in ("openai", "anthropic"):
+        with pytest.raises(AppError):
+            await fail_inside_async(await async_clients.stream(provider))
+    with pytest.raises(AppError):
+        await fail_inside_async(async_clients.openai.chat.completions.stream(model=MODEL, messages=USER))
+    manager = async_clients.anthropic.messages.stream(model=MODEL, max_tokens=64, messages=USER)
+    with pytest.raises(AppError):
+        await fail_inside_async(manager)
+    gc.collect()
+    finished = spans.get_finished_spans()
+    assert [attributes_of(span).get(semconv.ERROR_TYPE) for span in finished] == ["AppError"] * 4
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_stream_iterated_twice_gives_what_the_library_gives_and_one_span(
+    instrument: Callable[..., InMemorySpanExporter], clients: Clients, provider: str
+) -> None:
+    bare = clients.stream(provider)
+    expected = (len(list(bare)), len(list(bare)))
+    exporter = instrument()
+    stream = clients.stream(provider)
+    assert (len(list(stream)), len(list(stream))) == expected
+    assert expected[0] > 1
+    assert expected[1] == 0
+    span = only_span(exporter)
+    assert span.status.status_code is StatusCode.UNSET
+    assert semconv.GEN_AI_RESPONSE_FINISH_REASONS in attributes_of(span)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_abandoned_and_closed_streams_end_one_span_each(
+    spans: InMemorySpanExporter, clients: Clients, provider: str
+) -> None:
+    abandoned = clients.stream(provider)
+    next(iter(abandoned))
+    del abandoned
+    closed = clients.stream(provider)
+    next(iter(closed))
+    closed.close()
+    closed.close()
+    gc.collect()
+    finished = spans.get_finished_spans()
+    assert len(finished) == 2
+    assert all(span.end_time is not None and span.status.status_code is StatusCode.UNSET for span in finished)
+    assert tallyspan.stats() == {}
+
+
+def test_an_ollama_stream_is_no_context_manager_with_or_without_us(
+    instrument: Callable[..., InMemorySpanExporter], clients: Clients
+) -> None:
+    def enter() -> str:
+        try:
+            stream: Any = clients.ollama.chat(MODEL, USER, stream=True)
+            with stream:
+                pass
+        except Exception as exc:
+            return type(exc).__name__
+        return "entered"
+
+    bare = enter()
+    exporter = instrument()
+    assert enter() == bare == "TypeError"
+    assert len(exporter.get_finished_spans()) <= 1  # the generator never ran: its span ends when collected
+
+
+async def test_an_async_ollama_stream_has_aclose_and_no_close_as_without_us(
+    spans: InMemorySpanExporter, async_clients: AsyncClients
+) -> None:
+    stream = await async_clients.stream("ollama")
+    await stream.__anext__()
+    assert not hasattr(stream, "close")
+    await stream.aclose()
+    span = only_span(spans)
+    assert span.end_time is not None
+
+
+# --- huge outputs ---------------------------------------------------------------------------------------
+
+HUGE_CHARS = 5 * 1024 * 1024
+"""A 5 MB answer."""
+PIECE_CHARS = 4096
+"""Streamed in 1,280 small events."""
+
+
+def _sse(data: dict[str, Any], event: str | None = None) -> str:
+    return (f"event: {event}\n" if event else "") + f"data: {json.dumps(data)}\n\n"
+
+
+def _huge_stream_body(provider: str) -> str:
+    """A 5 MB answer in the provider's stream format, in 4 KB pieces, ending with an output count of 9."""
+    pieces = ["x" * PIECE_CHARS for _ in range(HUGE_CHARS // PIECE_CHARS)]
+    if provider == "openai":
+        chunk: dict[str, Any] = {"id": "c1", "object": "chat.completion.chunk", "model": MODEL}
+        events = [_sse({**chunk, "choices": [{"index": 0, "delta": {"content": piece}}]}) for piece in pieces]
+        final = {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        usage = {**chunk, "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 9}}
+        return "".join(events) + _sse(final) + _sse(usage) + "data: [DONE]\n\n"
+    if provider == "anthropic":
+        message = {"id": "msg_1", "type": "message", "role": "assistant", "model": MODEL, "content": []}
+        head = _sse(
+            {"type": "message_start", "message": {**message, "usage": {"input_tokens": 1}}}, "message_start"
+        )
+        head += _sse(
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            "content_block_start",
+        )
+        deltas = [
+            _sse(
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+                "content_block_delta",
+            )
+            for piece in pieces
+        ]
+        tail = _sse(
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}},
+            "message_delta",
+        ) + _sse({"type": "message_stop"}, "message_stop")
+        return head + "".join(deltas) + tail
+    part: dict[str, Any] = {"model": MODEL, "done": False}
+    lines = [
+        json.dumps({**part, "message": {"role": "assistant", "content": piece}}) + "\n" for piece in pieces
+    ]
+    final_part = {
+        "model": MODEL,
+        "message": {"role": "assistant", "content": ""},
+        "done": True,
+        "eval_count": 9,
+    }
+    return "".join(lines) + json.dumps({**final_part, "done_reason": "stop"}) + "\n"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_huge_streamed_answer_works_and_is_not_kept_by_us_once_the_span_ended(
+    spans: InMemorySpanExporter, clients: Clients, provider: str
+) -> None:
+    clients.queue(provider, raw_body=_huge_stream_body(provider))
+    stream = clients.stream(provider)
+    tracemalloc.start()
+    try:
+        received = 0
+        for _chunk in stream:
+            received += 1
+        gc.collect()
+        held, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert received >= HUGE_CHARS // PIECE_CHARS
+    # The app still holds its stream object; the answer's text must not be held through it by us.
+    assert held < HUGE_CHARS // 10, f"{held} bytes still held"
+    span = only_span(spans)
+    assert span.status.status_code is StatusCode.UNSET
+    assert attributes_of(span)[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == 9
+    del stream
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_huge_answer_in_one_body_works_and_ends_one_span(
+    spans: InMemorySpanExporter, clients: Clients, provider: str
+) -> None:
+    text = "y" * HUGE_CHARS
+    if provider == "ollama":  # the scripted server joins its pieces one by one: minutes for 5 MB
+        message = {"role": "assistant", "content": text}
+        clients.queue(provider, raw_body=json.dumps({"model": MODEL, "message": message, "done": True}))
+    else:
+        kind = {"openai": ScriptedReply, "anthropic": AnthropicReply}[provider]
+        clients.queue(provider, kind(text=text))
+    result = clients.call(provider)
+    if provider == "openai":
+        assert result.choices[0].message.content == text
+    elif provider == "anthropic":
+        assert result.content[0].text == text
+    else:
+        assert result.message.content == text
+    span = only_span(spans)
+    assert span.status.status_code is StatusCode.UNSET
+    assert tallyspan.stats() == {}
+
+
+def test_abandoned_streams_leave_nothing_in_the_content_buffer(
+    instrumented: tallyspan.Instrumentation, clients: Clients, span_exporter: InMemorySpanExporter
+) -> None:
+    for _ in range(10):
+        for provider in PROVIDERS:
+            stream = clients.stream(provider)
+            next(iter(stream))
+            del stream
+    gc.collect()
+    instrumented.force_flush()
+    assert len(span_exporter.get_finished_spans()) == 30
+    assert len(content_buffer()) == 0

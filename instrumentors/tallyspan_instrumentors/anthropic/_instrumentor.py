@@ -205,9 +205,12 @@ class _StreamManagerProxy(wrapt.ObjectProxy[Any]):
         self._self_proxy = _observe_raw_stream(message_stream, call, SyncStreamProxy)
         return message_stream
 
-    def __exit__(self, *exc_info: Any) -> Any:
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> Any:
+        # Before the SDK's exit: its close() would end the span as if the stream had simply stopped.
+        if isinstance(exc, BaseException):
+            finalize_if_proxy(self._self_proxy, exc)
         try:
-            return self.__wrapped__.__exit__(*exc_info)
+            return self.__wrapped__.__exit__(exc_type, exc, traceback)
         finally:
             # The MessageStream's close() ends the span through the proxy; this covers the odd SDK that doesn't.
             finalize_if_proxy(self._self_proxy)
@@ -236,9 +239,11 @@ class _AsyncStreamManagerProxy(wrapt.ObjectProxy[Any]):
         self._self_proxy = _observe_raw_stream(message_stream, call, AsyncStreamProxy)
         return message_stream
 
-    async def __aexit__(self, *exc_info: Any) -> Any:
+    async def __aexit__(self, exc_type: Any, exc: Any, traceback: Any) -> Any:
+        if isinstance(exc, BaseException):
+            finalize_if_proxy(self._self_proxy, exc)
         try:
-            return await self.__wrapped__.__aexit__(*exc_info)
+            return await self.__wrapped__.__aexit__(exc_type, exc, traceback)
         finally:
             finalize_if_proxy(self._self_proxy)
 

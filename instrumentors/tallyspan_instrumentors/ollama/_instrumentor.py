@@ -25,10 +25,9 @@ from opentelemetry.trace import Tracer
 from tallyspan import semconv
 from tallyspan._config import resolve_capture_content
 from tallyspan_instrumentors._common import (
-    AsyncStreamProxy,
+    AsyncGeneratorProxy,
     GenAICall,
-    SyncStreamProxy,
-    finalize_if_proxy,
+    SyncGeneratorProxy,
     run_async,
     run_sync,
     start_genai_call,
@@ -48,17 +47,6 @@ __all__ = ["OllamaInstrumentor"]
 _instruments = ("ollama >= 0.4",)
 
 Factory = Callable[[Tracer, bool], Callable[..., Any]]
-
-
-class _AsyncGeneratorProxy(AsyncStreamProxy):
-    """An async generator of parts: ``aclose()`` (its close) ends the span too."""
-
-    async def aclose(self) -> None:
-        """Close the generator and end the span."""
-        try:
-            await self.__wrapped__.aclose()
-        finally:
-            finalize_if_proxy(self)
 
 
 def _starter(
@@ -85,9 +73,9 @@ def _starter(
 def _finish(call: GenAICall, result: Any) -> Any:
     # A generator (sync) or async generator of parts when streaming, else one response object.
     if hasattr(result, "__anext__"):
-        return _AsyncGeneratorProxy(result, call, PartAccumulator())
+        return AsyncGeneratorProxy(result, call, PartAccumulator())
     if hasattr(result, "__next__"):
-        return SyncStreamProxy(result, call, PartAccumulator())
+        return SyncGeneratorProxy(result, call, PartAccumulator())
     reply = OllamaReply()
     reply.add(result)
     call.finish(reply_extraction(call, reply))

@@ -184,6 +184,45 @@ def _async_helper_close(tracer: Tracer, capture: bool) -> Wrapper:
     return wrapper
 
 
+def _fail_on_early_exit(manager: Any, args: tuple[Any, ...]) -> None:
+    """A helper's ``with`` block left by an exception: the stream was cut short, its span fails with it.
+
+    Done before the manager's exit, whose close() would end the span as if the stream had simply stopped.
+    """
+    try:
+        error = args[1] if len(args) > 1 else None
+        if not isinstance(error, BaseException):
+            return
+        state = vars(manager)
+        for cls in type(manager).__mro__:  # the helper stream is the manager's private ``__stream``
+            helper_stream = state.get(f"_{cls.__name__}__stream")
+            if helper_stream is not None:
+                finalize_if_proxy(getattr(helper_stream, "_raw_stream", None), error)
+                return
+    except Exception:  # the app's exception goes on whatever we make of it
+        swallowed(_logger, "stream.helper_exit", "tallyspan could not mark a helper stream's span failed")
+
+
+def _sync_manager_exit(tracer: Tracer, capture: bool) -> Wrapper:
+    def wrapper(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        _fail_on_early_exit(instance, args)
+        return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+def _async_manager_exit(tracer: Tracer, capture: bool) -> Wrapper:
+    async def wrapper(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        _fail_on_early_exit(instance, args)
+        return await wrapped(*args, **kwargs)
+
+    return wrapper
+
+
 _CHAT_MODULE = "openai.resources.chat"
 _RESPONSES_MODULE = "openai.resources.responses"
 _EMBEDDINGS_MODULE = "openai.resources.embeddings"
@@ -210,6 +249,10 @@ _WRAPPED: Final[tuple[tuple[str, str, WrapperFactory], ...]] = (
     (_CHAT_HELPERS, "AsyncChatCompletionStream.close", _async_helper_close),
     (_RESPONSE_HELPERS, "ResponseStream.close", _sync_helper_close),
     (_RESPONSE_HELPERS, "AsyncResponseStream.close", _async_helper_close),
+    (_CHAT_HELPERS, "ChatCompletionStreamManager.__exit__", _sync_manager_exit),
+    (_CHAT_HELPERS, "AsyncChatCompletionStreamManager.__aexit__", _async_manager_exit),
+    (_RESPONSE_HELPERS, "ResponseStreamManager.__exit__", _sync_manager_exit),
+    (_RESPONSE_HELPERS, "AsyncResponseStreamManager.__aexit__", _async_manager_exit),
 )
 
 
