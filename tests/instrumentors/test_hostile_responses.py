@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
+import traceback
 import tracemalloc
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ import anthropic
 import ollama
 import openai
 import pytest
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -476,3 +479,192 @@ def test_abandoned_streams_leave_nothing_in_the_content_buffer(
     instrumented.force_flush()
     assert len(span_exporter.get_finished_spans()) == 30
     assert len(content_buffer()) == 0
+
+
+# --- malformed responses: the app sees what the bare library gives it -------------------------------------
+
+_SSE_TEXT = 'data: {"id": "c", "choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n'
+_ANTHROPIC_START = (
+    'event: message_start\ndata: {"type": "message_start", "message": {"id": "msg", "type": "message",'
+    ' "role": "assistant", "model": "m", "content": [], "usage": {"input_tokens": 1}}}\n\n'
+)
+MALFORMED: list[tuple[str, str, bool]] = [
+    # (provider, raw body, streamed)
+    ("openai", '{"id": 5, "model": 7, "choices": {"a": 1}, "usage": "lots"}', False),
+    (
+        "openai",
+        '{"id": "x", "choices": [{"index": 0, "message": {"content": [1, 2]}, "finish_reason": null}]}',
+        False,
+    ),
+    ("openai", '{"id": "x", "choices": [{"message": {"tool_calls": [{"id": 1}, {"function": {}}]}}]}', False),
+    (
+        "openai",
+        '{"choices": [{"message": {"content": "a"}, "finish_reason": {"x": 1}}], "usage": {"prompt_tokens": "9"}}',
+        False,
+    ),
+    ("openai", "", False),
+    ("openai", "{not json", False),
+    ("openai", "data: garbage\n\n", True),
+    ("openai", _SSE_TEXT + "data: {bad json\n\n", True),
+    ("openai", _SSE_TEXT, True),  # no [DONE]
+    ("openai", 'data: {"id": 1, "model": 2, "choices": {"x": 1}, "usage": "u"}\n\ndata: [DONE]\n\n', True),
+    (
+        "openai",
+        'data: {"choices": [{"delta": {"tool_calls": [{"index": "a"}]}, "finish_reason": [1]}]}\n\n',
+        True,
+    ),
+    (
+        "anthropic",
+        '{"type": "message", "id": 7, "model": 8, "content": {"a": 1}, "stop_reason": ["x"], "usage": "u"}',
+        False,
+    ),
+    (
+        "anthropic",
+        '{"type": "message", "content": [1, null, {"type": "tool_use"}, {"type": "text", "text": 5}]}',
+        False,
+    ),
+    ("anthropic", "", False),
+    ("anthropic", "garbage\n\n", True),
+    ("anthropic", "event: message_start\ndata: {bad json\n\n", True),
+    ("anthropic", _ANTHROPIC_START, True),  # no message_stop
+    (
+        "anthropic",
+        'event: message_delta\ndata: {"type": "message_delta", "delta": null, "usage": "u"}\n\n',
+        True,
+    ),
+    ("anthropic", "event: error\ndata: {bad\n\n", True),
+    ("ollama", '{"model": 3, "message": {"role": "assistant", "content": [1, 2]}, "done": true}', False),
+    (
+        "ollama",
+        '{"model": "m", "message": {"role": "assistant", "tool_calls": [{"function": null}]}, "done": true}',
+        False,
+    ),
+    ("ollama", "", False),
+    ("ollama", "null", False),
+    ("ollama", "garbage\n", True),
+    (
+        "ollama",
+        '{"model": "m", "message": {"role": "assistant", "content": "a"}, "done": false}\n{bad\n',
+        True,
+    ),
+    ("ollama", '{"model": "m", "message": {"role": "assistant", "content": "a"}, "done": false}\n', True),
+    ("ollama", "null\n", True),
+]
+
+
+def _outcome(call: Callable[[], Any]) -> tuple[str, str]:
+    try:
+        result = call()
+    except Exception as exc:
+        return ("raised", type(exc).__name__)
+    return ("returned", repr(result))
+
+
+@pytest.mark.parametrize(("provider", "body", "streamed"), MALFORMED)
+def test_a_malformed_response_gives_the_app_the_bare_librarys_outcome(
+    instrument: Callable[..., InMemorySpanExporter],
+    clients: Clients,
+    caplog: pytest.LogCaptureFixture,
+    provider: str,
+    body: str,
+    streamed: bool,
+) -> None:
+    def call() -> Any:
+        return [repr(item) for item in clients.stream(provider)] if streamed else clients.call(provider)
+
+    clients.queue(provider, raw_body=body)
+    clients.queue(provider, raw_body=body)
+    bare = _outcome(call)
+    exporter = instrument()
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_instrumentors"):
+        traced = _outcome(call)
+    assert traced == bare
+    span = only_span(exporter)
+    error = attributes_of(span).get(semconv.ERROR_TYPE)
+    assert error == (bare[1] if bare[0] == "raised" else None)
+    assert (span.status.status_code is StatusCode.ERROR) == (bare[0] == "raised")
+    # Whatever we could not read was counted, and logged no more than once at warning level.
+    swallowed = sum(value for key, value in tallyspan.stats().items() if key.startswith("errors."))
+    warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
+    assert len(warnings) == min(
+        swallowed, len({key for key in tallyspan.stats() if key.startswith("errors.")})
+    )
+
+
+# --- exceptions and suppression ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_the_app_gets_the_librarys_own_exception_object_with_a_short_traceback(
+    instrument: Callable[..., InMemorySpanExporter], clients: Clients, provider: str
+) -> None:
+    kind = {"openai": ScriptedReply, "anthropic": AnthropicReply, "ollama": OllamaReply}[provider]
+
+    def failure() -> BaseException:
+        clients.queue(provider, kind(status=529))
+        with pytest.raises(Exception) as caught:  # noqa: PT011 - compared with the bare library's below
+            clients.call(provider)
+        return caught.value
+
+    bare = failure()
+    exporter = instrument()
+    traced = failure()
+    assert type(traced) is type(bare)  # APIStatusError subclasses (OverloadedError...) keep their type
+    assert type(traced.__context__) is type(bare.__context__)  # nothing of ours chained to it
+    frames = traceback.extract_tb(traced.__traceback__)
+    assert "tallyspan_instrumentors" not in frames[-1].filename  # raised by the SDK, re-raised as is
+    ours = [frame.name for frame in frames if "tallyspan_instrumentors" in frame.filename]
+    assert ours == ["wrapper", "run_sync"]
+    assert len(frames) == len(traceback.extract_tb(bare.__traceback__)) + len(ours)
+    assert attributes_of(only_span(exporter))[semconv.ERROR_TYPE] == "529"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_stream_error_reaches_the_app_as_the_same_object(
+    spans: InMemorySpanExporter, clients: Clients, provider: str
+) -> None:
+    bodies = {
+        "openai": _SSE_TEXT + 'data: {"error": {"message": "boom"}}\n\n',
+        "anthropic": _ANTHROPIC_START + 'event: error\ndata: {"type": "error", "error": {"type": "x"}}\n\n',
+        "ollama": '{"error": "boom"}\n',
+    }
+    clients.queue(provider, raw_body=bodies[provider])
+    stream = clients.stream(provider)
+    seen: list[BaseException] = []
+    try:
+        for _item in stream:
+            pass
+    except Exception as exc:
+        seen.append(exc)
+    assert len(seen) == 1
+    assert seen[0].__context__ is None or not isinstance(seen[0].__context__, RuntimeError)
+    span = only_span(spans)
+    assert attributes_of(span)[semconv.ERROR_TYPE] == type(seen[0]).__qualname__
+
+
+async def test_suppress_instrumentation_makes_no_span_for_any_call_kind(
+    spans: InMemorySpanExporter, clients: Clients, async_clients: AsyncClients
+) -> None:
+    async def every_call() -> None:
+        for provider in PROVIDERS:
+            clients.call(provider)
+            list(clients.stream(provider))
+            async for _item in await async_clients.stream(provider):
+                pass
+        with clients.openai.chat.completions.stream(model=MODEL, messages=USER) as chat:
+            list(chat)
+        clients.openai.responses.create(model=MODEL, input="hi")
+        clients.openai.embeddings.create(model="e", input="x")
+        with clients.anthropic.messages.stream(model=MODEL, max_tokens=64, messages=USER) as events:
+            list(events)
+        clients.ollama.generate(MODEL, "hi")
+        await async_clients.ollama.generate(MODEL, "hi")
+
+    with suppress_instrumentation():
+        await every_call()
+    gc.collect()
+    assert spans.get_finished_spans() == ()
+    await every_call()
+    gc.collect()
+    assert len(spans.get_finished_spans()) == 15
+    assert tallyspan.stats() == {}

@@ -112,16 +112,28 @@ def test_malformed_body_gives_the_app_the_sdks_own_outcome(
         assert (span.attributes or {})[semconv.ERROR_TYPE] == plain[1]
 
 
-def test_extraction_failure_is_swallowed_and_counted(
+def test_fields_of_the_wrong_type_are_skipped_and_the_rest_is_read(
     openai_spans: InMemorySpanExporter, openai_server: OpenAICompatibleServer, client: openai.OpenAI
 ) -> None:
-    openai_server.add_reply(ScriptedReply(raw_body='{"choices": "nope"}'))
+    body = (
+        '{"id": 5, "model": "served", "choices": [null, {"index": 1, "message": {"content": "ok",'
+        ' "tool_calls": 7}, "finish_reason": ["x"]}], "usage": {"prompt_tokens": 3, "completion_tokens": "2"}}'
+    )
+    openai_server.add_reply(ScriptedReply(raw_body=body))
     result = client.chat.completions.create(model="m", messages=USER)
-    assert getattr(result, "choices", None) == "nope"
+    assert result.choices[0] is None
     span = only_span(openai_spans)
     assert span.status.status_code is StatusCode.UNSET
-    assert (span.attributes or {})[semconv.GEN_AI_REQUEST_MODEL] == "m"
-    assert tallyspan.stats().get("errors.span.extract") == 1
+    assert dict(span.attributes or {}) == {
+        semconv.GEN_AI_OPERATION_NAME: "chat",
+        semconv.GEN_AI_PROVIDER_NAME: "openai",
+        semconv.GEN_AI_REQUEST_MODEL: "m",
+        semconv.SERVER_ADDRESS: "127.0.0.1",
+        semconv.SERVER_PORT: openai_server.port,
+        semconv.GEN_AI_RESPONSE_MODEL: "served",  # the id 5 is no string id: left out
+        semconv.GEN_AI_USAGE_INPUT_TOKENS: 3,
+    }
+    assert tallyspan.stats() == {}
 
 
 def test_malformed_stream_event_does_not_break_iteration(

@@ -178,15 +178,19 @@ def _reasoning_of(message: Any) -> str | None:
 def extract_chat_completion(completion: Any, call: GenAICall) -> Extraction:
     """Read a ``ChatCompletion`` (or ``ParsedChatCompletion``) into span attributes and content."""
     summary = _Completion(
-        completion.id,
-        completion.model,
+        getattr(completion, "id", None),
+        getattr(completion, "model", None),
         getattr(completion, "system_fingerprint", None),
         getattr(completion, "service_tier", None),
         getattr(completion, "usage", None),
     )
-    for position, choice in enumerate(completion.choices or ()):
+    # The SDK does not validate bodies: any field may hold any JSON type, and one odd field must not
+    # cost the span everything else the response says.
+    for position, choice in enumerate(sequence(getattr(completion, "choices", None))):
+        message = getattr(choice, "message", None)
+        if message is None:
+            continue
         index = choice.index if isinstance(getattr(choice, "index", None), int) else position
-        message = choice.message
         item = summary.choices.setdefault(index, _Choice())
         content = getattr(message, "content", None)
         if isinstance(content, str):
@@ -198,7 +202,7 @@ def extract_chat_completion(completion: Any, call: GenAICall) -> Extraction:
         reasoning = _reasoning_of(message)
         if reasoning:
             item.reasoning.append(reasoning)
-        for position_in_message, tool_call in enumerate(getattr(message, "tool_calls", None) or ()):
+        for position_in_message, tool_call in enumerate(sequence(getattr(message, "tool_calls", None))):
             function = getattr(tool_call, "function", None)
             if function is None:  # custom (non-function) tool calls carry no name/arguments pair
                 continue
@@ -208,16 +212,21 @@ def extract_chat_completion(completion: Any, call: GenAICall) -> Extraction:
                 getattr(function, "name", ""),
                 [arguments if isinstance(arguments, str) else ""],
             ]
-        item.finish_reason = getattr(choice, "finish_reason", None)
+        item.finish_reason = _str_or_none(getattr(choice, "finish_reason", None))
     return _extraction(summary, call)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _extraction(summary: _Completion, call: GenAICall) -> Extraction:
     attributes: dict[str, AttributeValue] = {}
-    set_if(attributes, semconv.GEN_AI_RESPONSE_ID, summary.response_id)
-    set_if(attributes, semconv.GEN_AI_RESPONSE_MODEL, summary.model)
-    set_if(attributes, semconv.OPENAI_RESPONSE_SYSTEM_FINGERPRINT, summary.system_fingerprint)
-    set_if(attributes, semconv.OPENAI_RESPONSE_SERVICE_TIER, summary.service_tier)
+    # Strings only: an id or model sent as a number would give the attribute two types across spans.
+    set_if(attributes, semconv.GEN_AI_RESPONSE_ID, _str_or_none(summary.response_id))
+    set_if(attributes, semconv.GEN_AI_RESPONSE_MODEL, _str_or_none(summary.model))
+    set_if(attributes, semconv.OPENAI_RESPONSE_SYSTEM_FINGERPRINT, _str_or_none(summary.system_fingerprint))
+    set_if(attributes, semconv.OPENAI_RESPONSE_SERVICE_TIER, _str_or_none(summary.service_tier))
     ordered = [summary.choices[index] for index in sorted(summary.choices)]
     reasons = [choice.finish_reason for choice in ordered if isinstance(choice.finish_reason, str)]
     if reasons:
@@ -278,14 +287,14 @@ class ChatStreamAccumulator:
         usage = getattr(chunk, "usage", None)
         if usage is not None:
             summary.usage = usage
-        for choice in getattr(chunk, "choices", None) or ():
+        for choice in sequence(getattr(chunk, "choices", None)):
             index = getattr(choice, "index", 0)
             item = summary.choices.setdefault(index if isinstance(index, int) else 0, _Choice())
             delta = getattr(choice, "delta", None)
             if delta is not None:
                 _add_delta(item, delta)
             reason = getattr(choice, "finish_reason", None)
-            if reason is not None:
+            if isinstance(reason, str):
                 item.finish_reason = reason
 
     def extraction(self, call: GenAICall) -> Extraction:
@@ -304,7 +313,7 @@ def _add_delta(item: _Choice, delta: Any) -> None:
     reasoning = _reasoning_of(delta)
     if reasoning:
         item.reasoning.append(reasoning)
-    for tool_call in getattr(delta, "tool_calls", None) or ():
+    for tool_call in sequence(getattr(delta, "tool_calls", None)):
         index = getattr(tool_call, "index", 0)
         entry = item.tool_calls.setdefault(index if isinstance(index, int) else 0, [None, "", []])
         call_id = getattr(tool_call, "id", None)

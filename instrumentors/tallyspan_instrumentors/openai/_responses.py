@@ -171,9 +171,15 @@ def _build(
     finish_reason: str | None,
 ) -> Extraction:
     attributes: dict[str, AttributeValue] = {}
-    set_if(attributes, semconv.GEN_AI_RESPONSE_ID, getattr(response, "id", None))
-    set_if(attributes, semconv.GEN_AI_RESPONSE_MODEL, getattr(response, "model", None))
-    set_if(attributes, semconv.OPENAI_RESPONSE_SERVICE_TIER, getattr(response, "service_tier", None))
+    # Strings only: an id or model sent as a number would give the attribute two types across spans.
+    for key, name in (
+        (semconv.GEN_AI_RESPONSE_ID, "id"),
+        (semconv.GEN_AI_RESPONSE_MODEL, "model"),
+        (semconv.OPENAI_RESPONSE_SERVICE_TIER, "service_tier"),
+    ):
+        value = getattr(response, name, None)
+        if isinstance(value, str):
+            attributes[key] = value
     if finish_reason:
         attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = [finish_reason]
     attributes.update(
