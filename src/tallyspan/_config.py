@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from tallyspan._errors import ConfigError
+from tallyspan._fork import renew_lock_after_fork
 
 __all__ = [
     "DEFAULT_DB_PATH",
@@ -124,6 +126,7 @@ def otlp_logs_requested() -> bool:
 
 _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
+renew_lock_after_fork(sys.modules[__name__], "_warned_lock")
 
 
 def warn_once(key: tuple[str, str], message: str, *args: object) -> None:

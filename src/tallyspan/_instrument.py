@@ -132,6 +132,16 @@ class Instrumentation:
 
 
 _lock = threading.RLock()
+
+
+def _renew_lock_in_child() -> None:
+    # A lock another thread held at fork() stays held for ever in the child (see tallyspan._fork).
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_lock_in_child)
 _current: Instrumentation | None = None
 _own_provider: TracerProvider | None = None
 
@@ -340,8 +350,15 @@ def _component_factory(name: str) -> Any:
 def _build_chain(
     settings: Settings, extra_processors: Sequence[SpanProcessor], extra_ledger_sinks: Sequence[LedgerSink]
 ) -> tuple[SpanProcessor, tuple[str, ...]]:
-    sinks: list[SpanProcessor] = list(extra_processors)
+    worker: ComponentFactory | None = _component_factory("worker")
+    if worker is None:
+        raise ConfigError("tallyspan_processors is not installed: reinstall tallyspan")
+    sinks: list[SpanProcessor] = []
     names: list[str] = []
+    if extra_processors:
+        # The app's processors get a worker of their own: a slow one (a SimpleSpanProcessor exporting
+        # over the network) must not hold up the checks, the ledger and the store behind it.
+        sinks.append(worker(tuple(extra_processors), settings))
     if settings.otlp_traces:
         try:
             exporter = _otlp_span_exporter(settings.otlp_traces_protocol)
@@ -366,9 +383,6 @@ def _build_chain(
         if factory is not None:
             chain = (factory(chain, settings),)
             names.append(name)
-    worker: ComponentFactory | None = _component_factory("worker")
-    if worker is None:
-        raise ConfigError("tallyspan_processors is not installed: reinstall tallyspan")
     return worker(chain, settings), tuple(names)
 
 

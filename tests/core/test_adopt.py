@@ -6,6 +6,8 @@ exporter, our whole chain.
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -15,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import tallyspan
 from tallyspan import semconv
+from tallyspan._store_schema import connect
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply
 
 CONTRACTS: dict[str, Any] = {"contracts": {"answer": {"language": "ja", "min_chars": 5}}}
@@ -125,3 +128,41 @@ def test_adopt_processors_false_leaves_the_app_exporting_raw_spans(tracer_provid
     _ask("This answer is in English.")
     (span,) = app_exporter.get_finished_spans()  # exported as it ended, before any check
     assert semconv.VIOLATION_TYPES not in (span.attributes or {})
+
+
+class _StuckProcessor(_CountingProcessor):
+    """An app processor that blocks in on_end until released (a synchronous exporter on a dead network)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.release.wait(60)
+        super().on_end(span)
+
+
+def test_a_stuck_app_processor_does_not_hold_up_the_store(
+    tracer_provider: TracerProvider, db_path: Path
+) -> None:
+    stuck = _StuckProcessor()
+    tracer_provider.add_span_processor(stuck)
+    instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=[])
+    with tallyspan.run("agent"):
+        pass
+
+    stored: list[str] = []
+    for _ in range(400):  # the store gets the run while the app's processor is still stuck
+        if db_path.exists():
+            db = connect(db_path)
+            stored = [row[0] for row in db.execute("SELECT name FROM runs")]
+            db.close()
+        if stored:
+            break
+        instrumentation.processor.force_flush(50)
+    assert stored == ["invoke_agent agent"]
+    assert stuck.ended == []
+
+    stuck.release.set()
+    assert instrumentation.force_flush()
+    assert [span.name for span in stuck.ended] == ["invoke_agent agent"]
