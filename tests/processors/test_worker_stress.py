@@ -44,6 +44,45 @@ class _Gate(SpanProcessor):
         self.shut_down += 1
 
 
+class _GateSink:
+    """A ledger sink that holds the chain's own worker (it writes on it) until ``release`` is set.
+
+    The app's processors run on a worker of their own, so a stuck one of theirs no longer stops the
+    chain; a stuck sink of ours still does, which is what these tests need.
+    """
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def export_entries(self, entries: object) -> bool:
+        return True
+
+    def export_reconciliation(self, record: object) -> bool:
+        self.entered.set()
+        self.release.wait(60)
+        return True
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        self.release.set()
+
+
+@pytest.fixture
+def gate_sink() -> Iterator[_GateSink]:
+    sink = _GateSink()
+    yield sink
+    sink.release.set()
+
+
+def _hold_the_worker(sink: _GateSink) -> None:
+    with tallyspan.run("first"):
+        pass  # its end reconciles the run: the worker enters the sink and stays there
+    assert sink.entered.wait(10)
+
+
 class _Recorder(SpanProcessor):
     def __init__(self) -> None:
         self.ended: list[str] = []
@@ -99,22 +138,48 @@ def _spans(provider: TracerProvider, count: int, prefix: str = "span") -> None:
 
 
 def test_a_burst_of_100k_spans_never_blocks_the_app_and_every_drop_is_counted(
-    tracer_provider: TracerProvider, gate: _Gate
+    tracer_provider: TracerProvider, gate_sink: _GateSink
 ) -> None:
+    recorder = _Recorder()
     instrumentation = tallyspan.instrument(
-        tracer_provider=tracer_provider, store=None, instrumentors=[], span_processors=[gate]
+        tracer_provider=tracer_provider,
+        store=None,
+        instrumentors=[],
+        span_processors=[recorder],
+        ledger_sinks=[gate_sink],
     )
-    _spans(tracer_provider, 1, "first")
-    assert gate.entered.wait(10)  # the worker is now stuck on the first span
+    _hold_the_worker(gate_sink)
     # The worker cannot take a single span during the burst: had on_end blocked, this would never return.
     _spans(tracer_provider, BURST)
     stats = tallyspan.stats()
     assert stats["dropped.spans"] == BURST - DEFAULT_MAX_QUEUE_SIZE
-    gate.release.set()
+    gate_sink.release.set()
     assert instrumentation.force_flush()
-    assert gate.ended == ["first-0", *(f"span-{index}" for index in range(DEFAULT_MAX_QUEUE_SIZE))]
+    assert recorder.ended == [
+        "invoke_agent first",
+        *(f"span-{index}" for index in range(DEFAULT_MAX_QUEUE_SIZE)),
+    ]
+    assert tallyspan.stats()["dropped.spans"] == BURST - DEFAULT_MAX_QUEUE_SIZE  # nothing lost after
     # Spans the worker dropped never reach the ledger processor's on_end: it must not keep tracking them.
     assert "dropped.ledger_tracked_spans" not in tallyspan.stats()
+    tallyspan.uninstrument()
+
+
+def test_a_stuck_app_processor_drops_only_its_own_spans(tracer_provider: TracerProvider, gate: _Gate) -> None:
+    """The app's processor has its own worker: stuck, it loses (and counts) its spans, nobody else's."""
+    recorder = _Recorder()
+    instrumentation = tallyspan.instrument(
+        tracer_provider=tracer_provider, store=None, instrumentors=[], span_processors=[gate]
+    )
+    tracer_provider.add_span_processor(recorder)  # added after instrument(): fed by the provider directly
+    _spans(tracer_provider, 1, "first")
+    assert gate.entered.wait(10)
+    _spans(tracer_provider, BURST)
+    gate.release.set()
+    assert instrumentation.force_flush()
+    assert len(recorder.ended) == BURST + 1
+    assert len(gate.ended) + tallyspan.stats()["dropped.spans"] == BURST + 1
+    assert gate.ended[0] == "first-0"
     tallyspan.uninstrument()
     assert gate.shut_down == 1
 
@@ -289,9 +354,9 @@ def test_a_users_raising_processor_is_logged_once_counted_and_the_others_get_eve
     assert len(span_exporter.get_finished_spans()) == 200
     assert raising.calls == 200
     stats = tallyspan.stats()
-    assert stats["errors.on_end"] == 200
+    assert stats["errors.worker.on_end"] == 200  # the app's processors run on a worker of their own
     assert stats["errors.on_start"] == 200
-    warnings = [record for record in caplog.records if "in on_end" in record.getMessage()]
+    warnings = [record for record in caplog.records if "failed on the worker" in record.getMessage()]
     assert len(warnings) == 1
     tallyspan.uninstrument()
     assert tallyspan.stats()["errors.shutdown"] == 1
@@ -320,15 +385,14 @@ def test_a_slow_users_processor_delays_but_does_not_starve_the_other_sinks(
 
 
 def test_content_of_50k_dropped_model_spans_stays_bounded_and_is_freed(
-    tracer_provider: TracerProvider, gate: _Gate
+    tracer_provider: TracerProvider, gate_sink: _GateSink
 ) -> None:
     instrumentation = tallyspan.instrument(
-        tracer_provider=tracer_provider, store=None, instrumentors=[], span_processors=[gate]
+        tracer_provider=tracer_provider, store=None, instrumentors=[], ledger_sinks=[gate_sink]
     )
     buffer = content_buffer()
     tracer = tracer_provider.get_tracer("test")
-    tracer.start_span("first").end()
-    assert gate.entered.wait(10)
+    _hold_the_worker(gate_sink)
     total = 50_000
     for index in range(total):
         # What an instrumentor does: hand the output to the buffer, then end the model span.
@@ -341,7 +405,7 @@ def test_content_of_50k_dropped_model_spans_stays_bounded_and_is_freed(
     # The queued spans keep their content for the checks; the dropped ones do not hold a slot.
     assert len(buffer) == DEFAULT_MAX_QUEUE_SIZE
     assert "dropped.content" not in stats
-    gate.release.set()
+    gate_sink.release.set()
     assert instrumentation.force_flush()
     assert len(buffer) == 0
 
