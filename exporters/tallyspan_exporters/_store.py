@@ -48,6 +48,9 @@ _logger = logging.getLogger(__name__)
 
 #: How often the batch processor writes when the app is busy but no batch is full.
 SCHEDULE_DELAY_MILLIS: Final = 500
+#: Spans the store's batch processor holds: as many as the chain's worker queue (8192) and then some,
+#: so a burst the worker accepted is not dropped here (the SDK's 2048 drops with only a log line).
+MAX_QUEUE_SIZE: Final = 16384
 #: Spans kept while another connection holds the write lock (``tallyspan prune``, a backup); the oldest
 #: beyond this are dropped and counted.
 MAX_PENDING_SPANS: Final = 16384
@@ -249,7 +252,9 @@ def store_component(downstream: Sequence[SpanProcessor], settings: Settings) -> 
     """
     del downstream
     return BatchSpanProcessor(
-        SQLiteSpanExporter(settings.db_path), schedule_delay_millis=SCHEDULE_DELAY_MILLIS
+        SQLiteSpanExporter(settings.db_path),
+        schedule_delay_millis=SCHEDULE_DELAY_MILLIS,
+        max_queue_size=MAX_QUEUE_SIZE,
     )
 
 

@@ -23,6 +23,7 @@ from tallyspan import _store_schema, semconv
 from tallyspan._config import Settings
 from tallyspan._store_schema import MIGRATIONS, applied_migrations, connect, migrate
 from tallyspan_exporters import SQLiteSpanExporter, store_component
+from tallyspan_processors._worker import DEFAULT_MAX_QUEUE_SIZE
 
 
 @pytest.fixture
@@ -432,3 +433,18 @@ def test_a_forked_child_writes_through_its_own_connection(
     assert os.waitstatus_to_exitcode(status) == 0
     assert exporter.export(spans[:1]) is SpanExportResult.SUCCESS  # the parent's connection still works
     assert _rows(db_path, "SELECT COUNT(*) AS n FROM spans") == [{"n": 3}]
+
+
+def test_the_store_keeps_a_whole_worker_queue_of_spans_written_in_one_burst(
+    tracer_provider: TracerProvider, db_path: Path
+) -> None:
+    """The worker may hand the store 8192 spans at once; the store's batch queue must take them all."""
+    instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=[])
+    tracer = tracer_provider.get_tracer("test")
+    for index in range(DEFAULT_MAX_QUEUE_SIZE):
+        tracer.start_span(f"span-{index}").end()
+    assert instrumentation.force_flush(60_000)
+    db = connect(db_path)
+    assert db.execute("SELECT count(*) FROM spans").fetchone()[0] == DEFAULT_MAX_QUEUE_SIZE
+    db.close()
+    assert "dropped.spans" not in tallyspan.stats()
