@@ -1,15 +1,18 @@
 """Counters of our own failures and drops, and a log-once helper, so a swallowed error is never silent.
 
 Every ``except Exception:`` on the span path calls :func:`swallowed`, which counts the error under a
-stable key and logs it with its traceback the first time that key is seen (later ones at debug), so a
-broken extractor cannot flood the host application's logs.
+stable key and logs its type and stack the first time that key is seen (the whole exception, message
+included, only at debug level, since a message may quote content), so a broken extractor cannot flood
+the host application's logs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
+import traceback
 from collections import Counter
 
 __all__ = ["count", "reset_stats", "stats", "swallowed"]
@@ -45,11 +48,22 @@ def swallowed(logger: logging.Logger, key: str, message: str) -> None:
         first = key not in _logged
         _logged.add(key)
     if first:
+        # The exception's message may quote what it failed on (a prompt, an output, a key): the warning
+        # names the type and where it was raised; the whole exception is logged at debug level only.
         logger.warning(
-            "%s (logged once; later ones are counted in tallyspan.stats())", message, exc_info=True
+            "%s (logged once; later ones are counted in tallyspan.stats()): %s\n%s",
+            message,
+            *_type_and_stack(),
         )
-    else:
-        logger.debug(message, exc_info=True)
+    logger.debug(message, exc_info=True)
+
+
+def _type_and_stack() -> tuple[str, str]:
+    error = sys.exc_info()[1]
+    if error is None:
+        return "no exception", ""
+    stack = "".join(traceback.format_tb(error.__traceback__)).rstrip()
+    return f"{type(error).__module__}.{type(error).__qualname__}", stack
 
 
 def stats() -> dict[str, int]:
