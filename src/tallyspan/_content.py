@@ -64,13 +64,32 @@ Content: TypeAlias = ModelContent | ToolContent
 #: between the put and their end: every model span waiting there keeps its content for the checks. The
 #: worker frees the entries of the spans it drops.
 DEFAULT_MAX_ENTRIES = 12288
+#: Characters of text the buffer holds at most (about 64-256 MB): entries are counted, but a few
+#: huge answers whose spans never end (abandoned streams of a consumer that never pops) must not
+#: pin gigabytes. The newest entry is always kept, whatever its size.
+DEFAULT_MAX_CHARS = 64 * 1024 * 1024
+
+
+def _chars(content: Content) -> int:
+    """The text an entry holds, in characters: what makes one entry large."""
+    if isinstance(content, ModelContent):
+        return (
+            len(content.output_text)
+            + len(content.reasoning_text)
+            + len(content.prompt or "")
+            + sum(len(call.arguments) for call in content.tool_calls)
+        )
+    arguments = content.arguments
+    return len(arguments) if isinstance(arguments, str) else 0
 
 
 class ContentBuffer:
     """A bounded, thread-safe map from span id to the content of that span."""
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES, max_chars: int = DEFAULT_MAX_CHARS) -> None:
         self._max_entries = max_entries
+        self._max_chars = max_chars
+        self._chars = 0
         self._entries: OrderedDict[int, Content] = OrderedDict()
         self._lock = threading.Lock()
         renew_lock_after_fork(self)  # the worker pops under this lock; a fork then must not freeze puts
@@ -92,22 +111,39 @@ class ContentBuffer:
             self._consumers = max(0, self._consumers - 1)
             if self._consumers == 0:
                 self._entries.clear()
+                self._chars = 0
 
     def put(self, span_id: int, content: Content) -> None:
         """Keep ``content`` for the span ``span_id`` until it is popped (no-op with no consumer)."""
         if not self._consumers:
             return
+        size = _chars(content)
         with self._lock:
+            replaced = self._entries.pop(span_id, None)
+            if replaced is not None:
+                self._chars -= _chars(replaced)
             self._entries[span_id] = content
-            self._entries.move_to_end(span_id)
-            while len(self._entries) > self._max_entries:
-                self._entries.popitem(last=False)
+            self._chars += size
+            while len(self._entries) > self._max_entries or (
+                self._chars > self._max_chars and len(self._entries) > 1
+            ):
+                _, evicted = self._entries.popitem(last=False)
+                self._chars -= _chars(evicted)
                 count("dropped.content")
 
     def pop(self, span_id: int) -> Content | None:
         """Remove and return the content of ``span_id``, or None."""
         with self._lock:
-            return self._entries.pop(span_id, None)
+            content = self._entries.pop(span_id, None)
+            if content is not None:
+                self._chars -= _chars(content)
+            return content
+
+    @property
+    def chars(self) -> int:
+        """Characters of text held now."""
+        with self._lock:
+            return self._chars
 
     def peek(self, span_id: int) -> Content | None:
         """Return the content of ``span_id`` without removing it, or None."""

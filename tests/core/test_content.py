@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tallyspan
-from tallyspan._content import ContentBuffer, ModelContent
+from tallyspan._content import ContentBuffer, ModelContent, ToolContent
 
 
 def test_put_is_a_no_op_without_a_consumer() -> None:
@@ -46,3 +46,31 @@ def test_the_last_consumer_leaving_empties_the_buffer() -> None:
     buffer.remove_consumer()
     assert len(buffer) == 0
     assert buffer.active is False
+
+
+def test_huge_entries_are_bounded_by_their_text_too() -> None:
+    """A few huge answers whose spans never end must not pin memory; the newest is always kept."""
+    buffer = ContentBuffer(max_entries=100, max_chars=1_000)
+    buffer.add_consumer()
+    buffer.put(1, ModelContent("a" * 400, prompt="q" * 100))
+    buffer.put(2, ModelContent("b" * 400))
+    assert buffer.chars == 900
+    buffer.put(3, ModelContent("c" * 300))  # 1,200 chars: the oldest goes
+    assert buffer.pop(1) is None
+    assert buffer.chars == 700
+    buffer.put(4, ToolContent(arguments="x" * 5_000))  # larger than the whole budget: kept alone
+    assert len(buffer) == 1
+    assert buffer.chars == 5_000
+    assert tallyspan.stats()["dropped.content"] == 3
+    assert isinstance(buffer.pop(4), ToolContent)
+    assert buffer.chars == 0
+
+
+def test_replacing_an_entry_does_not_count_its_text_twice() -> None:
+    buffer = ContentBuffer(max_chars=100)
+    buffer.add_consumer()
+    buffer.put(1, ModelContent("a" * 60))
+    buffer.put(1, ModelContent("b" * 60))
+    assert len(buffer) == 1
+    assert buffer.chars == 60
+    assert "dropped.content" not in tallyspan.stats()

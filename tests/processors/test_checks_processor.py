@@ -339,15 +339,17 @@ def test_checks_component_peeks_when_a_ledger_processor_is_below() -> None:
     ledger = LedgerProcessor([SimpleSpanProcessor(exporter)])
     with_ledger = checks_component([ledger], settings)
     alone = checks_component([SimpleSpanProcessor(exporter)], settings)
+    without_contracts = checks_component([], Settings())
     try:
         assert isinstance(with_ledger, ChecksProcessor)
         assert isinstance(alone, ChecksProcessor)
         assert with_ledger._pop_content is False
         assert alone._pop_content is True
-        assert checks_component([], Settings())._contracts is None  # type: ignore[attr-defined]
+        assert without_contracts._contracts is None  # type: ignore[attr-defined]
     finally:
-        for processor in (with_ledger, alone):
-            processor.shutdown()
+        for processor in (with_ledger, alone, without_contracts):
+            processor.shutdown()  # each one consumes the process-wide buffer until it is shut down
+    assert not content_buffer().active
 
 
 def test_instrument_wires_the_checks_into_the_chain_and_empties_the_buffer(
