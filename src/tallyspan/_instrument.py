@@ -35,6 +35,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from tallyspan import semconv
 from tallyspan._adopt import Borrowed, adopt, give_back
 from tallyspan._config import (
     DEFAULT_OTLP_PROTOCOL,
@@ -58,7 +59,7 @@ __all__ = ["DEFAULT_STORE", "Instrumentation", "instrument", "instrumentation", 
 
 _logger = logging.getLogger(__name__)
 
-COMPONENT_GROUP: Final = "tallyspan.components"
+COMPONENT_GROUP: Final = semconv.ENTRY_POINT_GROUP_COMPONENTS
 INSTRUMENTOR_GROUP: Final = "opentelemetry_instrumentor"
 _OWN_INSTRUMENTORS_PACKAGE: Final = "tallyspan_instrumentors"
 #: Components wrapped around the sinks, innermost first.

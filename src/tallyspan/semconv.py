@@ -216,3 +216,7 @@ METRIC_LEDGER_UNBALANCED_RUNS: Final = "tallyspan.ledger.unbalanced_runs"
 
 #: The instrumentation scope name of our tracers.
 INSTRUMENTATION_SCOPE: Final = "tallyspan"
+
+#: The entry point group through which ``instrument()`` finds the links of its processor chain
+#: (worker, checks, ledger, store, ledger sinks); a plugin may register its own.
+ENTRY_POINT_GROUP_COMPONENTS: Final = "tallyspan.components"

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DemoResult", "command", "format_demo", "load_script", "run_demo"]
 
-DATA_PACKAGE: Final = "tallyspan._demo_data"
+DATA_DIR: Final = resources.files(tallyspan.__name__).joinpath("_demo_data")
+"""The demo's script and contracts, shipped inside the package."""
 CONTRACTS_FILE: Final = "contracts.yaml"
 SCRIPT_FILE: Final = "weekly_reports.json"
 SERVICE: Final = "tallyspan-demo"
@@ -68,7 +69,7 @@ class DemoResult:
 
 def load_script() -> dict[str, Any]:
     """The scripted workflow shipped with tallyspan (``_demo_data/weekly_reports.json``)."""
-    text = resources.files(DATA_PACKAGE).joinpath(SCRIPT_FILE).read_text(encoding="utf-8")
+    text = DATA_DIR.joinpath(SCRIPT_FILE).read_text(encoding="utf-8")
     script: dict[str, Any] = json.loads(text)
     return script
 
@@ -125,7 +126,7 @@ def run_demo(db_path: Path) -> DemoResult:
 def _instrumented(
     provider: TracerProvider, db_path: Path, notes: list[str]
 ) -> Iterator[tallyspan.Instrumentation]:
-    with resources.as_file(resources.files(DATA_PACKAGE).joinpath(CONTRACTS_FILE)) as contracts:
+    with resources.as_file(DATA_DIR.joinpath(CONTRACTS_FILE)) as contracts:
         try:
             active = tallyspan.instrument(
                 contracts=contracts, tracer_provider=provider, store=db_path, instrumentors=INSTRUMENTORS

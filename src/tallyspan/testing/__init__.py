@@ -46,5 +46,5 @@ for _cls in (
     ScriptedReply,
     ScriptedToolCall,
 ):
-    _cls.__module__ = "tallyspan.testing"
+    _cls.__module__ = __name__
 del _cls
