@@ -11,15 +11,14 @@ import os
 import sqlite3
 import tempfile
 import threading
-import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.forking import run_forked
 
 import tallyspan
 from tallyspan._ledger import Reconciliation
@@ -31,7 +30,6 @@ from tallyspan_exporters._store import MAX_PENDING_SPANS
 
 #: Short, so a test holding the lock does not wait the default five seconds per attempt.
 BUSY_MS = 50
-CHILD_GUARD_S = 60
 
 
 def _spans(count: int, prefix: str = "span") -> tuple[ReadableSpan, ...]:
@@ -70,27 +68,6 @@ def lock_holder(db_path: Path) -> Iterator[sqlite3.Connection]:
     if holder.in_transaction:
         holder.execute("ROLLBACK")
     holder.close()
-
-
-def _fork(child: Callable[[], bool]) -> int:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads: the case under test
-        pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            code = 0 if child() else 2
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + CHILD_GUARD_S  # a guard against a deadlocked child, not a timing
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.05)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    return -9
 
 
 # --- a store that cannot be opened ---------------------------------------------------------------------
@@ -155,7 +132,7 @@ def test_a_read_only_folder_fails_every_export_without_raising() -> None:
             os.setuid(65534)
             return _export_into_read_only_folder(folder)
 
-        assert _fork(as_nobody) == 0
+        assert run_forked(as_nobody) == 0
     finally:
         folder.chmod(0o755)
         folder.rmdir()
@@ -298,7 +275,7 @@ def test_a_fork_while_the_exporter_writes_does_not_deadlock_the_child_or_close_t
         return written
 
     try:
-        code = _fork(child)
+        code = run_forked(child)
     finally:
         release.set()
     assert code == 0

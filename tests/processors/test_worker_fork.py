@@ -11,13 +11,11 @@ import json
 import os
 import sqlite3
 import threading
-import time
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from tests.forking import run_forked
 
 import tallyspan
 from tallyspan import _selfstats, semconv
@@ -28,7 +26,6 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
 CONTRACTS = {"contracts": {"report": {"min_chars": 50}}}
 #: Only a guard against a child that hangs (a deadlock): the test fails instead of hanging the suite.
-CHILD_GUARD_S = 60
 
 
 def _model_span(provider: TracerProvider, name: str, output: str) -> None:
@@ -38,29 +35,6 @@ def _model_span(provider: TracerProvider, name: str, output: str) -> None:
     )
     content_buffer().put(span.get_span_context().span_id, ModelContent(output, prompt="weekly report?"))
     span.end()
-
-
-def _fork(child: Callable[[], bool]) -> int:
-    """Run ``child`` in a forked process; return its exit code (1 if it raised, -9 if it hung)."""
-    with warnings.catch_warnings():
-        # Python 3.12+ warns about fork() in a process with threads: exactly the case under test.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            code = 0 if child() else 2
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + CHILD_GUARD_S
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.05)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    return -9
 
 
 def _rows(db_path: Path) -> dict[str, list[str]]:
@@ -88,7 +62,7 @@ def test_a_forked_child_checks_and_stores_its_spans_and_the_parent_is_unaffected
         _model_span(tracer_provider, "chat child", "too short")
         return instrumentation.force_flush(30_000)
 
-    assert _fork(child) == 0
+    assert run_forked(child) == 0
     _model_span(tracer_provider, "chat parent-after", "x" * 60)
     assert instrumentation.force_flush()
     assert _rows(db_path) == {
@@ -128,7 +102,7 @@ def test_a_fork_while_other_threads_hold_our_locks_does_not_deadlock_the_child(
         return instrumentation.force_flush(30_000)
 
     try:
-        code = _fork(child)
+        code = run_forked(child)
     finally:
         release.set()
     assert code == 0
