@@ -7,12 +7,18 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable
 
 __all__ = ["renew_lock_after_fork"]
 
 
-def renew_lock_after_fork(owner: object, attribute: str = "_lock") -> None:
-    """Give ``owner.<attribute>`` a fresh ``threading.Lock`` in every child forked from now on."""
+def renew_lock_after_fork(
+    owner: object, attribute: str = "_lock", new_lock: Callable[[], object] = threading.Lock
+) -> None:
+    """Give ``owner.<attribute>`` a fresh lock (``new_lock()``) in every child forked from now on.
+
+    ``owner`` may be a module (``sys.modules[__name__]``) for a module-level lock.
+    """
     if not hasattr(os, "register_at_fork"):
         return
     owner_ref = weakref.ref(owner)
@@ -20,6 +26,6 @@ def renew_lock_after_fork(owner: object, attribute: str = "_lock") -> None:
     def renew() -> None:
         found = owner_ref()
         if found is not None:
-            setattr(found, attribute, threading.Lock())
+            setattr(found, attribute, new_lock())
 
     os.register_at_fork(after_in_child=renew)

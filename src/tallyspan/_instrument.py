@@ -52,6 +52,7 @@ from tallyspan._config import (
     warn_once,
 )
 from tallyspan._errors import ConfigError
+from tallyspan._fork import renew_lock_after_fork
 from tallyspan._ledger_api import LedgerSink
 from tallyspan._selfstats import swallowed
 
@@ -133,16 +134,7 @@ class Instrumentation:
 
 
 _lock = threading.RLock()
-
-
-def _renew_lock_in_child() -> None:
-    # A lock another thread held at fork() stays held for ever in the child (see tallyspan._fork).
-    global _lock
-    _lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_renew_lock_in_child)
+renew_lock_after_fork(sys.modules[__name__], new_lock=threading.RLock)
 _current: Instrumentation | None = None
 _own_provider: TracerProvider | None = None
 

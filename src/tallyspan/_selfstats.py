@@ -9,11 +9,12 @@ the host application's logs.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import traceback
 from collections import Counter
+
+from tallyspan._fork import renew_lock_after_fork
 
 __all__ = ["count", "reset_stats", "stats", "swallowed"]
 
@@ -22,14 +23,8 @@ _counters: Counter[str] = Counter()
 _logged: set[str] = set()
 
 
-def _renew_lock() -> None:
-    # Any thread may be counting at fork(): the child must not inherit the lock held for ever.
-    global _lock
-    _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_renew_lock)
+# Any thread may be counting at fork(): the child must not inherit the lock held for ever.
+renew_lock_after_fork(sys.modules[__name__])
 
 
 def count(key: str, amount: int = 1) -> None:
