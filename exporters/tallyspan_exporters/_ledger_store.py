@@ -19,7 +19,13 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach,
 
 from tallyspan._fork import renew_lock_after_fork
 from tallyspan._selfstats import swallowed
-from tallyspan._store_schema import BUSY_TIMEOUT_MS, LEDGER_ENTRIES, LEDGER_RECONCILIATIONS, connect
+from tallyspan._store_schema import (
+    BUSY_TIMEOUT_MS,
+    LEDGER_ENTRIES,
+    LEDGER_RECONCILIATIONS,
+    connect,
+    is_locked,
+)
 from tallyspan.ledger import LedgerEntry, LedgerRecord
 
 __all__ = ["MALFORMED_PREFIX", "SQLiteLedgerSink"]
@@ -141,7 +147,7 @@ class SQLiteLedgerSink:
                         db.execute("BEGIN")
                         statements(db)
                 except sqlite3.OperationalError as error:
-                    self._contended = "locked" in str(error) or "busy" in str(error)
+                    self._contended = is_locked(error)
                     raise
                 self._contended = False
             return True

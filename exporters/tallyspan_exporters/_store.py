@@ -37,6 +37,7 @@ from tallyspan._store_schema import (
     SPANS,
     VIOLATIONS,
     connect,
+    is_locked,
     migration,
 )
 from tallyspan._taxonomy import FAILURE_CLASS_OF, ViolationType
@@ -54,8 +55,6 @@ MAX_QUEUE_SIZE: Final = 16384
 #: Spans kept while another connection holds the write lock (``tallyspan prune``, a backup); the oldest
 #: beyond this are dropped and counted.
 MAX_PENDING_SPANS: Final = 16384
-_SQLITE_BUSY: Final = 5  # primary result codes: another connection holds the lock
-_SQLITE_LOCKED: Final = 6
 
 _SPAN_COLUMNS: Final = (
     "trace_id", "span_id", "parent_span_id", "name", "kind", "operation", "provider", "request_model",
@@ -203,7 +202,7 @@ class SQLiteSpanExporter(SpanExporter):
                     db.execute("ROLLBACK")
                 raise
         except sqlite3.OperationalError as error:
-            if not _is_locked(error):
+            if not is_locked(error):
                 return self._lost()
             self._contended = True
             swallowed(
@@ -228,13 +227,6 @@ class SQLiteSpanExporter(SpanExporter):
                 self._db.close()
             self._db = None
         return False
-
-
-def _is_locked(error: sqlite3.OperationalError) -> bool:
-    code = getattr(error, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
-    return "locked" in str(error) or "busy" in str(error)
 
 
 def store_component(downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor:

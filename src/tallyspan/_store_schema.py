@@ -66,6 +66,7 @@ __all__ = [
     "VIOLATIONS",
     "applied_migrations",
     "connect",
+    "is_locked",
     "migrate",
     "migration",
 ]
@@ -79,6 +80,17 @@ MIGRATIONS_TABLE: Final = "_tallyspan_migrations"
 
 BUSY_TIMEOUT_MS: Final = 5000
 """How long a writer waits for another process's transaction before giving up."""
+_SQLITE_BUSY: Final = 5  # primary result codes: another connection holds the lock
+_SQLITE_LOCKED: Final = 6
+
+
+def is_locked(error: sqlite3.OperationalError) -> bool:
+    """True when ``error`` says another connection holds the lock (a wait may succeed), not a broken store."""
+    code = getattr(error, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    return "locked" in str(error) or "busy" in str(error)
+
 
 Migration = Callable[[sqlite3.Connection], None]
 
