@@ -45,6 +45,7 @@ __all__ = [
     "run_sync",
     "server_attributes",
     "start_genai_call",
+    "str_or_none",
     "text_part",
     "tool_call_part",
     "tool_call_response_part",
@@ -475,6 +476,11 @@ def finalize_if_proxy(stream: Any, error: BaseException | None = None) -> None:
 
 
 # --- content in the GenAI conventions' message format ------------------------------------------------------
+
+
+def str_or_none(value: Any) -> str | None:
+    """``value`` if it is a string, else None: SDKs do not validate bodies, any field may hold any type."""
+    return value if isinstance(value, str) else None
 
 
 def text_part(text: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from tallyspan_instrumentors._common import (
     messages_json,
     output_message,
     server_attributes,
+    str_or_none,
     text_part,
     tool_call_part,
     tool_call_response_part,
@@ -191,9 +192,9 @@ def _read_usage(usage: Any, into: dict[str, int]) -> None:
 def reply_of_message(message: Any) -> AnthropicReply:
     """Reduce a ``Message`` (or a dict in its shape)."""
     reply = AnthropicReply(
-        id=_str_or_none(_field(message, "id")),
-        model=_str_or_none(_field(message, "model")),
-        stop_reason=_str_or_none(_field(message, "stop_reason")),
+        id=str_or_none(_field(message, "id")),
+        model=str_or_none(_field(message, "model")),
+        stop_reason=str_or_none(_field(message, "stop_reason")),
     )
     _read_usage(_field(message, "usage"), reply.usage)
     for block in _field(message, "content") or ():
@@ -207,16 +208,12 @@ def reply_of_message(message: Any) -> AnthropicReply:
             reply.blocks.append(
                 {
                     "type": "tool_use",
-                    "id": _str_or_none(_field(block, "id")),
+                    "id": str_or_none(_field(block, "id")),
                     "name": str(_field(block, "name")),
                     "arguments": arguments,
                 }
             )
     return reply
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def extraction_of_message(call: GenAICall, message: Any) -> Extraction:
@@ -296,8 +293,8 @@ class EventAccumulator:
         kind = _field(event, "type")
         if kind == "message_start":
             message = _field(event, "message")
-            self._reply.id = _str_or_none(_field(message, "id"))
-            self._reply.model = _str_or_none(_field(message, "model"))
+            self._reply.id = str_or_none(_field(message, "id"))
+            self._reply.model = str_or_none(_field(message, "model"))
             _read_usage(_field(message, "usage"), self._reply.usage)
         elif kind == "content_block_start":
             self._start_block(_int(_field(event, "index")), _field(event, "content_block"))
@@ -321,7 +318,7 @@ class EventAccumulator:
         elif kind == "tool_use":
             self._blocks[index] = {
                 "type": "tool_use",
-                "id": _str_or_none(_field(block, "id")),
+                "id": str_or_none(_field(block, "id")),
                 "name": str(_field(block, "name")),
                 "arguments": "",
             }

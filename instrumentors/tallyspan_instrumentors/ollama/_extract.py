@@ -22,6 +22,7 @@ from tallyspan_instrumentors._common import (
     messages_json,
     output_message,
     server_attributes,
+    str_or_none,
     text_part,
     tool_call_part,
     tool_call_response_part,
@@ -51,10 +52,6 @@ def _field(item: Any, name: str) -> Any:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _arguments_text(arguments: Any) -> str:
@@ -111,7 +108,7 @@ def request_content(
 ) -> tuple[str | None, dict[str, str]]:
     """The prompt for the checks (the last user text) and, when ``capture``, the content attributes."""
     if not chat:
-        prompt = _str_or_none(arguments.get("prompt"))
+        prompt = str_or_none(arguments.get("prompt"))
         if not capture:
             return prompt, {}
         attributes = {
@@ -119,7 +116,7 @@ def request_content(
                 [{"role": "user", "parts": [text_part(prompt)] if prompt else []}]
             )
         }
-        system = _str_or_none(arguments.get("system"))
+        system = str_or_none(arguments.get("system"))
         if system:
             attributes[semconv.GEN_AI_SYSTEM_INSTRUCTIONS] = messages_json([text_part(system)])
         return prompt, attributes
@@ -127,15 +124,15 @@ def request_content(
     messages = list(messages) if isinstance(messages, Iterable) and not isinstance(messages, str) else []
     if not capture:  # converting every message would be paid on each call for nothing
         for message in reversed(messages):
-            content = _str_or_none(_field(message, "content"))
+            content = str_or_none(_field(message, "content"))
             if _field(message, "role") == "user" and content:
                 return content, {}
         return None, {}
     last_user: str | None = None
     converted = []
     for message in messages:
-        role = _str_or_none(_field(message, "role")) or "user"
-        content = _str_or_none(_field(message, "content"))
+        role = str_or_none(_field(message, "role")) or "user"
+        content = str_or_none(_field(message, "content"))
         if role == "tool":
             tool_name = _field(message, "tool_name")
             response_part = tool_call_response_part(None, content)
@@ -148,7 +145,7 @@ def request_content(
                 function = _field(tool_call, "function")
                 parts.append(
                     tool_call_part(
-                        _str_or_none(_field(tool_call, "id")),
+                        str_or_none(_field(tool_call, "id")),
                         str(_field(function, "name")),
                         _arguments_text(_field(function, "arguments")),
                     )
@@ -176,24 +173,24 @@ class OllamaReply:
 
     def add(self, part: Any) -> None:
         """Add one response or stream part: pieces of text append, final fields replace."""
-        model = _str_or_none(_field(part, "model"))
+        model = str_or_none(_field(part, "model"))
         if model:
             self.model = model
         message = _field(part, "message")
         source = message if message is not None else part
         text_field = "content" if message is not None else "response"
-        self.text += _str_or_none(_field(source, text_field)) or ""
-        self.thinking += _str_or_none(_field(source, "thinking")) or ""
+        self.text += str_or_none(_field(source, text_field)) or ""
+        self.thinking += str_or_none(_field(source, "thinking")) or ""
         for tool_call in _field(source, "tool_calls") or ():
             function = _field(tool_call, "function")
             self.tool_calls.append(
                 ToolCallContent(
                     name=str(_field(function, "name")),
                     arguments=_arguments_text(_field(function, "arguments")),
-                    call_id=_str_or_none(_field(tool_call, "id")),
+                    call_id=str_or_none(_field(tool_call, "id")),
                 )
             )
-        done_reason = _str_or_none(_field(part, "done_reason"))
+        done_reason = str_or_none(_field(part, "done_reason"))
         if done_reason:
             self.done_reason = done_reason
         for name in ("prompt_eval_count", "eval_count"):

@@ -15,6 +15,7 @@ from tallyspan_instrumentors._common import (
     GenAICall,
     messages_json,
     output_message,
+    str_or_none,
     text_part,
     tool_call_part,
     tool_call_response_part,
@@ -212,21 +213,17 @@ def extract_chat_completion(completion: Any, call: GenAICall) -> Extraction:
                 getattr(function, "name", ""),
                 [arguments if isinstance(arguments, str) else ""],
             ]
-        item.finish_reason = _str_or_none(getattr(choice, "finish_reason", None))
+        item.finish_reason = str_or_none(getattr(choice, "finish_reason", None))
     return _extraction(summary, call)
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _extraction(summary: _Completion, call: GenAICall) -> Extraction:
     attributes: dict[str, AttributeValue] = {}
     # Strings only: an id or model sent as a number would give the attribute two types across spans.
-    set_if(attributes, semconv.GEN_AI_RESPONSE_ID, _str_or_none(summary.response_id))
-    set_if(attributes, semconv.GEN_AI_RESPONSE_MODEL, _str_or_none(summary.model))
-    set_if(attributes, semconv.OPENAI_RESPONSE_SYSTEM_FINGERPRINT, _str_or_none(summary.system_fingerprint))
-    set_if(attributes, semconv.OPENAI_RESPONSE_SERVICE_TIER, _str_or_none(summary.service_tier))
+    set_if(attributes, semconv.GEN_AI_RESPONSE_ID, str_or_none(summary.response_id))
+    set_if(attributes, semconv.GEN_AI_RESPONSE_MODEL, str_or_none(summary.model))
+    set_if(attributes, semconv.OPENAI_RESPONSE_SYSTEM_FINGERPRINT, str_or_none(summary.system_fingerprint))
+    set_if(attributes, semconv.OPENAI_RESPONSE_SERVICE_TIER, str_or_none(summary.service_tier))
     ordered = [summary.choices[index] for index in sorted(summary.choices)]
     reasons = [choice.finish_reason for choice in ordered if isinstance(choice.finish_reason, str)]
     if reasons:
