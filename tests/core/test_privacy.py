@@ -30,10 +30,10 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.recording import RecordingLedgerSink
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan.ledger import LedgerEntry, LedgerRecord
 from tallyspan.testing import (
     AnthropicReply,
     AnthropicServer,
@@ -137,28 +137,6 @@ FAILING_CALL = ScriptedToolCall("broken", {"query": TOOL_ARGUMENT}, call_id="c3"
 
 
 # --- what leaves the process ---------------------------------------------------------------------------
-
-
-class RecordingLedgerSink:
-    """A user's own ledger sink (``instrument(ledger_sinks=...)``): keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.entries: list[LedgerEntry] = []
-        self.records: list[LedgerRecord] = []
-
-    def export_entries(self, entries: Sequence[LedgerEntry]) -> bool:
-        self.entries.extend(entries)
-        return True
-
-    def export_reconciliation(self, record: LedgerRecord) -> bool:
-        self.records.append(record)
-        return True
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
-
-    def shutdown(self) -> None:
-        return None
 
 
 class AgentsExportReceiver:

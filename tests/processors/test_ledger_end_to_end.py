@@ -5,7 +5,6 @@ the OTLP log records (decoded by a real OTLP/HTTP receiver) must show exactly th
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from tests.recording import RecordingLedgerSink
 
 import tallyspan
 from tallyspan import semconv
@@ -194,33 +194,10 @@ def test_one_unlogged_call_unbalances_the_run_span_and_the_otlp_log_records(
     db.close()
 
 
-class _ListSink:
-    """A user's own ledger sink: keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.entries: list[tallyspan.ledger.LedgerEntry] = []
-        self.records: list[tallyspan.ledger.LedgerRecord] = []
-        self.shut_down = 0
-
-    def export_entries(self, entries: Sequence[tallyspan.ledger.LedgerEntry]) -> bool:
-        self.entries.extend(entries)
-        return True
-
-    def export_reconciliation(self, record: tallyspan.ledger.LedgerRecord) -> bool:
-        self.records.append(record)
-        return True
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
-
-    def shutdown(self) -> None:
-        self.shut_down += 1
-
-
 def test_a_ledger_sink_passed_to_instrument_gets_both_columns_and_the_reconciliation(
     tracer_provider: TracerProvider, db_path: Path
 ) -> None:
-    sink = _ListSink()
+    sink = RecordingLedgerSink()
     assert isinstance(sink, tallyspan.ledger.LedgerSink)
     tallyspan.instrument(
         tracer_provider=tracer_provider,
@@ -246,7 +223,7 @@ def test_a_ledger_sink_passed_to_instrument_gets_both_columns_and_the_reconcilia
     assert record.run_name == "airline_agent"
     assert record.reconciliation.balanced is False
     assert [d.type for d in record.reconciliation.discrepancies] == ["unlogged_refusal"]
-    assert sink.shut_down == 1
+    assert sink.shutdowns == 1
     db = connect(db_path)
     assert (
         db.execute("SELECT count(*) FROM ledger_reconciliations").fetchone()[0] == 1

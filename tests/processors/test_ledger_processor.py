@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,38 +15,16 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
+from tests.recording import RecordingLedgerSink
 
 import tallyspan
 from tallyspan import semconv
 from tallyspan._content import ModelContent, ToolCallContent, ToolContent, content_buffer
-from tallyspan.ledger import LedgerEntry, LedgerRecord
+from tallyspan.ledger import LedgerRecord
 from tallyspan_processors import LedgerProcessor
 
 
-class _RecordingSink:
-    """A LedgerSink that keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.entries: list[LedgerEntry] = []
-        self.records: list[LedgerRecord] = []
-        self.shut_down = False
-
-    def export_entries(self, entries: Sequence[LedgerEntry]) -> bool:
-        self.entries.extend(entries)
-        return True
-
-    def export_reconciliation(self, record: LedgerRecord) -> bool:
-        self.records.append(record)
-        return True
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
-
-    def shutdown(self) -> None:
-        self.shut_down = True
-
-
-class _RaisingSink(_RecordingSink):
+class _RaisingSink(RecordingLedgerSink):
     def export_reconciliation(self, record: LedgerRecord) -> bool:
         raise RuntimeError("a sink that breaks its promise")
 
@@ -56,7 +34,7 @@ class _Books:
 
     def __init__(self, **options: Any) -> None:
         self.exporter = InMemorySpanExporter()
-        self.sink = _RecordingSink()
+        self.sink = RecordingLedgerSink()
         options.setdefault("sinks", [self.sink])
         self.processor = LedgerProcessor([SimpleSpanProcessor(self.exporter)], **options)
         self.provider = TracerProvider()
@@ -385,7 +363,7 @@ def test_summary_is_kept_when_content_is_captured() -> None:
 
 
 def test_a_raising_sink_costs_neither_the_span_nor_the_other_sinks() -> None:
-    good = _RecordingSink()
+    good = RecordingLedgerSink()
     books = _Books(sinks=[_RaisingSink(), good])
     with books.run():
         books.tool("search", "c1")
@@ -393,7 +371,7 @@ def test_a_raising_sink_costs_neither_the_span_nor_the_other_sinks() -> None:
     assert len(good.records) == 1
     assert tallyspan.stats()["errors.ledger.sink"] == 1
     books.close()
-    assert good.shut_down is True
+    assert good.shutdowns == 1
 
 
 def test_entries_over_the_bound_are_dropped_counted_and_reported() -> None:
