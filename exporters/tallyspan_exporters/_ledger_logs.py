@@ -36,10 +36,15 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.util.types import AnyValue, AttributeValue
 
 from tallyspan import semconv
-from tallyspan._config import GRPC_INSTALL_HINT, OTLPProtocol, Settings, otlp_logs_protocol
-from tallyspan._errors import ConfigError
-from tallyspan._selfstats import swallowed
 from tallyspan.ledger import LedgerEntry, LedgerRecord, LedgerSink
+from tallyspan.plugin import (
+    GRPC_INSTALL_HINT,
+    ConfigError,
+    OTLPProtocol,
+    Settings,
+    otlp_logs_protocol,
+    swallowed,
+)
 
 __all__ = ["OTLPLedgerSink", "ledger_sinks_component"]
 
@@ -106,7 +111,7 @@ class OTLPLedgerSink:
         self._provider = LoggerProvider(resource=resource)
         processor = BatchLogRecordProcessor(exporter) if batch else SimpleLogRecordProcessor(exporter)
         self._provider.add_log_record_processor(processor)
-        from tallyspan import __version__
+        from tallyspan.plugin import __version__
 
         self._logger = self._provider.get_logger(semconv.INSTRUMENTATION_SCOPE, __version__)
 

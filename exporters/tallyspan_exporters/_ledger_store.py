@@ -17,16 +17,16 @@ from collections.abc import Callable, Sequence
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
 
-from tallyspan._fork import renew_lock_after_fork
-from tallyspan._selfstats import swallowed
-from tallyspan._store_schema import (
+from tallyspan.ledger import LedgerEntry, LedgerRecord
+from tallyspan.plugin import (
     BUSY_TIMEOUT_MS,
     LEDGER_ENTRIES,
     LEDGER_RECONCILIATIONS,
     connect,
     is_locked,
+    renew_lock_after_fork,
+    swallowed,
 )
-from tallyspan.ledger import LedgerEntry, LedgerRecord
 
 __all__ = ["MALFORMED_PREFIX", "SQLiteLedgerSink"]
 

@@ -27,23 +27,27 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from tallyspan import semconv
-from tallyspan._config import Settings, resolve_db_path
-from tallyspan._fork import renew_lock_after_fork
-from tallyspan._selfstats import count, swallowed
-from tallyspan._store_schema import (
+from tallyspan.plugin import (
     BUSY_TIMEOUT_MS,
+    FAILURE_CLASS_OF,
     MIGRATIONS,
     RUNS,
     SPANS,
     VIOLATIONS,
+    Settings,
+    ViolationType,
     connect,
+    count,
     is_locked,
+    is_run_span,
     migration,
+    renew_lock_after_fork,
+    resolve_db_path,
+    swallowed,
 )
-from tallyspan._taxonomy import FAILURE_CLASS_OF, ViolationType
 
 # connect/MIGRATIONS/migration are re-exported so the ledger sink can reach the schema from here too.
-__all__ = ["MIGRATIONS", "SQLiteSpanExporter", "connect", "is_run_span", "migration", "store_component"]
+__all__ = ["MIGRATIONS", "SQLiteSpanExporter", "connect", "migration", "store_component"]
 
 _logger = logging.getLogger(__name__)
 
@@ -268,16 +272,6 @@ def _hex_span(span_id: int) -> str:
     return format(span_id, "016x")
 
 
-def is_run_span(span: ReadableSpan) -> bool:
-    """True for a span that delimits an agent run: invoke_agent/invoke_workflow, a named run, a local root."""
-    attributes = span.attributes or {}
-    if attributes.get(semconv.GEN_AI_OPERATION_NAME) in semconv.RUN_OPERATIONS:
-        return True
-    if semconv.RUN_NAME in attributes:
-        return True
-    return span.parent is None or span.parent.is_remote
-
-
 def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
@@ -362,7 +356,7 @@ class _Batch:
         )
         self.span_keys.append((trace_id, span_id))
         self.violations.extend(violations)
-        if is_run_span(span):
+        if is_run_span(attributes, span.parent):
             self.runs.append(
                 (
                     trace_id,

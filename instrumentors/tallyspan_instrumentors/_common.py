@@ -23,8 +23,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import current_stage, semconv
-from tallyspan._content import ModelContent, content_buffer
-from tallyspan._selfstats import swallowed
+from tallyspan.plugin import ModelContent, content_buffer, swallowed
 
 __all__ = [
     "AsyncGeneratorProxy",

@@ -15,8 +15,7 @@ from typing import Any
 from opentelemetry.trace import Span, Status, StatusCode
 
 from tallyspan import semconv
-from tallyspan._content import ToolContent, content_buffer
-from tallyspan._selfstats import swallowed
+from tallyspan.plugin import ToolContent, content_buffer, swallowed
 
 __all__ = ["end_tool_span", "json_text"]
 

@@ -34,11 +34,16 @@ from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan._checks import CheckResult, check
-from tallyspan._config import Settings
-from tallyspan._content import ModelContent, content_buffer
-from tallyspan._contracts import Contract, ContractSet
-from tallyspan._fork import renew_lock_after_fork
+from tallyspan.plugin import (
+    CheckResult,
+    Contract,
+    ContractSet,
+    ModelContent,
+    Settings,
+    check,
+    content_buffer,
+    renew_lock_after_fork,
+)
 from tallyspan_processors._checks_content import SpanContent, captured_content
 from tallyspan_processors._enrich import enriched_copy
 from tallyspan_processors._ledger import LedgerProcessor

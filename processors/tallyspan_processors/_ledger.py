@@ -35,7 +35,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
@@ -43,10 +43,6 @@ from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan._config import Settings
-from tallyspan._content import content_buffer
-from tallyspan._fork import renew_lock_after_fork
-from tallyspan._selfstats import count, swallowed
 from tallyspan.ledger import (
     PROTOCOL_TYPES,
     Claim,
@@ -58,6 +54,7 @@ from tallyspan.ledger import (
     Reconciliation,
     reconcile,
 )
+from tallyspan.plugin import Settings, content_buffer, count, declares_run, renew_lock_after_fork, swallowed
 from tallyspan_processors._enrich import enriched_copy
 from tallyspan_processors._ledger_sources import RawEntry, entries_of
 from tallyspan_processors._wrapping import WrappingProcessor, flush_all
@@ -79,13 +76,6 @@ class _Books:
     entries: list[RawEntry] = field(default_factory=list)
     log_call_ids: set[str] = field(default_factory=set)
     dropped: int = 0
-
-
-def _is_run_span(attributes: Any) -> bool:
-    return (
-        attributes.get(semconv.GEN_AI_OPERATION_NAME) in semconv.RUN_OPERATIONS
-        or semconv.RUN_NAME in attributes
-    )
 
 
 class LedgerProcessor(WrappingProcessor):
@@ -156,7 +146,7 @@ class LedgerProcessor(WrappingProcessor):
     def _track(self, span: Span) -> None:
         context = span.get_span_context()
         span_id = context.span_id
-        parent = None if _is_run_span(span.attributes or {}) else span.parent
+        parent = None if declares_run(span.attributes or {}) else span.parent
         with self._lock:
             run_id = span_id
             if parent is not None and not parent.is_remote:
@@ -190,7 +180,7 @@ class LedgerProcessor(WrappingProcessor):
             while len(self._closed_runs) > _MAX_CLOSED_RUNS:
                 self._closed_runs.popitem(last=False)
         if books is None:
-            if not _is_run_span(span.attributes or {}):
+            if not declares_run(span.attributes or {}):
                 return span  # a local root with nothing on the books is not an agent run
             books = _Books(context.trace_id)
         return self._close(span, books)

@@ -26,8 +26,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from tallyspan import semconv
-from tallyspan._content import ModelContent, ToolContent, content_buffer
 from tallyspan.ledger import LogToolSpec, normalize_outcome, parse_log_arguments
+from tallyspan.plugin import ModelContent, ToolContent, content_buffer
 
 __all__ = ["RawEntry", "entries_of"]
 

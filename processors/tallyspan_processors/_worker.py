@@ -24,9 +24,7 @@ from collections.abc import Sequence
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach, detach, set_value
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from tallyspan._config import Settings
-from tallyspan._content import content_buffer
-from tallyspan._selfstats import count, swallowed
+from tallyspan.plugin import Settings, content_buffer, count, swallowed
 from tallyspan_processors._wrapping import WrappingProcessor, flush_all, shutdown_all
 
 __all__ = ["DEFAULT_MAX_QUEUE_SIZE", "OffThreadProcessor", "worker_component"]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from tallyspan._selfstats import swallowed
+from tallyspan.plugin import swallowed
 
 __all__ = ["WrappingProcessor", "flush_all", "shutdown_all"]
 

@@ -18,6 +18,7 @@ from tallyspan._selfstats import reset_stats, stats
 from tallyspan._stage import StageInfo, current_stage, stage
 from tallyspan._taxonomy import FAILURE_CLASS_OF, FailureClass, ViolationType
 from tallyspan._tool import run, tool
+from tallyspan._version import __version__ as __version__
 
 __all__ = [
     "DEFAULT_STORE",
@@ -48,7 +49,6 @@ __all__ = [
     "uninstrument",
 ]
 
-__version__ = "0.1.0"
 
 for _name in __all__:
     _obj = globals()[_name]

@@ -55,6 +55,7 @@ from tallyspan._errors import ConfigError
 from tallyspan._fork import renew_lock_after_fork
 from tallyspan._ledger_api import LedgerSink
 from tallyspan._selfstats import swallowed
+from tallyspan._state import RunningState, set_active
 
 __all__ = ["DEFAULT_STORE", "Instrumentation", "instrument", "instrumentation", "uninstrument"]
 
@@ -226,6 +227,7 @@ def instrument(
             _head=head,
             _adopted=adopted,
         )
+        set_active(RunningState(settings, provider))
         return _current
 
 
@@ -234,6 +236,7 @@ def uninstrument() -> None:
     global _current
     with _lock:
         current, _current = _current, None
+        set_active(None)
     if current is None:
         return
     for instrumentor in current.instrumentors:

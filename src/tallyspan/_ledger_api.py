@@ -18,6 +18,7 @@ from opentelemetry.util.types import AttributeValue
 from tallyspan import semconv
 from tallyspan._ledger import Reconciliation, normalize_outcome
 from tallyspan._selfstats import count, swallowed
+from tallyspan._state import capture_content
 
 __all__ = ["LedgerEntry", "LedgerRecord", "LedgerSink", "claim"]
 
@@ -47,7 +48,7 @@ def claim(call_id: str | None, tool_name: str, claimed_outcome: str, summary: st
         if not span.is_recording():
             count("dropped.ledger_claims")
             return
-        capture = _capture_content()
+        capture = capture_content()
         outcome = str(claimed_outcome)
         if not capture and normalize_outcome(claimed_outcome) is None:
             outcome = _UNRECOGNISED_OUTCOME  # still malformed_log, without exporting the agent's words
@@ -62,13 +63,6 @@ def claim(call_id: str | None, tool_name: str, claimed_outcome: str, summary: st
         span.add_event(semconv.EVENT_LEDGER_CLAIM, attributes)
     except Exception:  # recording a claim must never break the agent that makes it
         swallowed(_logger, "ledger.claim", "tallyspan.ledger.claim() failed")
-
-
-def _capture_content() -> bool:
-    from tallyspan._instrument import instrumentation
-
-    current = instrumentation()
-    return current is not None and current.settings.capture_content
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from tallyspan._content import ToolContent, content_buffer
 from tallyspan._errors import Rejected
 from tallyspan._ledger import DEFAULT_LOG_TOOL
 from tallyspan._selfstats import swallowed
+from tallyspan._state import active, capture_content
 from tallyspan._tracing import tracer
 
 __all__ = ["run", "tool"]
@@ -132,7 +133,7 @@ def _tool_span(
         }
         if risk is not None:
             attributes[semconv.TOOL_RISK] = risk
-        if _capture_content():
+        if capture_content():
             attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = _to_json(arguments)
         span = tracer().start_span(
             semconv.span_name(semconv.OPERATION_EXECUTE_TOOL, tool_name),
@@ -176,7 +177,7 @@ def _finish(
             # The type only: an exception message may carry content the user did not opt in to export.
             span.set_status(Status(StatusCode.ERROR, error_type))
         result = results[0] if results else None
-        if results and _capture_content():
+        if results and capture_content():
             span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, _to_json(result))
         buffer = content_buffer()
         if buffer.active:
@@ -212,19 +213,9 @@ def _call_id(tool_name: str, kwargs: Mapping[str, Any]) -> str:
     return f"call_{secrets.token_hex(12)}"
 
 
-def _settings_value(attribute: str, default: Any) -> Any:
-    from tallyspan._instrument import instrumentation
-
-    current = instrumentation()
-    return default if current is None else getattr(current.settings, attribute)
-
-
-def _capture_content() -> bool:
-    return bool(_settings_value("capture_content", False))
-
-
 def _log_tool() -> str:
-    return str(_settings_value("ledger_log_tool", DEFAULT_LOG_TOOL))
+    current = active()
+    return DEFAULT_LOG_TOOL if current is None else current.settings.ledger_log_tool
 
 
 def _to_json(value: Any) -> str:

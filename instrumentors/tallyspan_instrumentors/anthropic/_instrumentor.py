@@ -20,8 +20,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Tracer
 
 from tallyspan import semconv
-from tallyspan._config import resolve_capture_content
-from tallyspan._selfstats import swallowed
+from tallyspan.plugin import resolve_capture_content, swallowed
 from tallyspan_instrumentors._common import (
     AsyncStreamProxy,
     GenAICall,
@@ -319,7 +318,7 @@ class AnthropicInstrumentor(BaseInstrumentor):
     _patches: PatchSet | None = None
 
     def _instrument(self, **kwargs: Any) -> None:
-        from tallyspan import __version__
+        from tallyspan.plugin import __version__
 
         tracer = trace.get_tracer(
             semconv.INSTRUMENTATION_SCOPE, __version__, tracer_provider=kwargs.get("tracer_provider")

@@ -26,7 +26,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan._selfstats import count, swallowed
+from tallyspan.plugin import count, swallowed
 from tallyspan_instrumentors._common import (
     Extraction,
     GenAICall,

@@ -10,7 +10,7 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 from tallyspan import semconv
-from tallyspan._config import resolve_capture_content
+from tallyspan.plugin import resolve_capture_content
 from tallyspan_instrumentors._post_import import PatchSet
 
 if TYPE_CHECKING:  # langchain_core is imported only once instrument() finds it installed

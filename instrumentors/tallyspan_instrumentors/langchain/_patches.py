@@ -25,7 +25,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from tallyspan._selfstats import swallowed
+from tallyspan.plugin import swallowed
 from tallyspan_instrumentors._common import framework_model_call_context
 from tallyspan_instrumentors.langchain._handler import TallyspanCallbackHandler
 

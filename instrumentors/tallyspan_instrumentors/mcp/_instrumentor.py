@@ -13,7 +13,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import unwrap
 
 from tallyspan import semconv
-from tallyspan._config import resolve_capture_content
+from tallyspan.plugin import resolve_capture_content
 from tallyspan_instrumentors.mcp._wrappers import WrapperState, call_tool_wrapper, on_request_wrapper
 
 __all__ = ["MCPInstrumentor"]

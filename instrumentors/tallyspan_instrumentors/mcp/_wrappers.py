@@ -22,7 +22,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
 from tallyspan import semconv
-from tallyspan._selfstats import swallowed
+from tallyspan.plugin import swallowed
 from tallyspan_instrumentors.mcp._spans import (
     fail_from_exception,
     finish_from_result,

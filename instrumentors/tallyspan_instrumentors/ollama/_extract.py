@@ -15,7 +15,7 @@ from typing import Any
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan._content import ModelContent, ToolCallContent
+from tallyspan.plugin import ModelContent, ToolCallContent
 from tallyspan_instrumentors._common import (
     Extraction,
     GenAICall,

@@ -23,7 +23,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.trace import Tracer
 
 from tallyspan import semconv
-from tallyspan._config import resolve_capture_content
+from tallyspan.plugin import resolve_capture_content
 from tallyspan_instrumentors._common import (
     AsyncGeneratorProxy,
     GenAICall,
@@ -150,7 +150,7 @@ class OllamaInstrumentor(BaseInstrumentor):
     _patches: PatchSet | None = None
 
     def _instrument(self, **kwargs: Any) -> None:
-        from tallyspan import __version__
+        from tallyspan.plugin import __version__
 
         tracer = trace.get_tracer(
             semconv.INSTRUMENTATION_SCOPE, __version__, tracer_provider=kwargs.get("tracer_provider")

@@ -24,8 +24,7 @@ from opentelemetry.trace import Tracer
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._config import resolve_capture_content
-from tallyspan._selfstats import swallowed
+from tallyspan.plugin import resolve_capture_content, swallowed
 from tallyspan_instrumentors._common import (
     AsyncStreamProxy,
     Extraction,

@@ -26,8 +26,7 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 from tallyspan import semconv
-from tallyspan._config import resolve_capture_content
-from tallyspan._selfstats import swallowed
+from tallyspan.plugin import resolve_capture_content, swallowed
 from tallyspan_instrumentors.openai_agents._processor import TallyspanTracingProcessor
 
 __all__ = ["OpenAIAgentsInstrumentor"]

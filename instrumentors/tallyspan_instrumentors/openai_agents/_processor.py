@@ -39,7 +39,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from tallyspan import semconv
-from tallyspan._selfstats import count, swallowed
+from tallyspan.plugin import count, swallowed
 from tallyspan_instrumentors._common import GenAICall, messages_json, parse_arguments, start_genai_call
 from tallyspan_instrumentors._tool_span import end_tool_span
 from tallyspan_instrumentors.openai_agents._extract import (

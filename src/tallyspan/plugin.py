@@ -1,0 +1,101 @@
+"""The plugin surface: everything the instrumentors, processors and exporters may take from the core.
+
+tallyspan's plugin packages (``tallyspan_instrumentors``, ``tallyspan_processors``,
+``tallyspan_exporters``) and third-party components import the core only through this module and the
+public modules ``tallyspan``, ``tallyspan.semconv`` and ``tallyspan.ledger``; a test enforces it
+(``tests/core/test_plugin_surface.py``). The private modules behind these names may move; these names
+stay. ``docs/architecture.md`` says what each part of a plugin does with them.
+
+Groups:
+
+- **running state**: :func:`active` (the active instrumentation's settings and provider),
+  :func:`resolve_capture_content` (the one rule for the ``capture_content`` option), ``__version__``;
+- **content hand-off**: :class:`ModelContent`, :class:`ToolContent`, :class:`ToolCallContent` and the
+  process-wide :func:`content_buffer` instrumentors put them in (the chain's worker takes them out);
+- **runs**: :func:`is_run_span`, :func:`declares_run`, :func:`is_local_root`;
+- **checks**: :func:`check`, :class:`CheckResult`, :class:`Contract`, :class:`ContractSet`;
+- **components**: :class:`Settings` (what a ``tallyspan.components`` factory is given),
+  :func:`resolve_db_path`, the OTLP protocol helpers, :class:`ConfigError`;
+- **the store's schema**: table names, :func:`connect`, :func:`is_locked`, migrations;
+- **never break the host app**: :func:`count` and :func:`swallowed` (every caught error logged once and
+  counted), :func:`renew_lock_after_fork` (every lock a plugin owns).
+"""
+
+from __future__ import annotations
+
+from tallyspan._checks import CheckResult, check
+from tallyspan._config import (
+    GRPC_INSTALL_HINT,
+    OTLPProtocol,
+    Settings,
+    otlp_logs_protocol,
+    otlp_traces_protocol,
+    resolve_capture_content,
+    resolve_db_path,
+    warn_once,
+)
+from tallyspan._content import ContentBuffer, ModelContent, ToolCallContent, ToolContent, content_buffer
+from tallyspan._contracts import Contract, ContractSet
+from tallyspan._errors import ConfigError
+from tallyspan._fork import renew_lock_after_fork
+from tallyspan._runs import declares_run, is_local_root, is_run_span
+from tallyspan._selfstats import count, swallowed
+from tallyspan._stage import current_stage
+from tallyspan._state import RunningState, active
+from tallyspan._store_schema import (
+    BUSY_TIMEOUT_MS,
+    LEDGER_ENTRIES,
+    LEDGER_RECONCILIATIONS,
+    MIGRATIONS,
+    RUNS,
+    SPANS,
+    VIOLATIONS,
+    connect,
+    is_locked,
+    migration,
+)
+from tallyspan._taxonomy import FAILURE_CLASS_OF, ViolationType
+from tallyspan._version import __version__
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "FAILURE_CLASS_OF",
+    "GRPC_INSTALL_HINT",
+    "LEDGER_ENTRIES",
+    "LEDGER_RECONCILIATIONS",
+    "MIGRATIONS",
+    "RUNS",
+    "SPANS",
+    "VIOLATIONS",
+    "CheckResult",
+    "ConfigError",
+    "ContentBuffer",
+    "Contract",
+    "ContractSet",
+    "ModelContent",
+    "OTLPProtocol",
+    "RunningState",
+    "Settings",
+    "ToolCallContent",
+    "ToolContent",
+    "ViolationType",
+    "__version__",
+    "active",
+    "check",
+    "connect",
+    "content_buffer",
+    "count",
+    "current_stage",
+    "declares_run",
+    "is_local_root",
+    "is_locked",
+    "is_run_span",
+    "migration",
+    "otlp_logs_protocol",
+    "otlp_traces_protocol",
+    "renew_lock_after_fork",
+    "resolve_capture_content",
+    "resolve_db_path",
+    "swallowed",
+    "warn_once",
+]
