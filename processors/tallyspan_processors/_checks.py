@@ -5,8 +5,8 @@ For each span whose ``gen_ai.operation.name`` is a model operation it
 
 1. finds the contract: ``settings.contracts.contract_for(tallyspan.stage, gen_ai.agent.name, model)``;
    spans without one are forwarded untouched;
-2. reads the output: the ContentBuffer first, else the content other instrumentations captured
-   (``_checks_content``); without either only the non-text checks run. A turn that requests tool
+2. reads the output from the content handed down with the span (``_content``: the ContentBuffer,
+   else what other instrumentations captured); without it only the non-text checks run. A turn that requests tool
    calls (finish reason ``tool_calls`` / ``tool_use``, or tool-call parts) is a step of the agent
    loop, not a deliverable: its text (often empty, or a line of narration) is not judged against the
    contract either; the ledger accounts for the calls it asks for;
@@ -16,9 +16,6 @@ For each span whose ``gen_ai.operation.name`` is a model operation it
 4. forwards an enriched copy: ``tallyspan.violation_types``, ``.violation_count``, ``.failure_class``,
    ``.violated``, ``.contract``, one ``tallyspan.violation`` event per violation, status ERROR (unless
    ``mark_error_status`` is off) and, with ``evaluation_events``, ``gen_ai.evaluation.result`` events.
-
-The ledger processor below pops model content from the buffer, so when one is downstream we only
-peek; otherwise we pop every model span's entry (with or without a contract) so the buffer never grows.
 """
 
 from __future__ import annotations
@@ -36,18 +33,16 @@ from opentelemetry.util.types import AttributeValue
 from tallyspan import semconv
 from tallyspan.plugin import (
     CheckResult,
+    Content,
     Contract,
     ContractSet,
     ModelContent,
     Settings,
     check,
-    content_buffer,
     renew_lock_after_fork,
 )
-from tallyspan_processors._checks_content import SpanContent, captured_content
 from tallyspan_processors._enrich import enriched_copy
-from tallyspan_processors._ledger import LedgerProcessor
-from tallyspan_processors._wrapping import WrappingProcessor, shutdown_all
+from tallyspan_processors._wrapping import WrappingProcessor
 
 __all__ = ["ChecksProcessor", "checks_component"]
 
@@ -77,8 +72,7 @@ class ChecksProcessor(WrappingProcessor):
         contracts: the loaded contracts; None forwards every span untouched.
         mark_error_status: set status ERROR on violating spans.
         evaluation_events: add ``gen_ai.evaluation.result`` events too.
-        pop_content: remove model content from the ContentBuffer (False when a ledger processor
-            downstream still needs it and pops it itself).
+        recent_calls: model calls remembered for the cross-call checks.
     """
 
     def __init__(
@@ -88,27 +82,21 @@ class ChecksProcessor(WrappingProcessor):
         *,
         mark_error_status: bool = True,
         evaluation_events: bool = False,
-        pop_content: bool = True,
         recent_calls: int = DEFAULT_RECENT_CALLS,
     ) -> None:
         super().__init__(downstream)
         self._contracts = contracts
         self._mark_error_status = mark_error_status
         self._evaluation_events = evaluation_events
-        self._pop_content = pop_content
         self._recent: deque[_Call] = deque(maxlen=recent_calls)
         self._lock = threading.Lock()
         renew_lock_after_fork(self)
-        self._buffer = content_buffer()
-        self._buffer.add_consumer()
-        self._consuming = True
 
-    def process(self, span: ReadableSpan) -> ReadableSpan:
+    def process(self, span: ReadableSpan, content: Content | None) -> ReadableSpan:
+        if self._contracts is None:
+            return span
         attributes = span.attributes or {}
         if attributes.get(semconv.GEN_AI_OPERATION_NAME) not in semconv.MODEL_OPERATIONS:
-            return span
-        content = self._take_content(span)
-        if self._contracts is None:
             return span
         stage = _str(attributes.get(semconv.STAGE))
         found = self._contracts.contract_for(
@@ -120,17 +108,9 @@ class ChecksProcessor(WrappingProcessor):
         if found is None:
             return span
         name, contract = found
-        result = self._check(span, attributes, stage, contract, content)
+        model_content = content if isinstance(content, ModelContent) else None
+        result = self._check(span, attributes, stage, contract, model_content)
         return self._enriched(span, name, result)
-
-    def _take_content(self, span: ReadableSpan) -> SpanContent | None:
-        span_id = span.context.span_id if span.context is not None else 0
-        buffered = self._buffer.pop(span_id) if self._pop_content else self._buffer.peek(span_id)
-        if isinstance(buffered, ModelContent):
-            return SpanContent(
-                buffered.output_text, buffered.prompt, buffered.reasoning_text, bool(buffered.tool_calls)
-            )
-        return captured_content(span.attributes or {})
 
     def _check(
         self,
@@ -138,17 +118,17 @@ class ChecksProcessor(WrappingProcessor):
         attributes: Mapping[str, Any],
         stage: str | None,
         contract: Contract,
-        content: SpanContent | None,
+        content: ModelContent | None,
     ) -> CheckResult:
         start, end = span.start_time or 0, span.end_time or 0
-        if content is not None and (content.requested_tools or _requested_tools(attributes)):
+        if content is not None and (content.tool_calls or _requested_tools(attributes)):
             content = None  # a step of the agent loop: only the non-text checks apply
         prompt = content.prompt if content is not None else None
-        output_key = hash(content.output.strip()) if content is not None and content.output is not None else 0
+        output_key = hash(content.output_text.strip()) if content is not None else 0
         with self._lock:
             recent = list(self._recent)
-            if content is not None and content.output is not None and prompt:
-                self._recent.append(_Call(start, end, stage, prompt, content.output, output_key))
+            if content is not None and prompt:
+                self._recent.append(_Call(start, end, stage, prompt, content.output_text, output_key))
         other_prompts = [call.prompt for call in recent if call.start < end and start < call.end]
         other_answers = [
             (call.prompt, call.output)
@@ -158,12 +138,12 @@ class ChecksProcessor(WrappingProcessor):
         enqueued_at = attributes.get(semconv.ENQUEUED_AT)
         waited = start / 1e9 - float(enqueued_at) if isinstance(enqueued_at, (int, float)) and start else None
         return check(
-            content.output if content is not None else None,
+            content.output_text if content is not None else None,
             contract,
             prompt=prompt,
             other_prompts=other_prompts,
             other_answers=other_answers,
-            reasoning_text=content.reasoning if content is not None else "",
+            reasoning_text=content.reasoning_text if content is not None else "",
             elapsed_s=(end - start) / 1e9 if start and end else None,
             error=_error_of(span, attributes),
             waited_s=waited,
@@ -196,12 +176,6 @@ class ChecksProcessor(WrappingProcessor):
         if result.violations and self._mark_error_status and span.status.status_code is not StatusCode.ERROR:
             status = Status(StatusCode.ERROR, f"tallyspan: {', '.join(result.violation_types)}")
         return enriched_copy(span, attributes=added, events=events, status=status)
-
-    def shutdown(self) -> None:
-        if self._consuming:
-            self._consuming = False
-            self._buffer.remove_consumer()
-        shutdown_all(self.downstream)
 
 
 def _evaluation_events(contract_name: str, result: CheckResult, timestamp: int | None) -> list[Event]:
@@ -262,12 +236,9 @@ def _error_of(span: ReadableSpan, attributes: Mapping[str, Any]) -> str | None:
 
 def checks_component(downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor:
     """The ``checks`` entry point of ``tallyspan.components``."""
-    ledger_below = any(isinstance(processor, LedgerProcessor) for processor in downstream)
-    contracts = settings.contracts if isinstance(settings.contracts, ContractSet) else None
     return ChecksProcessor(
         downstream,
-        contracts,
+        settings.contracts,
         mark_error_status=settings.mark_error_status,
         evaluation_events=settings.evaluation_events,
-        pop_content=not ledger_below,
     )

@@ -14,10 +14,9 @@ events on the claimed side. A log call requested by the model and then executed 
 once (same tool-call id). Entries are ordered by time (span end, event time) when the run ends, which
 gives ``seq``. Buffers are bounded (drops counted in ``tallyspan.stats()``) and freed when the run ends.
 
-**Content.** The arguments of log calls come from the ContentBuffer. This processor pops the content
-of every ``execute_tool`` and model span it reads; the checks processor above it must therefore only
-*peek* at model content it wants the ledger to see (else the ledger falls back to the captured
-``gen_ai.output.messages``, present only when content capture is on).
+**Content.** The arguments of log calls come from the content handed down with each span
+(``_content``: the ContentBuffer, else ``gen_ai.tool.call.arguments`` / ``gen_ai.output.messages`` when
+another instrumentation captured them).
 
 **At the run's end.** ``reconcile()``; the run span is forwarded with ``tallyspan.ledger.balanced``,
 ``protocol_ok``, the counts, ``discrepancy_types`` (absent when there are none, like
@@ -54,7 +53,7 @@ from tallyspan.ledger import (
     Reconciliation,
     reconcile,
 )
-from tallyspan.plugin import Settings, content_buffer, count, declares_run, renew_lock_after_fork, swallowed
+from tallyspan.plugin import Content, Settings, count, declares_run, renew_lock_after_fork, swallowed
 from tallyspan_processors._enrich import enriched_copy
 from tallyspan_processors._ledger_sources import RawEntry, entries_of
 from tallyspan_processors._wrapping import WrappingProcessor, flush_all
@@ -129,7 +128,6 @@ class LedgerProcessor(WrappingProcessor):
         self._runs: OrderedDict[int, _Books] = OrderedDict()
         self._closed_runs: OrderedDict[int, None] = OrderedDict()
         self._shut_down = False
-        content_buffer().add_consumer()
 
     @property
     def sinks(self) -> tuple[LedgerSink, ...]:
@@ -156,7 +154,7 @@ class LedgerProcessor(WrappingProcessor):
                 self._run_of.popitem(last=False)
                 count("dropped.ledger_tracked_spans")
 
-    def process(self, span: ReadableSpan) -> ReadableSpan:
+    def process(self, span: ReadableSpan, content: Content | None) -> ReadableSpan:
         context = span.context
         if context is None:
             return span
@@ -170,7 +168,7 @@ class LedgerProcessor(WrappingProcessor):
                     self._run_of.get(parent.span_id) if parent is not None and not parent.is_remote else None
                 )
             run_id = known if known is not None else span_id
-        for entry in entries_of(span, self._spec):
+        for entry in entries_of(span, content, self._spec):
             self._enter(run_id, context.trace_id, entry)
         if run_id != span_id:
             return span
@@ -343,7 +341,6 @@ class LedgerProcessor(WrappingProcessor):
         if self._shut_down:
             return
         self._shut_down = True
-        content_buffer().remove_consumer()
         with self._lock:
             if self._runs:
                 count("dropped.ledger_runs", len(self._runs))  # runs that never ended are not reconciled

@@ -4,10 +4,10 @@
   else the span status, so other instrumentations' tool spans count too). SERVER-kind ones are the
   callee's view of a call (an MCP server handling ``tools/call``): the caller's span already counts
   it, so they enter nothing.
-* ``execute_tool`` spans of the log tool are claims: their arguments come from the ContentBuffer
-  (``ToolContent``), else from ``gen_ai.tool.call.arguments`` when content is captured.
-* Model spans contribute the log-tool calls the model requested: from the ContentBuffer
-  (``ModelContent.tool_calls``), else from ``gen_ai.output.messages`` when content is captured.
+* ``execute_tool`` spans of the log tool are claims: their arguments come from the span's content
+  (``ToolContent``: the ContentBuffer, else ``gen_ai.tool.call.arguments`` when content is captured).
+* Model spans contribute the log-tool calls the model requested (``ModelContent.tool_calls``: the
+  ContentBuffer, else ``gen_ai.output.messages`` when content is captured).
 * ``tallyspan.ledger.claim`` events (``tallyspan.ledger.claim()``) on any span are claims.
 
 Each entry carries a time (span end, or event time) that orders it in the run, and, for log-tool
@@ -17,7 +17,6 @@ is counted once.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from tallyspan import semconv
 from tallyspan.ledger import LogToolSpec, normalize_outcome, parse_log_arguments
-from tallyspan.plugin import ModelContent, ToolContent, content_buffer
+from tallyspan.plugin import ModelContent, ToolContent
 
 __all__ = ["RawEntry", "entries_of"]
 
@@ -48,28 +47,32 @@ class RawEntry:
     """For a log-tool call, the id of that call (to count it once); else None."""
 
 
-def entries_of(span: ReadableSpan, spec: LogToolSpec) -> Iterator[RawEntry]:
-    """Yield the ledger entries ``span`` contributes (taking its content out of the ContentBuffer)."""
+def entries_of(
+    span: ReadableSpan, content: ModelContent | ToolContent | None, spec: LogToolSpec
+) -> Iterator[RawEntry]:
+    """Yield the ledger entries ``span`` contributes, given the content handed down with it."""
     attributes = span.attributes or {}
     operation = attributes.get(semconv.GEN_AI_OPERATION_NAME)
     span_id = span.context.span_id if span.context is not None else 0
     end = span.end_time or 0
     if operation == semconv.OPERATION_EXECUTE_TOOL:
-        if span.kind is SpanKind.SERVER:
-            content_buffer().pop(span_id)
-        else:
-            yield from _tool_entries(span, attributes, spec, span_id, end)
-    elif operation in semconv.MODEL_OPERATIONS:
-        yield from _requested_log_calls(attributes, spec, span_id, end)
+        if span.kind is not SpanKind.SERVER:
+            yield from _tool_entries(span, attributes, content, spec, span_id, end)
+    elif operation in semconv.MODEL_OPERATIONS and isinstance(content, ModelContent):
+        yield from _requested_log_calls(content, spec, span_id, end)
     for event in span.events:
         if event.name == semconv.EVENT_LEDGER_CLAIM:
             yield _claim_event(event.attributes or {}, span_id, event.timestamp or end)
 
 
 def _tool_entries(
-    span: ReadableSpan, attributes: Mapping[str, Any], spec: LogToolSpec, span_id: int, end: int
+    span: ReadableSpan,
+    attributes: Mapping[str, Any],
+    content: ModelContent | ToolContent | None,
+    spec: LogToolSpec,
+    span_id: int,
+    end: int,
 ) -> Iterator[RawEntry]:
-    content = content_buffer().pop(span_id)
     tool_name = attributes.get(semconv.GEN_AI_TOOL_NAME)
     if not isinstance(tool_name, str) or not tool_name:
         prefix = f"{semconv.OPERATION_EXECUTE_TOOL} "
@@ -78,8 +81,6 @@ def _tool_entries(
     call_id = str(raw_call_id) if raw_call_id is not None and raw_call_id != "" else None
     if tool_name == spec.tool:
         arguments: Any = content.arguments if isinstance(content, ToolContent) else None
-        if arguments is None:
-            arguments = attributes.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS)
         yield _claim(arguments, spec, span_id, end, call_id, unavailable="log call arguments not available")
         return
     outcome = normalize_outcome(attributes.get(semconv.TOOL_OUTCOME))
@@ -93,39 +94,13 @@ def _tool_entries(
 
 
 def _requested_log_calls(
-    attributes: Mapping[str, Any], spec: LogToolSpec, span_id: int, end: int
+    content: ModelContent, spec: LogToolSpec, span_id: int, end: int
 ) -> Iterator[RawEntry]:
-    content = content_buffer().pop(span_id)
-    if isinstance(content, ModelContent):
-        for call in content.tool_calls:
-            if call.name == spec.tool:
-                yield _claim(call.arguments, spec, span_id, end, call.call_id, unavailable="no arguments")
-        return
-    # No content in process (another instrumentation made the span): read the captured output messages.
-    for name, arguments, call_id in _captured_tool_calls(attributes.get(semconv.GEN_AI_OUTPUT_MESSAGES)):
-        if name == spec.tool:
-            yield _claim(arguments, spec, span_id, end, call_id, unavailable="no arguments")
-
-
-def _captured_tool_calls(raw: Any) -> Iterator[tuple[str, Any, str | None]]:
-    if not isinstance(raw, str):
-        return
-    try:
-        messages = json.loads(raw)
-    except (ValueError, RecursionError):  # captured content that is not (sane) JSON is not ours to judge
-        return
-    if not isinstance(messages, list):
-        return
-    for message in messages:
-        parts = message.get("parts") if isinstance(message, dict) else None
-        for part in parts if isinstance(parts, list) else ():
-            if (
-                isinstance(part, dict)
-                and part.get("type") == "tool_call"
-                and isinstance(part.get("name"), str)
-            ):
-                call_id = part.get("id")
-                yield part["name"], part.get("arguments"), None if call_id is None else str(call_id)
+    for call in content.tool_calls:
+        if call.name == spec.tool:
+            # Empty arguments (a capture that had none) are missing, not malformed JSON.
+            arguments = call.arguments or None
+            yield _claim(arguments, spec, span_id, end, call.call_id, unavailable="no arguments")
 
 
 def _claim(

@@ -1,5 +1,5 @@
-"""Move the chain's work off the app's thread: ``on_end`` only enqueues; one worker runs the checks,
-the ledger and the exports, in the order the spans ended.
+"""Move the chain's work off the app's thread: ``on_end`` only enqueues; one worker takes each span's
+content and runs the checks, the ledger and the exports, in the order the spans ended.
 
 The app pays for the instrumentation only. The queue is bounded; a span that does not fit is dropped
 and counted (``tallyspan.stats()["dropped.spans"]``), never blocks the app, and the chain forgets it (its
@@ -21,11 +21,12 @@ import time
 import weakref
 from collections.abc import Sequence
 
-from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach, detach, set_value
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from tallyspan.plugin import Settings, content_buffer, count, swallowed
-from tallyspan_processors._wrapping import WrappingProcessor, flush_all, shutdown_all
+from tallyspan.plugin import Content, Settings, content_buffer, count, swallowed
+from tallyspan_processors._content import take_content
+from tallyspan_processors._wrapping import WrappingProcessor, flush_all, hand
 
 __all__ = ["DEFAULT_MAX_QUEUE_SIZE", "OffThreadProcessor", "worker_component"]
 
@@ -43,11 +44,24 @@ class _Flush:
         self.done = threading.Event()
 
 
+class _Handed:
+    """A span handed down by a link above, with the content that link already took."""
+
+    __slots__ = ("content", "span")
+
+    def __init__(self, span: ReadableSpan, content: Content | None) -> None:
+        self.span = span
+        self.content = content
+
+
 _STOP = object()
 
 
-class OffThreadProcessor(SpanProcessor):
+class OffThreadProcessor(WrappingProcessor):
     """Forward ended spans to ``downstream`` from one worker thread, through a bounded queue.
+
+    A wrapping link like the others: at the head of the chain (``on_end``) the worker takes each span's
+    content on its own thread; below another link (``receive``) it carries the content it was handed.
 
     Args:
         downstream: the processors to run on the worker (usually one ``WrappingProcessor`` chain).
@@ -64,7 +78,7 @@ class OffThreadProcessor(SpanProcessor):
     ) -> None:
         if max_queue_size < 1:
             raise ValueError("max_queue_size must be at least 1")
-        self._downstream = tuple(downstream)
+        super().__init__(downstream)
         self._max_queue_size = max_queue_size
         self._shutdown_timeout_s = max(0, shutdown_timeout_millis) / 1000
         self._queue: queue.Queue[object] = queue.Queue(max_queue_size)
@@ -79,26 +93,24 @@ class OffThreadProcessor(SpanProcessor):
             self_ref = weakref.ref(self)
             os.register_at_fork(after_in_child=lambda: _reset_after_fork(self_ref))
 
-    @property
-    def downstream(self) -> tuple[SpanProcessor, ...]:
-        """The processors the worker forwards to."""
-        return self._downstream
-
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        for processor in self._downstream:
-            try:
-                processor.on_start(span, parent_context=parent_context)
-            except Exception:  # a downstream processor must not break the span's start in the app
-                swallowed(_logger, "on_start", "a span processor failed in on_start")
-
     def on_end(self, span: ReadableSpan) -> None:
+        # On the app's thread: only enqueue; the worker takes the content.
+        self._enqueue(span, span)
+
+    def receive(self, span: ReadableSpan, content: Content | None) -> None:
+        self._enqueue(_Handed(span, content), span)
+
+    def forget(self, span: ReadableSpan) -> None:
+        self._forget(span)
+
+    def _enqueue(self, item: ReadableSpan | _Handed, span: ReadableSpan) -> None:
         if self._is_shutdown:
             count("dropped.spans_after_shutdown")
             self._forget(span)
             return
         self._ensure_worker()
         try:
-            self._queue.put_nowait(span)
+            self._queue.put_nowait(item)
         except queue.Full:
             count("dropped.spans")
             self._forget(span)
@@ -108,9 +120,7 @@ class OffThreadProcessor(SpanProcessor):
         try:
             if span.context is not None:
                 content_buffer().pop(span.context.span_id)
-            for processor in self._downstream:
-                if isinstance(processor, WrappingProcessor):
-                    processor.forget(span)
+            super().forget(span)
         except Exception:  # on the app's thread: never let our bookkeeping break the span's end
             swallowed(_logger, "worker.forget", "tallyspan could not forget a dropped span")
 
@@ -140,7 +150,7 @@ class OffThreadProcessor(SpanProcessor):
             worker.join(timeout=max(0.0, deadline - time.monotonic()))
         if worker is None or not worker.is_alive():
             self._discard_queued()  # spans that raced shutdown's flag into the queue
-        shutdown_all(self._downstream)
+        super().shutdown()
 
     def _discard_queued(self) -> None:
         while True:
@@ -156,7 +166,9 @@ class OffThreadProcessor(SpanProcessor):
         elif item is not _STOP:
             count("dropped.spans_at_shutdown")
             self._drained_at_shutdown = False
-            if isinstance(item, ReadableSpan):
+            if isinstance(item, _Handed):
+                self._forget(item.span)
+            elif isinstance(item, ReadableSpan):
                 self._forget(item)
 
     def _drain(self, deadline: float) -> bool:
@@ -205,17 +217,26 @@ class OffThreadProcessor(SpanProcessor):
                     item.done.set()
                 elif self._stopping:
                     self._discard(item)  # shutdown stopped waiting for this one
+                elif isinstance(item, _Handed):
+                    self._forward(item.span, item.content)
                 elif isinstance(item, ReadableSpan):
-                    self._forward(item)
+                    self._forward(item, self._take(item))
                 else:
                     count("dropped.spans_not_readable")  # on_end was handed something else
         finally:
             detach(token)
 
-    def _forward(self, span: ReadableSpan) -> None:
+    def _take(self, span: ReadableSpan) -> Content | None:
+        try:
+            return take_content(span)
+        except Exception:  # content we cannot read: the span still goes through, checked without it
+            swallowed(_logger, "content.take", "tallyspan could not read a span's content")
+            return None
+
+    def _forward(self, span: ReadableSpan, content: Content | None) -> None:
         for processor in self._downstream:
             try:
-                processor.on_end(span)
+                hand(processor, span, content)
             except BaseException:  # even sys.exit() in a processor: the worker must outlive it
                 swallowed(_logger, "worker.on_end", "a span processor failed on the worker")
 

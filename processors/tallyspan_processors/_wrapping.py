@@ -1,8 +1,10 @@
 """The wrapping-processor chain: a processor computes extra data for an ended span and forwards an
-enriched copy to the processors it wraps.
+enriched copy, with the span's content, to the processors it wraps.
 
 ``instrument()`` builds ``OffThreadProcessor(ChecksProcessor(LedgerProcessor(exporters...)))``; each
-link only knows the tuple of processors below it.
+link only knows the tuple of processors below it. The content of a span (``_content.take_content``) is
+taken once, by the first link that receives the span from outside the chain (:meth:`on_end`), and
+handed down with it (:meth:`receive`): no link below pops, peeks or parses it again.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from collections.abc import Sequence
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from tallyspan.plugin import swallowed
+from tallyspan.plugin import Content, content_buffer, swallowed
+from tallyspan_processors._content import take_content
 
-__all__ = ["WrappingProcessor", "flush_all", "shutdown_all"]
+__all__ = ["WrappingProcessor", "flush_all", "forward", "hand", "shutdown_all"]
 
 _logger = logging.getLogger(__name__)
 
@@ -46,24 +49,50 @@ def shutdown_all(processors: Sequence[SpanProcessor]) -> None:
             swallowed(_logger, "shutdown", "a span processor failed to shut down")
 
 
+def hand(processor: SpanProcessor, span: ReadableSpan, content: Content | None) -> None:
+    """Give ``span`` to ``processor``: with its content to a wrapping link, as a plain ``on_end`` else."""
+    if isinstance(processor, WrappingProcessor):
+        processor.receive(span, content)
+    else:
+        processor.on_end(span)
+
+
+def forward(processors: Sequence[SpanProcessor], span: ReadableSpan, content: Content | None) -> None:
+    """:func:`hand` ``span`` to each processor; one that raises is logged once and counted."""
+    for processor in processors:
+        try:
+            hand(processor, span, content)
+        except Exception:  # one exporter's failure must not keep the span from the others
+            swallowed(_logger, "on_end", "a span processor failed in on_end")
+
+
 class WrappingProcessor(SpanProcessor):
-    """A processor that enriches ended spans and forwards them to ``downstream``.
+    """A processor that enriches ended spans and forwards them, with their content, to ``downstream``.
 
     Subclasses override :meth:`process`. It runs on the chain's worker thread (see
     ``OffThreadProcessor``); an exception in it is logged once and counted, and the span is forwarded
     unenriched, so no span is ever lost because of us.
+
+    While a wrapping processor is alive the process-wide ContentBuffer has a consumer, so instrumentors
+    fill it; :meth:`shutdown` lets it go.
     """
 
     def __init__(self, downstream: Sequence[SpanProcessor]) -> None:
         self._downstream = tuple(downstream)
+        self._consuming = True
+        content_buffer().add_consumer()
 
     @property
     def downstream(self) -> tuple[SpanProcessor, ...]:
         """The processors this one forwards to."""
         return self._downstream
 
-    def process(self, span: ReadableSpan) -> ReadableSpan:
-        """Return the span to forward: ``span`` itself or an enriched copy. The default forwards it as is."""
+    def process(self, span: ReadableSpan, content: Content | None) -> ReadableSpan:
+        """Return the span to forward: ``span`` itself or an enriched copy. The default forwards it as is.
+
+        ``content`` is what the span said and was asked (model spans) or called with (tool spans), in
+        process, whether or not it is exported; None when neither the instrumentor nor a capture had it.
+        """
         return span
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -74,16 +103,22 @@ class WrappingProcessor(SpanProcessor):
                 swallowed(_logger, "on_start", "a span processor failed in on_start")
 
     def on_end(self, span: ReadableSpan) -> None:
+        """A span from outside the chain: take its content (once) and :meth:`receive` it."""
         try:
-            forwarded = self.process(span)
+            content = take_content(span)
+        except Exception:  # content we cannot read: the span still goes through, checked without it
+            swallowed(_logger, "content.take", "tallyspan could not read a span's content")
+            content = None
+        self.receive(span, content)
+
+    def receive(self, span: ReadableSpan, content: Content | None) -> None:
+        """A span from the link above, with its content: process it and forward the result."""
+        try:
+            forwarded = self.process(span, content)
         except Exception:  # our enrichment failed: forward the span as it came rather than lose it
             swallowed(_logger, f"process.{type(self).__name__}", f"{type(self).__name__} failed on a span")
             forwarded = span
-        for processor in self._downstream:
-            try:
-                processor.on_end(forwarded)
-            except Exception:  # one exporter's failure must not keep the span from the others
-                swallowed(_logger, "on_end", "a span processor failed in on_end")
+        forward(self._downstream, forwarded, content)
 
     def forget(self, span: ReadableSpan) -> None:
         """``span`` was dropped before reaching :meth:`on_end` (a full queue): free what is kept for it.
@@ -98,4 +133,7 @@ class WrappingProcessor(SpanProcessor):
         return flush_all(self._downstream, timeout_millis)
 
     def shutdown(self) -> None:
+        if self._consuming:
+            self._consuming = False
+            content_buffer().remove_consumer()
         shutdown_all(self._downstream)

@@ -10,13 +10,16 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from tallyspan._errors import ConfigError
 from tallyspan._fork import renew_lock_after_fork
+
+if TYPE_CHECKING:  # types only: loading the settings must not import the check engine or the ledger
+    from tallyspan._contracts import ContractSet
+    from tallyspan._ledger_api import LedgerSink
 
 __all__ = [
     "DEFAULT_DB_PATH",
@@ -187,8 +190,8 @@ class Settings:
     capture_content: bool = False
     db_path: Path | None = None
     """The embedded store, or None when the user passed ``store=None``."""
-    contracts: Any = None
-    """The loaded ``ContractSet``, or None when no contracts were given."""
+    contracts: ContractSet | None = None
+    """The loaded contracts, or None when no contracts were given."""
     service_name: str | None = None
     mark_error_status: bool = True
     """Set status ERROR on violating spans so every backend highlights them."""
@@ -196,10 +199,9 @@ class Settings:
     """Also mirror each check as a ``gen_ai.evaluation.result`` event."""
     ledger_log_tool: str = "log_action"
     """The tool through which the agent logs its own actions."""
-    ledger_sinks: tuple[Any, ...] = ()
-    """Where the ledger processor writes entries and reconciliations (``tallyspan.ledger.LedgerSink``)."""
+    ledger_sinks: tuple[LedgerSink, ...] = ()
+    """Where the ledger processor writes entries and reconciliations."""
     otlp_traces: bool = False
     otlp_logs: bool = False
     otlp_traces_protocol: OTLPProtocol = DEFAULT_OTLP_PROTOCOL
     otlp_logs_protocol: OTLPProtocol = DEFAULT_OTLP_PROTOCOL
-    extra: Mapping[str, Any] = field(default_factory=dict)

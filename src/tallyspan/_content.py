@@ -18,6 +18,7 @@ from tallyspan._fork import renew_lock_after_fork
 from tallyspan._selfstats import count
 
 __all__ = [
+    "Content",
     "ContentBuffer",
     "ModelContent",
     "ToolCallContent",
@@ -59,6 +60,7 @@ class ToolContent:
 
 
 Content: TypeAlias = ModelContent | ToolContent
+"""What a span hands the chain: a model call's output and prompt, or a tool call's arguments and result."""
 
 #: The worker's queue (tallyspan_processors' DEFAULT_MAX_QUEUE_SIZE, 8192) and half again for spans
 #: between the put and their end: every model span waiting there keeps its content for the checks. The

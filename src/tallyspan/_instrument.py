@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -56,6 +56,9 @@ from tallyspan._fork import renew_lock_after_fork
 from tallyspan._ledger_api import LedgerSink
 from tallyspan._selfstats import swallowed
 from tallyspan._state import RunningState, set_active
+
+if TYPE_CHECKING:
+    from tallyspan._contracts import ContractSet
 
 __all__ = ["DEFAULT_STORE", "Instrumentation", "instrument", "instrumentation", "uninstrument"]
 
@@ -251,7 +254,7 @@ def uninstrument() -> None:
     current.shutdown()
 
 
-def _load_contracts(contracts: Any) -> Any:
+def _load_contracts(contracts: Any) -> ContractSet | None:
     if contracts is None:
         return None
     from tallyspan._contracts import load_contracts

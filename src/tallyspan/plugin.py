@@ -34,7 +34,14 @@ from tallyspan._config import (
     resolve_db_path,
     warn_once,
 )
-from tallyspan._content import ContentBuffer, ModelContent, ToolCallContent, ToolContent, content_buffer
+from tallyspan._content import (
+    Content,
+    ContentBuffer,
+    ModelContent,
+    ToolCallContent,
+    ToolContent,
+    content_buffer,
+)
 from tallyspan._contracts import Contract, ContractSet
 from tallyspan._errors import ConfigError
 from tallyspan._fork import renew_lock_after_fork
@@ -69,6 +76,7 @@ __all__ = [
     "VIOLATIONS",
     "CheckResult",
     "ConfigError",
+    "Content",
     "ContentBuffer",
     "Contract",
     "ContractSet",

@@ -19,7 +19,7 @@ import tallyspan
 from tallyspan import semconv
 from tallyspan._config import Settings
 from tallyspan._content import ModelContent, content_buffer
-from tallyspan_processors import ChecksProcessor, LedgerProcessor, checks_component
+from tallyspan_processors import ChecksProcessor, WrappingProcessor, checks_component
 
 CONTRACTS = {
     "contracts": {
@@ -333,22 +333,48 @@ def test_the_buffer_consumer_is_released_at_shutdown() -> None:
         assert content_buffer()._consumers == before
 
 
-def test_checks_component_peeks_when_a_ledger_processor_is_below() -> None:
-    exporter = InMemorySpanExporter()
-    settings = Settings(contracts=tallyspan.load_contracts(CONTRACTS))
-    ledger = LedgerProcessor([SimpleSpanProcessor(exporter)])
-    with_ledger = checks_component([ledger], settings)
-    alone = checks_component([SimpleSpanProcessor(exporter)], settings)
+class _Recorder(WrappingProcessor):
+    """A link below the checks: what it is handed is what every later link gets."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+        self.received: list[tuple[ReadableSpan, object]] = []
+
+    def process(self, span: ReadableSpan, content: object) -> ReadableSpan:
+        self.received.append((span, content))
+        return span
+
+
+def test_the_content_is_taken_once_and_handed_down_the_chain_with_the_checked_span() -> None:
+    recorder = _Recorder()
+    checks = checks_component([recorder], Settings(contracts=tallyspan.load_contracts(CONTRACTS)))
+    provider = TracerProvider()
+    provider.add_span_processor(checks)
+    content = ModelContent(output_text="Here is the report.", prompt="the weekly report?")
+    try:
+        span = provider.get_tracer("test").start_span("chat m", attributes=_chat(stage="report"))
+        content_buffer().put(span.get_span_context().span_id, content)
+        span.end()
+        [(forwarded, handed)] = recorder.received
+        assert handed is content  # the very object the instrumentor put, not a re-read
+        assert len(content_buffer()) == 0
+        assert tuple((forwarded.attributes or {})[semconv.VIOLATION_TYPES]) == (
+            "missing_required",
+            "not_japanese",
+        )
+    finally:
+        provider.shutdown()
+    assert checks._consuming is False  # type: ignore[attr-defined]
+    assert recorder._consuming is False
+
+
+def test_checks_component_without_contracts_forwards_untouched() -> None:
     without_contracts = checks_component([], Settings())
     try:
-        assert isinstance(with_ledger, ChecksProcessor)
-        assert isinstance(alone, ChecksProcessor)
-        assert with_ledger._pop_content is False
-        assert alone._pop_content is True
-        assert without_contracts._contracts is None  # type: ignore[attr-defined]
+        assert isinstance(without_contracts, ChecksProcessor)
+        assert without_contracts._contracts is None
     finally:
-        for processor in (with_ledger, alone, without_contracts):
-            processor.shutdown()  # each one consumes the process-wide buffer until it is shut down
+        without_contracts.shutdown()  # each one consumes the process-wide buffer until it is shut down
     assert not content_buffer().active
 
 

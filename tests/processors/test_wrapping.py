@@ -8,11 +8,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 import tallyspan
+from tallyspan.plugin import Content
 from tallyspan_processors import WrappingProcessor, enriched_copy
 
 
 class _Stamp(WrappingProcessor):
-    def process(self, span: ReadableSpan) -> ReadableSpan:
+    def process(self, span: ReadableSpan, content: Content | None) -> ReadableSpan:
         return enriched_copy(
             span,
             attributes={"added": "yes"},
@@ -22,7 +23,7 @@ class _Stamp(WrappingProcessor):
 
 
 class _Broken(WrappingProcessor):
-    def process(self, span: ReadableSpan) -> ReadableSpan:
+    def process(self, span: ReadableSpan, content: Content | None) -> ReadableSpan:
         raise KeyError("bug in our enrichment")
 
 

@@ -7,7 +7,6 @@ Commands get the shared options through ``@pass_state`` (``tallyspan.cli._state.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sqlite3
 from pathlib import Path
@@ -18,16 +17,16 @@ import click
 from tallyspan._config import resolve_db_path
 from tallyspan._errors import TallyspanError
 from tallyspan.cli._state import CliState
+from tallyspan.cli.check import command as check_command
 from tallyspan.cli.demo import command as demo_command
+from tallyspan.cli.ledger import command as ledger_command
+from tallyspan.cli.prune import command as prune_command
 from tallyspan.cli.report import command as report_command
 from tallyspan.cli.spans import command as spans_command
 
 __all__ = ["main"]
 
 _logger = logging.getLogger(__name__)
-
-#: Commands other modules provide; registered only when they import, so the CLI works without them.
-_OPTIONAL_COMMANDS = ("check", "ledger", "prune")
 
 
 class _Group(click.Group):
@@ -57,12 +56,6 @@ def main(ctx: click.Context, db_path: Path | None) -> None:
     ctx.obj = CliState(db_path=resolve_db_path(db_path))
 
 
-for _command in (report_command, spans_command, demo_command):
+# Plain imports: a command that fails to import is a bug to see at once, not a command quietly missing.
+for _command in (report_command, spans_command, ledger_command, check_command, prune_command, demo_command):
     main.add_command(_command)
-
-for _name in _OPTIONAL_COMMANDS:
-    try:
-        _optional = importlib.import_module(f"{__name__}.{_name}")
-        main.add_command(_optional.command)
-    except (ImportError, AttributeError):  # not written or not installed yet: the other commands still work
-        _logger.debug("tallyspan %s is not available", _name, exc_info=True)

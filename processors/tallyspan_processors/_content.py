@@ -1,10 +1,16 @@
-"""What a model span said and was asked, for the checks: the ContentBuffer first, else captured attributes.
+"""The content of an ended span, taken once and handed down the chain with it.
+
+The first link of the chain that receives a span from outside it (the worker, on its own thread) calls
+:func:`take_content`: the ContentBuffer entry the instrumentor put there, else what other
+instrumentations captured on the span. Every link below gets the same object with the span
+(``WrappingProcessor.receive``), so nothing pops, peeks or parses twice.
 
 Spans made by other instrumentations carry content only when their content capture is on, each in
 its own shape:
 
 - OpenTelemetry GenAI conventions: ``gen_ai.output.messages`` / ``gen_ai.input.messages``, JSON lists
-  of ``{role, parts: [{type: "text", content}]}`` (older releases: ``{role, content}``);
+  of ``{role, parts: [{type: "text", content}]}`` (older releases: ``{role, content}``), tool calls as
+  ``tool_call`` parts; tool spans: ``gen_ai.tool.call.arguments`` / ``.result``;
 - OpenLLMetry: ``gen_ai.completion.{i}.content`` and ``gen_ai.prompt.{i}.role`` / ``.content``;
 - OpenInference: ``llm.output_messages.{i}.message.content``, ``llm.input_messages.{i}.message.*``,
   else ``output.value`` (text, or the provider's JSON response).
@@ -14,23 +20,35 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry.sdk.trace import ReadableSpan
+
 from tallyspan import semconv
+from tallyspan.plugin import Content, ModelContent, ToolCallContent, ToolContent, content_buffer
 
-__all__ = ["SpanContent", "captured_content"]
+__all__ = ["captured_content", "take_content"]
 
 
-@dataclass(frozen=True)
-class SpanContent:
-    """The output (first choice), the last user prompt and any separate reasoning of a model span."""
+def take_content(span: ReadableSpan) -> Content | None:
+    """Take the content of ``span`` out of the ContentBuffer, else read what was captured on it."""
+    if span.context is not None:
+        buffered = content_buffer().pop(span.context.span_id)
+        if buffered is not None:
+            return buffered
+    return captured_content(span.attributes or {})
 
-    output: str | None
-    prompt: str | None = None
-    reasoning: str = ""
-    requested_tools: bool = False
-    """The turn ended by asking for tool calls: an intermediate step of an agent loop, not a deliverable."""
+
+def captured_content(attributes: Mapping[str, Any]) -> Content | None:
+    """Read the content captured on a span's attributes, or None when there is none."""
+    operation = attributes.get(semconv.GEN_AI_OPERATION_NAME)
+    if operation in semconv.MODEL_OPERATIONS:
+        return _genai_messages(attributes) or _openllmetry(attributes) or _openinference(attributes)
+    if operation == semconv.OPERATION_EXECUTE_TOOL:
+        arguments = attributes.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS)
+        if isinstance(arguments, str):
+            return ToolContent(arguments=arguments, result=attributes.get(semconv.GEN_AI_TOOL_CALL_RESULT))
+    return None
 
 
 def _parts_text(message: Mapping[str, Any], part_type: str = "text") -> str:
@@ -50,12 +68,32 @@ def _json_list(raw: Any) -> list[Any] | None:
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # captured content that is not (sane) JSON is not ours to read
             return None
     return raw if isinstance(raw, list) else None
 
 
-def _genai_messages(attributes: Mapping[str, Any]) -> SpanContent | None:
+def _tool_calls(parts: Any) -> tuple[ToolCallContent, ...]:
+    if not isinstance(parts, list):
+        return ()
+    calls: list[ToolCallContent] = []
+    for part in parts:
+        if (
+            isinstance(part, Mapping)
+            and part.get("type") == "tool_call"
+            and isinstance(part.get("name"), str)
+        ):
+            arguments = part.get("arguments")
+            if not isinstance(arguments, str):
+                arguments = (
+                    "" if arguments is None else json.dumps(arguments, ensure_ascii=False, default=str)
+                )
+            call_id = part.get("id")
+            calls.append(ToolCallContent(part["name"], arguments, None if call_id is None else str(call_id)))
+    return tuple(calls)
+
+
+def _genai_messages(attributes: Mapping[str, Any]) -> ModelContent | None:
     outputs = _json_list(attributes.get(semconv.GEN_AI_OUTPUT_MESSAGES))
     if not outputs:
         return None
@@ -68,11 +106,13 @@ def _genai_messages(attributes: Mapping[str, Any]) -> SpanContent | None:
         if isinstance(message, Mapping) and message.get("role") == "user":
             prompt = _parts_text(message)
             break
-    parts = first.get("parts")
-    requested_tools = isinstance(parts, list) and any(
-        isinstance(part, Mapping) and part.get("type") == "tool_call" for part in parts
+    tool_calls = tuple(
+        call
+        for message in outputs
+        if isinstance(message, Mapping)
+        for call in _tool_calls(message.get("parts"))
     )
-    return SpanContent(_parts_text(first), prompt, _parts_text(first, "reasoning"), requested_tools)
+    return ModelContent(_parts_text(first), tool_calls, prompt, _parts_text(first, "reasoning"))
 
 
 def _indexed(attributes: Mapping[str, Any], prefix: str, suffix: str) -> dict[int, Any]:
@@ -93,17 +133,17 @@ def _last_user(roles: Mapping[int, Any], contents: Mapping[int, Any]) -> str | N
     return None
 
 
-def _openllmetry(attributes: Mapping[str, Any]) -> SpanContent | None:
+def _openllmetry(attributes: Mapping[str, Any]) -> ModelContent | None:
     completions = _indexed(attributes, semconv.OPENLLMETRY_COMPLETION_PREFIX, ".content")
     if not completions:
         return None
     output = completions[min(completions)]
     prompts = _indexed(attributes, semconv.OPENLLMETRY_PROMPT_PREFIX, ".content")
     roles = _indexed(attributes, semconv.OPENLLMETRY_PROMPT_PREFIX, ".role")
-    return SpanContent(str(output), _last_user(roles, prompts))
+    return ModelContent(str(output), prompt=_last_user(roles, prompts))
 
 
-def _openinference(attributes: Mapping[str, Any]) -> SpanContent | None:
+def _openinference(attributes: Mapping[str, Any]) -> ModelContent | None:
     prefix = semconv.OPENINFERENCE_OUTPUT_MESSAGES_PREFIX
     messages = _indexed(attributes, prefix, ".message.content")
     output: str | None = str(messages[min(messages)]) if messages else None
@@ -115,14 +155,14 @@ def _openinference(attributes: Mapping[str, Any]) -> SpanContent | None:
     in_prefix = semconv.OPENINFERENCE_INPUT_MESSAGES_PREFIX
     prompts = _indexed(attributes, in_prefix, ".message.content")
     roles = _indexed(attributes, in_prefix, ".message.role")
-    return SpanContent(output, _last_user(roles, prompts))
+    return ModelContent(output, prompt=_last_user(roles, prompts))
 
 
 def _response_text(raw: str) -> str:
     """``output.value`` is either the text or the provider's JSON response; take the first choice's text."""
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return raw
     if isinstance(value, Mapping):
         choices = value.get("choices")
@@ -133,8 +173,3 @@ def _response_text(raw: str) -> str:
             if isinstance(choices[0].get("text"), str):
                 return str(choices[0]["text"])
     return raw
-
-
-def captured_content(attributes: Mapping[str, Any]) -> SpanContent | None:
-    """Read the content other instrumentations captured on a span, or None when there is none."""
-    return _genai_messages(attributes) or _openllmetry(attributes) or _openinference(attributes)
