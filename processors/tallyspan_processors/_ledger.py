@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -75,6 +75,9 @@ class _Books:
     entries: list[RawEntry] = field(default_factory=list)
     log_call_ids: set[str] = field(default_factory=set)
     dropped: int = 0
+    violation_count: int = 0
+    """Violations on the spans below the run span (nested runs included), for the roll-up."""
+    violation_types: set[str] = field(default_factory=set)
 
 
 class LedgerProcessor(WrappingProcessor):
@@ -125,6 +128,7 @@ class LedgerProcessor(WrappingProcessor):
         self._lock = threading.Lock()
         renew_lock_after_fork(self)  # on_start takes it on the app's threads, the worker on every span
         self._run_of: OrderedDict[int, int] = OrderedDict()
+        self._parent_run: OrderedDict[int, int] = OrderedDict()
         self._runs: OrderedDict[int, _Books] = OrderedDict()
         self._closed_runs: OrderedDict[int, None] = OrderedDict()
         self._shut_down = False
@@ -142,14 +146,20 @@ class LedgerProcessor(WrappingProcessor):
         super().on_start(span, parent_context=parent_context)
 
     def _track(self, span: Span) -> None:
-        context = span.get_span_context()
-        span_id = context.span_id
-        parent = None if declares_run(span.attributes or {}) else span.parent
+        span_id = span.get_span_context().span_id
+        parent = span.parent
         with self._lock:
-            run_id = span_id
-            if parent is not None and not parent.is_remote:
-                run_id = self._run_of.get(parent.span_id, span_id)
-            self._run_of[span_id] = run_id
+            enclosing = (
+                self._run_of.get(parent.span_id) if parent is not None and not parent.is_remote else None
+            )
+            if enclosing is not None and not declares_run(span.attributes or {}):
+                self._run_of[span_id] = enclosing
+            else:
+                self._run_of[span_id] = span_id  # it starts a run
+                if enclosing is not None:
+                    self._parent_run[span_id] = enclosing  # its verdicts roll up there too
+                    while len(self._parent_run) > self._max_tracked_spans:
+                        self._parent_run.popitem(last=False)
             while len(self._run_of) > self._max_tracked_spans:
                 self._run_of.popitem(last=False)
                 count("dropped.ledger_tracked_spans")
@@ -170,18 +180,32 @@ class LedgerProcessor(WrappingProcessor):
             run_id = known if known is not None else span_id
         for entry in entries_of(span, content, self._spec):
             self._enter(run_id, context.trace_id, entry)
+        own_count, own_types = _verdicts(span)
         if run_id != span_id:
+            if own_count:
+                self._add_verdicts(run_id, context.trace_id, own_count, own_types)
             return span
         with self._lock:
             books = self._runs.pop(span_id, None)
+            parent_run = self._parent_run.pop(span_id, None)
             self._closed_runs[span_id] = None
             while len(self._closed_runs) > _MAX_CLOSED_RUNS:
                 self._closed_runs.popitem(last=False)
         if books is None:
-            if not declares_run(span.attributes or {}):
-                return span  # a local root with nothing on the books is not an agent run
             books = _Books(context.trace_id)
-        return self._close(span, books)
+        if parent_run is not None and (books.violation_count or own_count):
+            self._add_verdicts(
+                parent_run,
+                context.trace_id,
+                books.violation_count + own_count,
+                books.violation_types | set(own_types),
+            )
+        attributes = span.attributes or {}
+        # A local root with nothing on its books is no agent run to reconcile (a lone model call).
+        reconciled = declares_run(attributes) or bool(books.entries) or books.dropped > 0
+        if not reconciled and not books.violation_count:
+            return span
+        return self._close(span, books, reconciled)
 
     def forget(self, span: ReadableSpan) -> None:
         # Left tracked, dropped spans would fill _run_of and push live runs out of it (their calls then
@@ -199,17 +223,31 @@ class LedgerProcessor(WrappingProcessor):
                         self._closed_runs.popitem(last=False)
         super().forget(span)
 
+    def _open_books(self, run_id: int, trace_id: int, late_key: str) -> _Books | None:
+        """The books of ``run_id`` (opened if new), or None when the run was already closed (counted)."""
+        if run_id in self._closed_runs:
+            count(late_key)  # its run span has ended: what comes now cannot reach it
+            return None
+        books = self._runs.get(run_id)
+        if books is None:
+            books = self._runs[run_id] = _Books(trace_id)
+            while len(self._runs) > self._max_open_runs:
+                self._runs.popitem(last=False)
+                count("dropped.ledger_runs")
+        return books
+
+    def _add_verdicts(self, run_id: int, trace_id: int, violations: int, types: Iterable[str]) -> None:
+        with self._lock:
+            books = self._open_books(run_id, trace_id, "dropped.run_late_verdicts")
+            if books is not None:
+                books.violation_count += violations
+                books.violation_types.update(types)
+
     def _enter(self, run_id: int, trace_id: int, entry: RawEntry) -> None:
         with self._lock:
-            if run_id in self._closed_runs:
-                count("dropped.ledger_late_entries")  # its run was already reconciled
-                return
-            books = self._runs.get(run_id)
+            books = self._open_books(run_id, trace_id, "dropped.ledger_late_entries")
             if books is None:
-                books = self._runs[run_id] = _Books(trace_id)
-                while len(self._runs) > self._max_open_runs:
-                    self._runs.popitem(last=False)
-                    count("dropped.ledger_runs")
+                return
             if entry.log_call_id is not None:
                 if entry.log_call_id in books.log_call_ids:
                     return  # requested by the model, then executed: one call, one claim
@@ -220,7 +258,32 @@ class LedgerProcessor(WrappingProcessor):
                 return
             books.entries.append(entry)
 
-    def _close(self, span: ReadableSpan, books: _Books) -> ReadableSpan:
+    def _close(self, span: ReadableSpan, books: _Books, reconciled: bool) -> ReadableSpan:
+        """The run span with its books: the reconciliation (when ``reconciled``) and the roll-up."""
+        attributes: dict[str, AttributeValue] = {}
+        events: list[Event] = []
+        problems: list[str] = []
+        if reconciled:
+            self._reconcile(span, books, attributes, events, problems)
+        if books.violation_count:
+            types = sorted(books.violation_types)
+            attributes[semconv.RUN_VIOLATION_COUNT] = books.violation_count
+            attributes[semconv.RUN_VIOLATION_TYPES] = types
+            attributes[semconv.VIOLATED] = True
+            problems.append(f"tallyspan: violations below: {', '.join(types)}")
+        status = None
+        if problems and self._mark_error_status and span.status.status_code is not StatusCode.ERROR:
+            status = Status(StatusCode.ERROR, "; ".join(problems))
+        return enriched_copy(span, attributes=attributes, events=events, status=status)
+
+    def _reconcile(
+        self,
+        span: ReadableSpan,
+        books: _Books,
+        attributes: dict[str, AttributeValue],
+        events: list[Event],
+        problems: list[str],
+    ) -> None:
         # Stable sort: entries at the same instant keep the order in which their spans ended.
         ordered = sorted(books.entries, key=lambda entry: entry.time_unix_nano)
         observed: list[Observed] = []
@@ -236,11 +299,11 @@ class LedgerProcessor(WrappingProcessor):
         observed_count = sum(1 for o in observed if o.tool_name != self._spec.tool)
         run_span_id = span.context.span_id if span.context is not None else 0
         records = [self._record(books.trace_id, run_span_id, seq, entry) for seq, entry in enumerate(ordered)]
-        attributes = span.attributes or {}
+        own = span.attributes or {}
         run_name = str(
-            attributes.get(semconv.RUN_NAME)
-            or attributes.get(semconv.GEN_AI_AGENT_NAME)
-            or attributes.get(semconv.GEN_AI_WORKFLOW_NAME)
+            own.get(semconv.RUN_NAME)
+            or own.get(semconv.GEN_AI_AGENT_NAME)
+            or own.get(semconv.GEN_AI_WORKFLOW_NAME)
             or span.name
         )
         self._export(
@@ -255,7 +318,10 @@ class LedgerProcessor(WrappingProcessor):
                 span.end_time or 0,
             ),
         )
-        return self._enriched(span, result, records, observed_count, len(claims), books.dropped)
+        self._describe(span, result, records, observed_count, len(claims), books.dropped, attributes, events)
+        if not result.balanced:
+            unbalanced = [t for t in result.discrepancy_types if t not in PROTOCOL_TYPES]
+            problems.append(f"ledger unbalanced: {', '.join(unbalanced)}")
 
     def _record(self, trace_id: int, run_span_id: int, seq: int, entry: RawEntry) -> LedgerEntry:
         return LedgerEntry(
@@ -272,7 +338,7 @@ class LedgerProcessor(WrappingProcessor):
             malformed=entry.malformed,
         )
 
-    def _enriched(
+    def _describe(
         self,
         span: ReadableSpan,
         result: Reconciliation,
@@ -280,19 +346,24 @@ class LedgerProcessor(WrappingProcessor):
         observed_count: int,
         claimed_count: int,
         dropped: int,
-    ) -> ReadableSpan:
-        attributes: dict[str, AttributeValue] = {
-            semconv.LEDGER_BALANCED: result.balanced,
-            semconv.LEDGER_PROTOCOL_OK: result.protocol_ok,
-            semconv.LEDGER_OBSERVED_COUNT: observed_count,
-            semconv.LEDGER_CLAIMED_COUNT: claimed_count,
-            semconv.LEDGER_DISCREPANCY_COUNT: len(result.discrepancies),
-        }
+        attributes: dict[str, AttributeValue],
+        events: list[Event],
+    ) -> None:
+        """Put the reconciliation on the run span's ``attributes`` and ``events``."""
+        attributes.update(
+            {
+                semconv.LEDGER_BALANCED: result.balanced,
+                semconv.LEDGER_PROTOCOL_OK: result.protocol_ok,
+                semconv.LEDGER_OBSERVED_COUNT: observed_count,
+                semconv.LEDGER_CLAIMED_COUNT: claimed_count,
+                semconv.LEDGER_DISCREPANCY_COUNT: len(result.discrepancies),
+            }
+        )
         if result.discrepancy_types:
             attributes[semconv.LEDGER_DISCREPANCY_TYPES] = tuple(result.discrepancy_types)
         if dropped:
             attributes[semconv.LEDGER_DROPPED_ENTRIES] = dropped
-        events = [_entry_event(record) for record in records[: self._max_span_events]]
+        events.extend(_entry_event(record) for record in records[: self._max_span_events])
         if len(records) > self._max_span_events:
             count("dropped.ledger_span_events", len(records) - self._max_span_events)
         end = span.end_time
@@ -307,15 +378,6 @@ class LedgerProcessor(WrappingProcessor):
             if discrepancy.call_id is not None:
                 event_attributes[semconv.LEDGER_CALL_ID] = discrepancy.call_id
             events.append(Event(semconv.EVENT_LEDGER_DISCREPANCY, event_attributes, timestamp=end))
-        status = None
-        if (
-            not result.balanced
-            and self._mark_error_status
-            and span.status.status_code is not StatusCode.ERROR
-        ):
-            unbalanced = [t for t in result.discrepancy_types if t not in PROTOCOL_TYPES]
-            status = Status(StatusCode.ERROR, f"ledger unbalanced: {', '.join(unbalanced)}")
-        return enriched_copy(span, attributes=attributes, events=events, status=status)
 
     def _export(self, records: Sequence[LedgerEntry], record: LedgerRecord) -> None:
         for sink in self._sinks:
@@ -355,6 +417,17 @@ class LedgerProcessor(WrappingProcessor):
                     _logger, "ledger.sink.shutdown", f"ledger sink {type(sink).__name__} failed to shut down"
                 )
         super().shutdown()
+
+
+def _verdicts(span: ReadableSpan) -> tuple[int, tuple[str, ...]]:
+    """The number and types of the violations the checks put on ``span`` (0 and () when clean)."""
+    attributes = span.attributes or {}
+    types = attributes.get(semconv.VIOLATION_TYPES)
+    if not isinstance(types, Sequence) or isinstance(types, str) or not types:
+        return 0, ()
+    declared = attributes.get(semconv.VIOLATION_COUNT)
+    number = declared if isinstance(declared, int) and not isinstance(declared, bool) else len(types)
+    return number, tuple(str(kind) for kind in types)
 
 
 def _entry_event(record: LedgerEntry) -> Event:
