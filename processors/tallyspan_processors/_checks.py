@@ -40,6 +40,7 @@ from tallyspan.plugin import (
     Settings,
     check,
     renew_lock_after_fork,
+    warn_once,
 )
 from tallyspan_processors._enrich import enriched_copy
 from tallyspan_processors._wrapping import WrappingProcessor
@@ -106,6 +107,8 @@ class ChecksProcessor(WrappingProcessor):
             or _str(attributes.get(semconv.GEN_AI_REQUEST_MODEL)),
         )
         if found is None:
+            if stage is not None:
+                _warn_unbound_stage(stage, self._contracts)
             return span
         name, contract = found
         model_content = content if isinstance(content, ModelContent) else None
@@ -176,6 +179,17 @@ class ChecksProcessor(WrappingProcessor):
         if result.violations and self._mark_error_status and span.status.status_code is not StatusCode.ERROR:
             status = Status(StatusCode.ERROR, f"tallyspan: {', '.join(result.violation_types)}")
         return enriched_copy(span, attributes=added, events=events, status=status)
+
+
+def _warn_unbound_stage(stage: str, contracts: ContractSet) -> None:
+    """A stage no contract binds to is a silent hole (often a typo): say so once, naming what exists."""
+    warn_once(
+        ("stage without contract", stage),
+        "tallyspan: model calls of stage %r are not checked: no contract binds to it (contracts: %s). "
+        "Check the spelling, or add a 'default:' contract.",
+        stage,
+        ", ".join(sorted(contracts.contracts)) or "none",
+    )
 
 
 def _evaluation_events(contract_name: str, result: CheckResult, timestamp: int | None) -> list[Event]:

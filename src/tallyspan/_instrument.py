@@ -67,6 +67,8 @@ _logger = logging.getLogger(__name__)
 COMPONENT_GROUP: Final = semconv.ENTRY_POINT_GROUP_COMPONENTS
 INSTRUMENTOR_GROUP: Final = "opentelemetry_instrumentor"
 _OWN_INSTRUMENTORS_PACKAGE: Final = "tallyspan_instrumentors"
+#: What OpenTelemetry logs when a second global TracerProvider is refused.
+_OVERRIDE_WARNING: Final = "Overriding of current TracerProvider"
 #: Components wrapped around the sinks, innermost first.
 _CHAIN_ORDER: Final = ("ledger", "checks")
 
@@ -176,8 +178,10 @@ def instrument(
             content in process either way.
         store: path of the embedded SQLite store; default ``TALLYSPAN_DB`` or
             ``./.tallyspan/tallyspan.db``; None writes no store.
-        instrumentors: entry point names to enable (``opentelemetry_instrumentor`` group); default
-            all of tallyspan's whose library is installed.
+        instrumentors: entry point names to enable (``opentelemetry_instrumentor`` group; a bare
+            library name such as ``"anthropic"`` means ``tallyspan_anthropic`` unless another package
+            registered that exact name); default all of tallyspan's whose library is installed. A name
+            that matches nothing, or whose library is missing, is warned about once.
         tracer_provider: the SDK provider to add our processors to; default the global one if it is
             an SDK provider, else a new one that becomes global.
         mark_error_status: set status ERROR on violating spans.
@@ -275,7 +279,25 @@ def _resolve_provider(tracer_provider: TracerProvider | None, service_name: str 
         name = service_name or os.environ.get(ENV_SERVICE_NAME) or Path(sys.argv[0] or "python").stem
         _own_provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
         trace.set_tracer_provider(_own_provider)
+        logging.getLogger(trace.__name__).addFilter(_ReplacedProviderHint())
     return _own_provider
+
+
+class _ReplacedProviderHint(logging.Filter):
+    """Adds the fix to OpenTelemetry's bare warning when the app sets its provider after ``instrument()``.
+
+    The global provider can be set once; ours was, so the app's is ignored and its exporter sees nothing.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith(_OVERRIDE_WARNING) and _own_provider is trace.get_tracer_provider():
+            warn_once(
+                ("provider", "replaced after instrument()"),
+                "tallyspan.instrument() already set the global TracerProvider, so the one the app set "
+                "later is ignored and its exporters receive nothing. Set the app's provider before "
+                "tallyspan.instrument(), or pass it: tallyspan.instrument(tracer_provider=provider).",
+            )
+        return True
 
 
 def _grpc_exporters_installed() -> bool:
@@ -388,7 +410,8 @@ def _build_chain(
 def _instrument_libraries(
     names: Iterable[str] | None, provider: TracerProvider, settings: Settings
 ) -> tuple[BaseInstrumentor, ...]:
-    wanted = None if names is None else set(names)
+    wanted = None if names is None else {_entry_point_name(name) for name in names}
+    found: set[str] = set()
     enabled: list[BaseInstrumentor] = []
     for entry_point in entry_points(group=INSTRUMENTOR_GROUP):
         if wanted is None:
@@ -396,17 +419,48 @@ def _instrument_libraries(
                 continue
         elif entry_point.name not in wanted:
             continue
+        found.add(entry_point.name)
         try:
             instrumentor = entry_point.load()()
-            if get_dependency_conflicts(instrumentor.instrumentation_dependencies()) is not None:
-                _logger.debug("skipping %s: its library is not installed", entry_point.name)
+            conflict = get_dependency_conflicts(instrumentor.instrumentation_dependencies())
+            if conflict is not None:
+                if wanted is None:  # instrument every library that is there: a missing one is normal
+                    _logger.debug("skipping %s: %s", entry_point.name, conflict)
+                else:  # asked for by name: instrumenting nothing must not be silent
+                    warn_once(
+                        ("instrumentor not installable", entry_point.name),
+                        "tallyspan: %s is not instrumented: %s",
+                        entry_point.name,
+                        conflict,
+                    )
                 continue
             instrumentor.instrument(tracer_provider=provider, capture_content=settings.capture_content)
         except Exception:  # one instrumentor failing to install must not stop the app or the others
             swallowed(_logger, f"instrumentor.{entry_point.name}", f"could not instrument {entry_point.name}")
             continue
         enabled.append(instrumentor)
+    for unknown in sorted((wanted or set()) - found):
+        known = sorted(
+            entry_point.name
+            for entry_point in entry_points(group=INSTRUMENTOR_GROUP)
+            if entry_point.value.startswith(_OWN_INSTRUMENTORS_PACKAGE)
+        )
+        warn_once(
+            ("unknown instrumentor", unknown),
+            "tallyspan: no instrumentor is named %r (tallyspan's: %s; or any opentelemetry_instrumentor "
+            "entry point name)",
+            unknown,
+            ", ".join(known),
+        )
     return tuple(enabled)
+
+
+def _entry_point_name(name: str) -> str:
+    """``anthropic`` means our ``tallyspan_anthropic`` when no entry point has the bare name."""
+    if any(True for _ in entry_points(group=INSTRUMENTOR_GROUP, name=name)):
+        return name
+    own = f"tallyspan_{name}"
+    return own if any(True for _ in entry_points(group=INSTRUMENTOR_GROUP, name=own)) else name
 
 
 @atexit.register
