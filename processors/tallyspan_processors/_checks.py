@@ -39,6 +39,7 @@ from tallyspan.plugin import (
     ModelContent,
     Settings,
     check,
+    record_violations,
     renew_lock_after_fork,
     warn_once,
 )
@@ -113,6 +114,11 @@ class ChecksProcessor(WrappingProcessor):
         name, contract = found
         model_content = content if isinstance(content, ModelContent) else None
         result = self._check(span, attributes, stage, contract, model_content)
+        if result.violations:
+            record_violations(
+                ((violation.type.value, violation.failure_class.value) for violation in result.violations),
+                stage,
+            )
         return self._enriched(span, name, result)
 
     def _check(

@@ -53,7 +53,15 @@ from tallyspan.ledger import (
     Reconciliation,
     reconcile,
 )
-from tallyspan.plugin import Content, Settings, count, declares_run, renew_lock_after_fork, swallowed
+from tallyspan.plugin import (
+    Content,
+    Settings,
+    count,
+    declares_run,
+    record_run,
+    renew_lock_after_fork,
+    swallowed,
+)
 from tallyspan_processors._enrich import enriched_copy
 from tallyspan_processors._ledger_sources import RawEntry, entries_of
 from tallyspan_processors._wrapping import WrappingProcessor, flush_all
@@ -319,6 +327,7 @@ class LedgerProcessor(WrappingProcessor):
             ),
         )
         self._describe(span, result, records, observed_count, len(claims), books.dropped, attributes, events)
+        record_run(result.balanced)
         if not result.balanced:
             unbalanced = [t for t in result.discrepancy_types if t not in PROTOCOL_TYPES]
             problems.append(f"ledger unbalanced: {', '.join(unbalanced)}")

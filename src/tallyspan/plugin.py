@@ -17,6 +17,7 @@ Groups:
 - **components**: :class:`Settings` (what a ``tallyspan.components`` factory is given),
   :func:`resolve_db_path`, the OTLP protocol helpers, :class:`ConfigError`;
 - **the store's schema**: table names, :func:`connect`, :func:`is_locked`, migrations;
+- **metrics**: :func:`record_violations`, :func:`record_run` (through the app's meter provider);
 - **never break the host app**: :func:`count` and :func:`swallowed` (every caught error logged once and
   counted), :func:`renew_lock_after_fork` (every lock a plugin owns).
 """
@@ -45,6 +46,7 @@ from tallyspan._content import (
 from tallyspan._contracts import Contract, ContractSet
 from tallyspan._errors import ConfigError
 from tallyspan._fork import renew_lock_after_fork
+from tallyspan._metrics import record_run, record_violations
 from tallyspan._runs import declares_run, is_local_root, is_run_span
 from tallyspan._selfstats import count, swallowed
 from tallyspan._stage import current_stage
@@ -101,6 +103,8 @@ __all__ = [
     "migration",
     "otlp_logs_protocol",
     "otlp_traces_protocol",
+    "record_run",
+    "record_violations",
     "renew_lock_after_fork",
     "resolve_capture_content",
     "resolve_db_path",

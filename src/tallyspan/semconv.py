@@ -218,6 +218,11 @@ METRIC_LEDGER_RUNS: Final = "tallyspan.ledger.runs"
 METRIC_LEDGER_UNBALANCED_RUNS: Final = "tallyspan.ledger.unbalanced_runs"
 """Counter of agent-run spans whose books did not balance (``tallyspan_ledger_unbalanced_runs_total``)."""
 
+METRIC_DROPPED: Final = "tallyspan.dropped"
+"""Observable counter of what tallyspan dropped, by ``tallyspan.cause`` (``tallyspan_dropped_total``)."""
+METRIC_ATTRIBUTE_CAUSE: Final = "tallyspan.cause"
+"""The ``dropped.*`` key of ``tallyspan.stats()`` a ``tallyspan.dropped`` data point counts."""
+
 #: The instrumentation scope name of our tracers.
 INSTRUMENTATION_SCOPE: Final = "tallyspan"
 
