@@ -21,8 +21,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from opentelemetry import trace
 from opentelemetry.instrumentation.utils import suppress_instrumentation
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -110,23 +109,20 @@ USER_INPUT = {"messages": [("user", "weather in Tokyo?")]}
 
 
 @pytest.fixture
-def exporter(tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter) -> InMemorySpanExporter:
-    tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporter))
-    return span_exporter
+def exporter(instrument_libraries: Callable[..., InMemorySpanExporter]) -> InMemorySpanExporter:
+    """The private provider's spans as they end, whatever the test instruments."""
+    return instrument_libraries()
 
 
 @pytest.fixture
 def instrument_langchain(
-    tracer_provider: TracerProvider, exporter: InMemorySpanExporter
-) -> Iterator[Callable[..., LangChainInstrumentor]]:
-    instrumentor = LangChainInstrumentor()
-
+    instrument_libraries: Callable[..., InMemorySpanExporter],
+) -> Callable[..., LangChainInstrumentor]:
     def instrument(*, capture_content: bool = False) -> LangChainInstrumentor:
-        instrumentor.instrument(tracer_provider=tracer_provider, capture_content=capture_content)
-        return instrumentor
+        instrument_libraries(LangChainInstrumentor, capture_content=capture_content)
+        return LangChainInstrumentor()  # instrumentors are singletons: the one just instrumented
 
-    yield instrument
-    instrumentor.uninstrument()
+    return instrument
 
 
 @pytest.fixture
@@ -135,12 +131,11 @@ def langchain(instrument_langchain: Callable[..., LangChainInstrumentor]) -> Lan
 
 
 @pytest.fixture
-def with_openai(tracer_provider: TracerProvider, langchain: LangChainInstrumentor) -> Iterator[None]:
+def with_openai(
+    instrument_libraries: Callable[..., InMemorySpanExporter], langchain: LangChainInstrumentor
+) -> None:
     """The OpenAI instrumentor on too, on the same provider."""
-    instrumentor = OpenAIInstrumentor()
-    instrumentor.instrument(tracer_provider=tracer_provider, capture_content=False)
-    yield
-    instrumentor.uninstrument()
+    instrument_libraries(OpenAIInstrumentor, capture_content=False)
 
 
 @pytest.fixture
@@ -714,18 +709,12 @@ def log_action(call_id: str, tool_name: str, claimed_outcome: str, summary: str)
     return "logged"
 
 
-def test_agent_with_unlogged_call_and_bad_deliverable_end_to_end(
-    tracer_provider, span_exporter, db_path, server
-):
+def test_agent_with_unlogged_call_and_bad_deliverable_end_to_end(make_instrumented, span_exporter, server):
     """The agent books a flight and logs it, sends an email without logging it, then answers too briefly
     in English where the contract asks for Japanese: the run span carries ``unlogged_call`` and the final
     chat span the contract violations."""
-    instrumentation = tallyspan.instrument(
-        {"contracts": {"weekly_report": {"language": "ja", "min_chars": 40}}},
-        tracer_provider=tracer_provider,
-        store=db_path,
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
+    contracts = {"contracts": {"weekly_report": {"language": "ja", "min_chars": 40}}}
+    instrumentation = make_instrumented(contracts).instrumentation
     log_arguments = {
         "call_id": "call_1",
         "tool_name": "book_flight",

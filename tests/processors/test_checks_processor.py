@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
+from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
@@ -353,15 +354,9 @@ def test_checks_component_peeks_when_a_ledger_processor_is_below() -> None:
 
 
 def test_instrument_wires_the_checks_into_the_chain_and_empties_the_buffer(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, make_instrumented: MakeInstrumented
 ) -> None:
-    instrumentation = tallyspan.instrument(
-        contracts=CONTRACTS,
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=[],
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
+    instrumentation = make_instrumented(contracts=CONTRACTS, store=None, instrumentors=[]).instrumentation
     assert "checks" in instrumentation.components
     tracer = tracer_provider.get_tracer("test")
     with tallyspan.stage("report"):
