@@ -94,7 +94,7 @@ async def test_client_span_is_parent_of_server_span_in_one_trace(exporter, mode)
         assert semconv.GEN_AI_TOOL_CALL_ARGUMENTS not in attributes  # content is opt-in
         assert span.status.status_code is StatusCode.UNSET
     assert isinstance(dict(server_span.attributes or {})[semconv.MCP_PROTOCOL_VERSION], str)
-    assert dict(server_span.attributes or {})[semconv.JSONRPC_REQUEST_ID].isdigit()
+    assert dict(server_span.attributes or {})[semconv.JSONRPC_REQUEST_ID].isdigit()  # type: ignore[union-attr]
 
 
 async def test_trace_context_travels_in_params_meta_without_touching_the_callers_meta(exporter):
@@ -117,7 +117,7 @@ async def test_trace_context_travels_in_params_meta_without_touching_the_callers
     server._lowlevel_server.middleware = [Recorder(), *original]
     caller_meta = {"example.com/tenant": "t1"}
     async with Client(server) as client:
-        await client.call_tool("echo_meta", {"text": "hi"}, meta=caller_meta)
+        await client.call_tool("echo_meta", {"text": "hi"}, meta=caller_meta)  # type: ignore[arg-type]
     assert caller_meta == {"example.com/tenant": "t1"}
     client_span = by_kind(tool_spans(exporter), SpanKind.CLIENT)
     assert len(seen) == 1

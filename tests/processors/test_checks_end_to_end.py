@@ -224,7 +224,7 @@ def official_openai(
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
     # The opt-in is read once per process; re-read it now, and again after the test without it.
     stability._initialized = False
-    stability._initialize()
+    stability._initialize()  # type: ignore[no-untyped-call]
     instrumentation = make_instrumented(contracts=CONTRACTS, store=None, instrumentors=[]).instrumentation
     instrumentor = openai_v2.OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=tracer_provider)
@@ -233,7 +233,7 @@ def official_openai(
     tallyspan.uninstrument()  # before the opt-in is reset, not at make_instrumented's teardown
     monkeypatch.delenv("OTEL_SEMCONV_STABILITY_OPT_IN")
     stability._initialized = False
-    stability._initialize()
+    stability._initialize()  # type: ignore[no-untyped-call]
 
 
 def test_spans_of_the_official_openai_instrumentation_are_checked_from_captured_content(
