@@ -1,15 +1,22 @@
 """Fixtures shared by every test: an isolated store, an in-memory exporter and an instrumented provider.
 
-Chain: ``span_exporter`` > ``tracer_provider`` > ``instrumented`` (instrument, yield, uninstrument).
-``span_exporter`` receives the spans our chain forwards, i.e. with violations and ledger balance on them;
-call ``instrumented.force_flush()`` before reading it, since the chain runs on a worker thread.
+Chain: ``span_exporter`` > ``tracer_provider`` > ``make_instrumented`` (instrument, yield, uninstrument)
+> ``instrumented`` (its defaults). ``span_exporter`` receives the spans our chain forwards, i.e. with
+violations and ledger balance on them; call ``instrumented.force_flush()`` before reading it, since the
+chain runs on a worker thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import gzip
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -47,11 +54,18 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     tallyspan.uninstrument()
 
 
+def skip_or_fail_in_ci(reason: str) -> NoReturn:
+    """Skip a test whose outside dependency is absent; in CI (``CI=true``), where it must be there, fail."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI=true: CI must provide it)", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture
 def shared_data() -> Path:
-    """The shared real-data folder; skips the test where it is absent (a user's own clone)."""
+    """The shared real-data folder; skips the test where it is absent (a user's own clone), fails in CI."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"needs the shared data folder beside the clone ({SHARED_DATA}), absent here")
+        skip_or_fail_in_ci(f"needs the shared data folder beside the clone ({SHARED_DATA}), absent here")
     return SHARED_DATA
 
 
@@ -75,27 +89,91 @@ def tracer_provider() -> Iterator[TracerProvider]:
     provider.shutdown()
 
 
+@dataclass(frozen=True)
+class Instrumented:
+    """What ``make_instrumented`` made: the instrumentation and the exporter of its enriched spans."""
+
+    instrumentation: tallyspan.Instrumentation
+    spans: InMemorySpanExporter
+
+    @property
+    def store(self) -> Path | None:
+        """The embedded store it writes, or None."""
+        return self.instrumentation.settings.db_path
+
+
+MakeInstrumented = Callable[..., Instrumented]
+
+
 @pytest.fixture
-def instrumented(
+def make_instrumented(
     tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, db_path: Path
-) -> Iterator[tallyspan.Instrumentation]:
-    """``tallyspan.instrument()`` on the private provider; ``span_exporter`` gets the enriched spans."""
-    instrumentation = tallyspan.instrument(
-        tracer_provider=tracer_provider,
-        store=db_path,
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
-    yield instrumentation
+) -> Iterator[MakeInstrumented]:
+    """Call it with ``tallyspan.instrument()``'s arguments; uninstrumented after the test.
+
+    Unless given, ``tracer_provider`` is the private provider, ``store`` this test's store and
+    ``span_processors`` ``span_exporter`` at the end of the chain.
+    """
+
+    def make(contracts: Any = None, **arguments: Any) -> Instrumented:
+        arguments.setdefault("tracer_provider", tracer_provider)
+        arguments.setdefault("store", db_path)
+        arguments.setdefault("span_processors", [SimpleSpanProcessor(span_exporter)])
+        return Instrumented(tallyspan.instrument(contracts, **arguments), span_exporter)
+
+    yield make
     tallyspan.uninstrument()
 
 
-class OTLPReceiver:
-    """A real OTLP/HTTP (protobuf) receiver on 127.0.0.1: decodes what exporters send to /v1/traces and /v1/logs."""
+@pytest.fixture
+def instrumented(make_instrumented: MakeInstrumented) -> tallyspan.Instrumentation:
+    """``tallyspan.instrument()`` on the private provider; ``span_exporter`` gets the enriched spans."""
+    return make_instrumented().instrumentation
+
+
+class LocalReceiver:
+    """A real HTTP receiver on 127.0.0.1: each POST goes to ``receive(path, body)``, whose ``(status,
+    reply)`` is sent back as ``content_type``. Gzip bodies are taken too (Rotel always compresses)."""
+
+    def __init__(self, receive: Callable[[str, bytes], tuple[int, bytes]], content_type: str) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                status, reply = receive(self.path, body)
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class OTLPReceiver(LocalReceiver):
+    """A real OTLP/HTTP (protobuf) receiver: decodes what exporters send to /v1/traces and /v1/logs."""
 
     def __init__(self) -> None:
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        self.spans: list[Any] = []
+        self.log_records: list[Any] = []
+        self.paths: list[str] = []
+        self.lock = threading.Lock()
+        super().__init__(self._receive, "application/x-protobuf")
 
+    def _receive(self, path: str, body: bytes) -> tuple[int, bytes]:
         from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
             ExportLogsServiceRequest,
             ExportLogsServiceResponse,
@@ -105,50 +183,19 @@ class OTLPReceiver:
             ExportTraceServiceResponse,
         )
 
-        receiver = self
-        self.spans: list[Any] = []
-        self.log_records: list[Any] = []
-        self.paths: list[str] = []
-        self.lock = threading.Lock()
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                with receiver.lock:
-                    receiver.paths.append(self.path)
-                    if self.path == "/v1/traces":
-                        request = ExportTraceServiceRequest.FromString(body)
-                        for resource_spans in request.resource_spans:
-                            for scope_spans in resource_spans.scope_spans:
-                                receiver.spans.extend(scope_spans.spans)
-                        reply = ExportTraceServiceResponse().SerializeToString()
-                    elif self.path == "/v1/logs":
-                        logs_request = ExportLogsServiceRequest.FromString(body)
-                        for resource_logs in logs_request.resource_logs:
-                            for scope_logs in resource_logs.scope_logs:
-                                receiver.log_records.extend(scope_logs.log_records)
-                        reply = ExportLogsServiceResponse().SerializeToString()
-                    else:
-                        self.send_response(404)
-                        self.end_headers()
-                        return
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        with self.lock:
+            self.paths.append(path)
+            if path == "/v1/traces":
+                for resource_spans in ExportTraceServiceRequest.FromString(body).resource_spans:
+                    for scope_spans in resource_spans.scope_spans:
+                        self.spans.extend(scope_spans.spans)
+                return 200, ExportTraceServiceResponse().SerializeToString()
+            if path == "/v1/logs":
+                for resource_logs in ExportLogsServiceRequest.FromString(body).resource_logs:
+                    for scope_logs in resource_logs.scope_logs:
+                        self.log_records.extend(scope_logs.log_records)
+                return 200, ExportLogsServiceResponse().SerializeToString()
+        return 404, b""
 
 
 @pytest.fixture
@@ -156,4 +203,34 @@ def otlp_receiver() -> Iterator[OTLPReceiver]:
     """A running OTLP/HTTP receiver; point OTEL_EXPORTER_OTLP_ENDPOINT at ``.endpoint``."""
     receiver = OTLPReceiver()
     yield receiver
+    receiver.close()
+
+
+class AgentsExportReceiver(LocalReceiver):
+    """Stands in for the OpenAI Agents SDK's own trace-ingest endpoint and keeps the items it is sent."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        super().__init__(self._receive, "application/json")
+        self.url = f"{self.endpoint}/v1/traces/ingest"
+
+    def _receive(self, path: str, body: bytes) -> tuple[int, bytes]:
+        self.items.extend(json.loads(body).get("data", []))
+        return 200, b"{}"
+
+
+@pytest.fixture
+def agents_export(monkeypatch: pytest.MonkeyPatch) -> Iterator[AgentsExportReceiver]:
+    """The Agents SDK's own export, kept on but sent to 127.0.0.1; its processor list restored after."""
+    import agents
+
+    monkeypatch.delenv("OPENAI_AGENTS_DISABLE_TRACING", raising=False)
+    receiver = AgentsExportReceiver()
+    exporter = agents.tracing.default_exporter()  # type: ignore[attr-defined]
+    monkeypatch.setattr(exporter, "endpoint", receiver.url)
+    monkeypatch.setattr(exporter, "_api_key", "sk-export-test")
+    before = tuple(agents.tracing.get_trace_provider()._multi_processor._processors)  # type: ignore[attr-defined]
+    yield receiver
+    agents.tracing.flush_traces()
+    agents.tracing.set_trace_processors(list(before))
     receiver.close()

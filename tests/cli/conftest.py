@@ -25,10 +25,10 @@ class Filled:
     spans: dict[str, ReadableSpan]
 
     def trace_id(self, name: str) -> str:
-        return format(self.spans[name].context.trace_id, "032x")  # type: ignore[union-attr]
+        return format(self.spans[name].context.trace_id, "032x")
 
     def span_id(self, name: str) -> str:
-        return format(self.spans[name].context.span_id, "016x")  # type: ignore[union-attr]
+        return format(self.spans[name].context.span_id, "016x")
 
 
 def _violation(span: trace.Span, kind: str, failure_class: str, detail: str) -> None:

@@ -80,7 +80,7 @@ def test_japanese_is_counted_in_characters_not_words() -> None:
 
 
 def test_required_patterns_match_at_line_starts_and_report_their_name() -> None:
-    contract = Contract(required=[r"^判定[:：]\s*(合格|不合格)", {"name": "reason", "pattern": "理由"}])
+    contract = Contract(required=[r"^判定[:：]\s*(合格|不合格)", {"name": "reason", "pattern": "理由"}])  # type: ignore[list-item]
     result = check("本文です。\n判定：不合格", contract)
     assert [violation.detail for violation in result.violations] == ["pattern 'reason' not found"]
     assert _types(check("判定：合格\n理由：問題なし", contract)) == ()
@@ -88,7 +88,8 @@ def test_required_patterns_match_at_line_starts_and_report_their_name() -> None:
 
 def test_forbidden_patterns_are_found_anywhere_including_reasoning() -> None:
     contract = Contract(
-        forbidden=[{"name": "template token", "pattern": r"<\|im_end\|>"}], allow_reasoning=True
+        forbidden=[{"name": "template token", "pattern": r"<\|im_end\|>"}],  # type: ignore[list-item]
+        allow_reasoning=True,
     )
     result = check("回答です。<|im_end|>", contract)
     assert result.violation_types == ("forbidden_present",)
@@ -117,7 +118,7 @@ def test_json_schema_reports_missing_and_mistyped_fields() -> None:
 
 
 def test_a_hostile_regex_times_out_instead_of_hanging_and_is_counted() -> None:
-    contract = Contract(required=[r"^(a+)+$"], forbidden=[{"name": "evil", "pattern": r"(x+x+)+y"}])
+    contract = Contract(required=[r"^(a+)+$"], forbidden=[{"name": "evil", "pattern": r"(x+x+)+y"}])  # type: ignore[list-item]
     result = check("a" * 5000 + "!" + "\n" + "x" * 5000, contract)
     details = sorted(violation.detail for violation in result.violations)
     assert details == ["pattern '^(a+)+$' timed out; not verified", "pattern 'evil' timed out; not verified"]
@@ -206,7 +207,7 @@ def test_ordinary_text_is_not_leaked_reasoning(text: str) -> None:
 
 
 def test_unearned_claims_are_caught_by_kind() -> None:
-    contract = Contract(claims={"allowed": []})
+    contract = Contract(claims={"allowed": []})  # type: ignore[arg-type]
     result = check("導入企業300社が採用しています。業界初のサービスです。満足度は98%です。", contract)
     assert result.violation_types == ("unearned_claim",)
     assert sorted(violation.detail for violation in result.violations) == [
@@ -227,7 +228,7 @@ def test_unearned_claims_are_caught_by_kind() -> None:
     ],
 )
 def test_a_progress_or_utilisation_percentage_is_not_a_claim(text: str) -> None:
-    assert _types(check(text, Contract(claims={"allowed": []}))) == ()
+    assert _types(check(text, Contract(claims={"allowed": []}))) == ()  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -241,11 +242,11 @@ def test_a_progress_or_utilisation_percentage_is_not_a_claim(text: str) -> None:
     ],
 )
 def test_a_percentage_that_claims_something_is_a_claim(text: str) -> None:
-    assert _types(check(text, Contract(claims={"allowed": []}))) == ("unearned_claim",)
+    assert _types(check(text, Contract(claims={"allowed": []}))) == ("unearned_claim",)  # type: ignore[arg-type]
 
 
 def test_claims_in_the_allow_list_are_earned() -> None:
-    contract = Contract(claims={"allowed": ["満足度は98%", "導入企業300社"]})
+    contract = Contract(claims={"allowed": ["満足度は98%", "導入企業300社"]})  # type: ignore[arg-type]
     assert _types(check("導入企業３００社が採用しています。満足度は98%です。", contract)) == ()
 
 
@@ -352,7 +353,11 @@ def test_no_contract_applies_the_default_rules() -> None:
 def test_details_never_quote_the_output() -> None:
     secret = "極秘プロジェクト青空の売上は前年比300%"
     contract = Contract(
-        language="en", min_chars=500, required=["verdict"], forbidden=["青空"], claims={"allowed": []}
+        language="en",
+        min_chars=500,
+        required=["verdict"],
+        forbidden=["青空"],
+        claims={"allowed": []},  # type: ignore[arg-type]
     )
     result = check(secret, contract)
     assert len(result.violations) >= 5

@@ -45,12 +45,12 @@ def test_contract_takes_exactly_the_fields_of_a_contracts_file() -> None:
         language="ja",
         min_chars=200,
         max_chars=8000,
-        required=[r"^判定[:：]", {"name": "verdict", "pattern": "verdict"}],
+        required=[r"^判定[:：]", {"name": "verdict", "pattern": "verdict"}],  # type: ignore[list-item]
         forbidden=[r"<\|im_end\|>"],
         json_schema={"type": "object"},
         allow_refusal=False,
         allow_reasoning=False,
-        claims={"allowed": ["導入企業300社"]},
+        claims={"allowed": ["導入企業300社"]},  # type: ignore[arg-type]
         deadline_s=60,
         max_wait_s=300,
     )

@@ -141,7 +141,7 @@ def test_lang_cases_all_labelled_as_expected(shared_data: Path) -> None:
 
 @pytest.mark.data
 def test_lang_cases_primary_language_matches(shared_data: Path) -> None:
-    mismatches = Counter()
+    mismatches: Counter[tuple[object, object, str]] = Counter()
     for case in _lang_cases(shared_data):
         expected = case["expected"]
         assert isinstance(expected, dict)

@@ -23,6 +23,7 @@ import json
 from collections import Counter
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,10 @@ CODES = {
 TEMPLATE_TOKENS = (
     r"<\|(?:im_end|im_start|endoftext|extra_\d+)\|>|<</?SYS>>|\[/?INST\]|</s>|### (?:Human|Assistant)"
 )
-_COMMON = {"min_chars": 1, "forbidden": [{"name": "template token", "pattern": TEMPLATE_TOKENS}]}
+_COMMON: dict[str, Any] = {
+    "min_chars": 1,
+    "forbidden": [{"name": "template token", "pattern": TEMPLATE_TOKENS}],
+}
 ANSWER_CONTRACT = Contract(language="ja", **_COMMON)
 EXTRACTION_CONTRACT = Contract(**_COMMON)
 

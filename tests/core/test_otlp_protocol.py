@@ -15,7 +15,7 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-import grpc
+import grpc  # type: ignore[import-untyped]
 import pytest
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
@@ -54,7 +54,7 @@ class GRPCReceiver:
         self.lock = threading.Lock()
         receiver = self
 
-        class Traces(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+        class Traces(trace_service_pb2_grpc.TraceServiceServicer):
             def Export(self, request: Any, context: Any) -> Any:
                 with receiver.lock:
                     for resource_spans in request.resource_spans:
@@ -62,7 +62,7 @@ class GRPCReceiver:
                             receiver.spans.extend(scope_spans.spans)
                 return trace_service_pb2.ExportTraceServiceResponse()
 
-        class Logs(logs_service_pb2_grpc.LogsServiceServicer):  # type: ignore[misc]
+        class Logs(logs_service_pb2_grpc.LogsServiceServicer):
             def Export(self, request: Any, context: Any) -> Any:
                 with receiver.lock:
                     for resource_logs in request.resource_logs:
@@ -71,8 +71,8 @@ class GRPCReceiver:
                 return logs_service_pb2.ExportLogsServiceResponse()
 
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), self._server)
-        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), self._server)
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), self._server)  # type: ignore[no-untyped-call]
+        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), self._server)  # type: ignore[no-untyped-call]
         port = self._server.add_insecure_port("127.0.0.1:0")
         self._server.start()
         self.endpoint = f"http://127.0.0.1:{port}"

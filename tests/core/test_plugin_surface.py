@@ -38,7 +38,7 @@ def _core_imports(path: Path) -> list[tuple[int, str, bool]]:
                 names = [child.module]
             for name in names:
                 if name == CORE_PACKAGE or name.startswith(f"{CORE_PACKAGE}."):
-                    found.append((child.lineno, name, nested))
+                    found.append((child.lineno, name, nested))  # type: ignore[attr-defined]
             visit(child, nested)
 
     visit(tree, False)

@@ -19,10 +19,8 @@ import base64
 import json
 import logging
 import sqlite3
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.conftest import MakeInstrumented
 from tests.recording import RecordingLedgerSink
 
 import tallyspan
@@ -137,31 +136,6 @@ FAILING_CALL = ScriptedToolCall("broken", {"query": TOOL_ARGUMENT}, call_id="c3"
 
 
 # --- what leaves the process ---------------------------------------------------------------------------
-
-
-class AgentsExportReceiver:
-    """Stands in for the Agents SDK's own trace-ingest endpoint, so its export stays on 127.0.0.1."""
-
-    def __init__(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                self.send_response(200)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1/traces/ingest"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 @dataclass
@@ -619,23 +593,6 @@ CASES = [
 # --- the harness -----------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def agents_export(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The Agents SDK's own export, kept on but sent to 127.0.0.1; its processor list restored after."""
-    import agents
-
-    monkeypatch.delenv("OPENAI_AGENTS_DISABLE_TRACING", raising=False)
-    receiver = AgentsExportReceiver()
-    exporter = agents.tracing.default_exporter()  # type: ignore[attr-defined]
-    monkeypatch.setattr(exporter, "endpoint", receiver.url)
-    monkeypatch.setattr(exporter, "_api_key", "sk-export-test")
-    before = tuple(agents.tracing.get_trace_provider()._multi_processor._processors)  # type: ignore[attr-defined]
-    yield
-    agents.tracing.flush_traces()
-    agents.tracing.set_trace_processors(list(before))
-    receiver.close()
-
-
 def _run_case(
     case: Case,
     capture: str,
@@ -730,20 +687,13 @@ def test_nothing_private_leaves_unless_asked_and_secrets_never(
 
 
 def test_violation_details_and_status_never_quote_the_model_even_when_content_is_captured(
-    tracer_provider: TracerProvider, db_path: Path, monkeypatch: pytest.MonkeyPatch
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, make_instrumented: MakeInstrumented
 ) -> None:
     """The answer's words may be in gen_ai.output.messages when captured; never in what the checks write."""
     import openai
 
-    exported = InMemorySpanExporter()
-    instrumentation = tallyspan.instrument(
-        contracts=CONTRACTS,
-        tracer_provider=tracer_provider,
-        store=db_path,
-        capture_content=True,
-        evaluation_events=True,
-        span_processors=[SimpleSpanProcessor(exported)],
-    )
+    made = make_instrumented(contracts=CONTRACTS, capture_content=True, evaluation_events=True)
+    instrumentation, exported = made.instrumentation, made.spans
     long_reasoning = f"{REASONING} the weekly report needs the figures first, then the verdict."
     replies = [
         ScriptedReply(text=VIOLATING_ANSWER, reasoning=REASONING),

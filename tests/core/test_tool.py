@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -12,6 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
@@ -23,14 +26,26 @@ class _BoomError(Exception):
 
 
 @pytest.fixture
-def raw_spans(tracer_provider: TracerProvider) -> InMemorySpanExporter:
+def instrument_raw(
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, make_instrumented: MakeInstrumented
+) -> Callable[..., InMemorySpanExporter]:
+    """Call it (with ``instrument()`` keywords) to instrument with no library and no store; returns the
+    exporter of the spans as our decorators made them (straight from the provider, before our chain)."""
+    tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporter))
+
+    def instrument(**arguments: Any) -> InMemorySpanExporter:
+        make_instrumented(
+            store=None, instrumentors=(), adopt_processors=False, span_processors=(), **arguments
+        )
+        return span_exporter
+
+    return instrument
+
+
+@pytest.fixture
+def raw_spans(instrument_raw: Callable[..., InMemorySpanExporter]) -> InMemorySpanExporter:
     """Spans as our decorators made them (straight from the provider, before our chain)."""
-    exporter = InMemorySpanExporter()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tallyspan.instrument(
-        tracer_provider=tracer_provider, store=None, instrumentors=(), adopt_processors=False
-    )
-    return exporter
+    return instrument_raw()
 
 
 def _only(exporter: InMemorySpanExporter) -> ReadableSpan:
@@ -157,16 +172,10 @@ def test_tool_span_is_current_inside_the_tool(raw_spans: InMemorySpanExporter) -
     assert seen == [format(_only(raw_spans).context.span_id, "016x")]
 
 
-def test_content_is_on_the_span_only_when_captured(tracer_provider: TracerProvider) -> None:
-    exporter = InMemorySpanExporter()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tallyspan.instrument(
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=(),
-        capture_content=True,
-        adopt_processors=False,
-    )
+def test_content_is_on_the_span_only_when_captured(
+    instrument_raw: Callable[..., InMemorySpanExporter],
+) -> None:
+    exporter = instrument_raw(capture_content=True)
 
     @tallyspan.tool
     def add(a: int, b: int) -> dict[str, int]:
@@ -317,17 +326,9 @@ async def test_cancelled_async_tool_is_failed_and_the_cancellation_passes_throug
 
 
 def test_unserialisable_result_is_captured_as_text_and_returned_unchanged(
-    tracer_provider: TracerProvider,
+    instrument_raw: Callable[..., InMemorySpanExporter],
 ) -> None:
-    exporter = InMemorySpanExporter()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tallyspan.instrument(
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=(),
-        capture_content=True,
-        adopt_processors=False,
-    )
+    exporter = instrument_raw(capture_content=True)
     circular: list[object] = []
     circular.append(circular)
 

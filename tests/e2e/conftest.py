@@ -5,15 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from phoenix_server import PHOENIX_VENV_ENV, Phoenix, phoenix_executable, running_phoenix
+from tests.conftest import skip_or_fail_in_ci
+from tests.e2e.phoenix_server import PHOENIX_VENV_ENV, Phoenix, phoenix_executable, running_phoenix
 
 
 @pytest.fixture(scope="session")
 def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
-    """A running Phoenix on 127.0.0.1 (offline); skips when scripts/install-phoenix.sh has not run."""
+    """A running Phoenix on 127.0.0.1 (offline); skips when scripts/install-phoenix.sh has not run, fails
+    so in CI."""
     executable = phoenix_executable()
     if executable is None:
-        pytest.skip(
+        skip_or_fail_in_ci(
             f"Arize Phoenix is not installed: run scripts/install-phoenix.sh (venv from ${PHOENIX_VENV_ENV}, "
             "default ~/.cache/tallyspan/phoenix-venv)"
         )

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from phoenix_server import PROJECT_RESOURCE_ATTRIBUTE, Phoenix, filter_path
-from violating_agent import (
+from tests.e2e.phoenix_server import PROJECT_RESOURCE_ATTRIBUTE, Phoenix, filter_path
+from tests.e2e.violating_agent import (
     CHAT_SPAN,
     EXPECTED_DISCREPANCIES,
     EXPECTED_VIOLATIONS,

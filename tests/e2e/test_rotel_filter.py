@@ -8,8 +8,6 @@ an instrumented agent exports OTLP/HTTP to it; the ``otlp_receiver`` fixture sta
 from __future__ import annotations
 
 import contextlib
-import gzip
-import io
 import os
 import socket
 import subprocess
@@ -23,7 +21,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
-from violating_agent import (
+from tests.e2e.violating_agent import (
     CHAT_SPAN,
     EXPECTED_DISCREPANCIES,
     EXPECTED_VIOLATIONS,
@@ -66,23 +64,6 @@ def _env_file() -> dict[str, str]:
             key, _, value = line.strip().partition("=")
             settings[key] = value
     return settings
-
-
-def _accept_gzip(receiver: Any) -> None:
-    """Let the shared receiver take gzip bodies: Rotel always compresses OTLP/HTTP, as the spec allows."""
-    handler = receiver._server.RequestHandlerClass
-
-    class GzipAwareHandler(handler):  # type: ignore[misc, valid-type]
-        def parse_request(self) -> bool:
-            parsed: bool = super().parse_request()
-            if parsed and self.headers.get("Content-Encoding") == "gzip":
-                body = gzip.decompress(self.rfile.read(int(self.headers["Content-Length"])))
-                self.rfile = io.BytesIO(body)
-                del self.headers["Content-Length"]
-                self.headers["Content-Length"] = str(len(body))
-            return parsed
-
-    receiver._server.RequestHandlerClass = GzipAwareHandler
 
 
 @contextlib.contextmanager
@@ -153,7 +134,6 @@ def _wait_for(receiver: Any, count: int) -> list[Any]:
 
 
 def test_rotel_forwards_only_violating_spans_of_a_real_agent_run(otlp_receiver: Any, tmp_path: Path) -> None:
-    _accept_gzip(otlp_receiver)
     with _rotel(otlp_receiver.endpoint, tmp_path) as rotel_url:
         exporter = OTLPSpanExporter(endpoint=f"{rotel_url}/v1/traces", timeout=5)
         run_weekly_agent([SimpleSpanProcessor(exporter)])
@@ -182,7 +162,6 @@ def test_rotel_forwards_only_violating_spans_of_a_real_agent_run(otlp_receiver: 
 def test_rotel_keeps_error_and_violation_event_spans_of_other_sdks_and_drops_clean_ones(
     otlp_receiver: Any, tmp_path: Path
 ) -> None:
-    _accept_gzip(otlp_receiver)
     with _rotel(otlp_receiver.endpoint, tmp_path) as rotel_url:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{rotel_url}/v1/traces")))

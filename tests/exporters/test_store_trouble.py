@@ -18,6 +18,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.conftest import MakeInstrumented
 from tests.forking import run_forked
 
 import tallyspan
@@ -139,16 +140,14 @@ def test_a_read_only_folder_fails_every_export_without_raising() -> None:
 
 
 def test_a_store_that_cannot_be_opened_never_reaches_the_app_through_the_chain(
-    tmp_path: Path, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+    tmp_path: Path,
+    tracer_provider: TracerProvider,
+    span_exporter: InMemorySpanExporter,
+    make_instrumented: MakeInstrumented,
 ) -> None:
     folder = tmp_path / "a-folder"
     folder.mkdir()
-    instrumentation = tallyspan.instrument(
-        tracer_provider=tracer_provider,
-        store=folder,
-        instrumentors=[],
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
+    instrumentation = make_instrumented(store=folder, instrumentors=[]).instrumentation
     tracer = tracer_provider.get_tracer("app")
     for index in range(40):
         with tracer.start_as_current_span(f"request-{index}"):
@@ -217,14 +216,13 @@ def test_the_app_goes_on_under_a_held_lock_and_the_chain_catches_up_when_it_is_r
     tracer_provider: TracerProvider,
     span_exporter: InMemorySpanExporter,
     lock_holder: sqlite3.Connection,
+    make_instrumented: MakeInstrumented,
 ) -> None:
     store = BatchSpanProcessor(SQLiteSpanExporter(db_path, busy_timeout_millis=BUSY_MS))
-    instrumentation = tallyspan.instrument(
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=[],
-        span_processors=[SimpleSpanProcessor(span_exporter), store],
-    )
+    processors = [SimpleSpanProcessor(span_exporter), store]
+    instrumentation = make_instrumented(
+        store=None, instrumentors=[], span_processors=processors
+    ).instrumentation
     tracer = tracer_provider.get_tracer("app")
     lock_holder.execute("BEGIN EXCLUSIVE")
     for index in range(2000):

@@ -1,22 +1,30 @@
-"""Fixtures for instrumentor tests: the shipped OpenAI-compatible server and real clients.
+"""Fixtures for instrumentor tests: our instrumentors alone, the shipped OpenAI-compatible server and
+real clients.
 
-``openai_spans`` instruments OpenAI directly on the private provider (content off); use
-``instrument_openai(capture_content=True)`` for the capturing variant. Spans are read from
-``span_exporter`` through a SimpleSpanProcessor, so they are there as soon as the span ends.
+``instrument_libraries(SomeInstrumentor, capture_content=...)`` instruments on the private provider with
+no chain behind it; ``openai_spans`` is OpenAI so instrumented (content off), and
+``instrument_openai(capture_content=True)`` the capturing variant. Spans are read from ``span_exporter``
+through a SimpleSpanProcessor, so they are there as soon as the span ends.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import openai
 import pytest
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from tallyspan._content import ContentBuffer, content_buffer
 from tallyspan.testing import OpenAICompatibleServer
 from tallyspan_instrumentors.openai import OpenAIInstrumentor
+
+InstrumentLibraries = Callable[..., InMemorySpanExporter]
 
 #: The key the tests' clients send; it must never show up in a span.
 API_KEY = "sk-test-tallyspan-SECRET-0123456789"
@@ -50,22 +58,45 @@ async def async_client(openai_server: OpenAICompatibleServer) -> AsyncIterator[o
 
 
 @pytest.fixture
-def instrument_openai(
+def instrument_libraries(
     tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
-) -> Iterator[Callable[..., InMemorySpanExporter]]:
-    """Call it to instrument OpenAI on the private provider; uninstrumented after the test."""
+) -> Iterator[InstrumentLibraries]:
+    """Call it with instrumentor classes and their ``instrument()`` keywords (``tracer_provider`` defaults
+    to the private one) to run them alone, before any chain; returns ``span_exporter``, which gets their
+    spans as they end. Uninstrumented after the test, last first."""
     tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporter))
-    instrumentor = OpenAIInstrumentor()
+    used: list[BaseInstrumentor] = []
 
-    def instrument(*, capture_content: bool = False) -> InMemorySpanExporter:
-        instrumentor.instrument(tracer_provider=tracer_provider, capture_content=capture_content)
+    def instrument(*kinds: type[BaseInstrumentor], **options: Any) -> InMemorySpanExporter:
+        options.setdefault("tracer_provider", tracer_provider)
+        for kind in kinds:
+            instrumentor = kind()
+            instrumentor.instrument(**options)
+            if instrumentor not in used:  # instrumentors are singletons: instrumenting again is a no-op
+                used.append(instrumentor)
         return span_exporter
 
     yield instrument
-    instrumentor.uninstrument()
+    for instrumentor in reversed(used):
+        instrumentor.uninstrument()
 
 
 @pytest.fixture
-def openai_spans(instrument_openai: Callable[..., InMemorySpanExporter]) -> InMemorySpanExporter:
+def instrument_openai(instrument_libraries: InstrumentLibraries) -> InstrumentLibraries:
+    """Call it to instrument OpenAI on the private provider (content off unless ``capture_content=True``)."""
+    return functools.partial(instrument_libraries, OpenAIInstrumentor, capture_content=False)
+
+
+@pytest.fixture
+def openai_spans(instrument_openai: InstrumentLibraries) -> InMemorySpanExporter:
     """OpenAI instrumented with content capture off; the exporter receiving its spans."""
     return instrument_openai()
+
+
+@pytest.fixture
+def consumed_buffer() -> Iterator[ContentBuffer]:
+    """The ContentBuffer with a consumer registered, as when the checks processor runs."""
+    buffer = content_buffer()
+    buffer.add_consumer()
+    yield buffer
+    buffer.remove_consumer()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import subprocess
@@ -14,9 +15,9 @@ import anthropic
 import pytest
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
@@ -50,32 +51,15 @@ async def async_client(server: AnthropicServer) -> AsyncIterator[anthropic.Async
 
 @pytest.fixture
 def instrument_anthropic(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
-) -> Iterator[Callable[..., InMemorySpanExporter]]:
-    """Call it to instrument Anthropic on the private provider; uninstrumented after the test."""
-    tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporter))
-    instrumentor = AnthropicInstrumentor()
-
-    def instrument(*, capture_content: bool = False) -> InMemorySpanExporter:
-        instrumentor.instrument(tracer_provider=tracer_provider, capture_content=capture_content)
-        return span_exporter
-
-    yield instrument
-    instrumentor.uninstrument()
+    instrument_libraries: Callable[..., InMemorySpanExporter],
+) -> Callable[..., InMemorySpanExporter]:
+    """Call it to instrument Anthropic on the private provider (content off unless ``capture_content=True``)."""
+    return functools.partial(instrument_libraries, AnthropicInstrumentor, capture_content=False)
 
 
 @pytest.fixture
 def spans(instrument_anthropic: Callable[..., InMemorySpanExporter]) -> InMemorySpanExporter:
     return instrument_anthropic()
-
-
-@pytest.fixture
-def consumed_buffer() -> Iterator[ContentBuffer]:
-    """The ContentBuffer with a consumer registered, as when the checks processor runs."""
-    buffer = content_buffer()
-    buffer.add_consumer()
-    yield buffer
-    buffer.remove_consumer()
 
 
 def only_span(exporter: InMemorySpanExporter) -> ReadableSpan:
@@ -787,14 +771,9 @@ def run_agent(client: anthropic.Anthropic) -> str:
 
 
 def test_agent_run_is_traced_checked_and_reconciled_end_to_end(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, db_path: object
+    make_instrumented: MakeInstrumented, span_exporter: InMemorySpanExporter
 ) -> None:
-    instrumentation = tallyspan.instrument(
-        contracts=CONTRACTS,
-        tracer_provider=tracer_provider,
-        store=db_path,  # type: ignore[arg-type]
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
+    instrumentation = make_instrumented(contracts=CONTRACTS).instrumentation
     replies = [
         AnthropicReply(tool_calls=[ScriptedToolCall("get_weather", {"city": "東京"}, call_id="toolu_w1")]),
         # Logs the weather call, then sends an e-mail it never logs.

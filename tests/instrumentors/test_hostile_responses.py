@@ -8,6 +8,7 @@ swallowed, counted in ``tallyspan.stats()`` and logged at most once.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import logging
@@ -23,7 +24,6 @@ import openai
 import pytest
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
@@ -161,22 +161,10 @@ _INSTRUMENTORS = (OpenAIInstrumentor, AnthropicInstrumentor, OllamaInstrumentor)
 
 @pytest.fixture
 def instrument(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
-) -> Iterator[Callable[..., InMemorySpanExporter]]:
-    """Call it to instrument the three libraries on ``provider`` (default: the private one)."""
-    tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporter))
-    used: list[Any] = []
-
-    def instrument(provider: TracerProvider | None = None) -> InMemorySpanExporter:
-        for kind in _INSTRUMENTORS:
-            instrumentor = kind()
-            instrumentor.instrument(tracer_provider=provider or tracer_provider)
-            used.append(instrumentor)
-        return span_exporter
-
-    yield instrument
-    for instrumentor in used:
-        instrumentor.uninstrument()
+    instrument_libraries: Callable[..., InMemorySpanExporter],
+) -> Callable[..., InMemorySpanExporter]:
+    """Call it to instrument the three libraries on the private provider."""
+    return functools.partial(instrument_libraries, *_INSTRUMENTORS)
 
 
 @pytest.fixture

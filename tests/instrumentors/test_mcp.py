@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from mcp import Client
@@ -13,7 +13,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
 from opentelemetry.instrumentation.utils import suppress_instrumentation
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
@@ -34,14 +34,9 @@ def _no_swallowed_errors() -> Iterator[None]:
 
 
 @pytest.fixture
-def exporter(tracer_provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
+def exporter(instrument_libraries: Callable[..., InMemorySpanExporter]) -> InMemorySpanExporter:
     """MCP instrumented on a private provider (content not captured)."""
-    memory = InMemorySpanExporter()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(memory))
-    instrumentor = MCPInstrumentor()
-    instrumentor.instrument(tracer_provider=tracer_provider, capture_content=False)
-    yield memory
-    instrumentor.uninstrument()
+    return instrument_libraries(MCPInstrumentor, capture_content=False)
 
 
 def make_server() -> MCPServer:
@@ -99,7 +94,7 @@ async def test_client_span_is_parent_of_server_span_in_one_trace(exporter, mode)
         assert semconv.GEN_AI_TOOL_CALL_ARGUMENTS not in attributes  # content is opt-in
         assert span.status.status_code is StatusCode.UNSET
     assert isinstance(dict(server_span.attributes or {})[semconv.MCP_PROTOCOL_VERSION], str)
-    assert dict(server_span.attributes or {})[semconv.JSONRPC_REQUEST_ID].isdigit()
+    assert dict(server_span.attributes or {})[semconv.JSONRPC_REQUEST_ID].isdigit()  # type: ignore[union-attr]
 
 
 async def test_trace_context_travels_in_params_meta_without_touching_the_callers_meta(exporter):
@@ -122,7 +117,7 @@ async def test_trace_context_travels_in_params_meta_without_touching_the_callers
     server._lowlevel_server.middleware = [Recorder(), *original]
     caller_meta = {"example.com/tenant": "t1"}
     async with Client(server) as client:
-        await client.call_tool("echo_meta", {"text": "hi"}, meta=caller_meta)
+        await client.call_tool("echo_meta", {"text": "hi"}, meta=caller_meta)  # type: ignore[arg-type]
     assert caller_meta == {"example.com/tenant": "t1"}
     client_span = by_kind(tool_spans(exporter), SpanKind.CLIENT)
     assert len(seen) == 1
@@ -253,10 +248,8 @@ async def test_inside_a_framework_tool_span_the_client_enriches_it_instead_of_ad
     assert attributes[semconv.ERROR_TYPE] == "tool_error"
 
 
-async def test_server_side_tool_span_opens_no_books_of_its_own(tracer_provider, span_exporter, db_path):
-    instrumentation = tallyspan.instrument(
-        tracer_provider=tracer_provider, store=db_path, span_processors=[SimpleSpanProcessor(span_exporter)]
-    )
+async def test_server_side_tool_span_opens_no_books_of_its_own(make_instrumented, span_exporter):
+    instrumentation = make_instrumented().instrumentation
     async with Client(make_server()) as client:
         with tallyspan.run("agent"):
             await client.call_tool("add", {"a": 1, "b": 2})

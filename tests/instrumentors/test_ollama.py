@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import subprocess
@@ -13,14 +14,14 @@ from typing import Any
 import ollama
 import pytest
 from opentelemetry.instrumentation.utils import suppress_instrumentation
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._content import ContentBuffer, ModelContent, ToolCallContent, content_buffer
+from tallyspan._content import ContentBuffer, ModelContent, ToolCallContent
 from tallyspan.testing import OllamaReply, OllamaServer, ScriptedToolCall
 from tallyspan_instrumentors.ollama import OllamaInstrumentor
 
@@ -49,32 +50,15 @@ async def async_client(server: OllamaServer) -> AsyncIterator[ollama.AsyncClient
 
 @pytest.fixture
 def instrument_ollama(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
-) -> Iterator[Callable[..., InMemorySpanExporter]]:
-    """Call it to instrument Ollama on the private provider; uninstrumented after the test."""
-    tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporter))
-    instrumentor = OllamaInstrumentor()
-
-    def instrument(*, capture_content: bool = False) -> InMemorySpanExporter:
-        instrumentor.instrument(tracer_provider=tracer_provider, capture_content=capture_content)
-        return span_exporter
-
-    yield instrument
-    instrumentor.uninstrument()
+    instrument_libraries: Callable[..., InMemorySpanExporter],
+) -> Callable[..., InMemorySpanExporter]:
+    """Call it to instrument Ollama on the private provider (content off unless ``capture_content=True``)."""
+    return functools.partial(instrument_libraries, OllamaInstrumentor, capture_content=False)
 
 
 @pytest.fixture
 def spans(instrument_ollama: Callable[..., InMemorySpanExporter]) -> InMemorySpanExporter:
     return instrument_ollama()
-
-
-@pytest.fixture
-def consumed_buffer() -> Iterator[ContentBuffer]:
-    """The ContentBuffer with a consumer registered, as when the checks processor runs."""
-    buffer = content_buffer()
-    buffer.add_consumer()
-    yield buffer
-    buffer.remove_consumer()
 
 
 def only_span(exporter: InMemorySpanExporter) -> ReadableSpan:
@@ -505,14 +489,9 @@ def run_agent(client: ollama.Client) -> str:
 
 
 def test_agent_run_is_traced_checked_and_reconciled_end_to_end(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, db_path: object
+    make_instrumented: MakeInstrumented, span_exporter: InMemorySpanExporter
 ) -> None:
-    instrumentation = tallyspan.instrument(
-        contracts=CONTRACTS,
-        tracer_provider=tracer_provider,
-        store=db_path,  # type: ignore[arg-type]
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
+    instrumentation = make_instrumented(contracts=CONTRACTS).instrumentation
     logged = {
         "call_id": "call_1",
         "tool_name": "get_weather",

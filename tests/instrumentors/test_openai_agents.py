@@ -10,10 +10,7 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import agents
@@ -21,10 +18,11 @@ import openai
 import pytest
 from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
 from opentelemetry.instrumentation.utils import suppress_instrumentation
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from tests.conftest import AgentsExportReceiver, MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
@@ -32,37 +30,6 @@ from tallyspan._content import ModelContent, ToolCallContent, ToolContent, conte
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
 from tallyspan_instrumentors.openai import OpenAIInstrumentor
 from tallyspan_instrumentors.openai_agents import OpenAIAgentsInstrumentor
-
-
-class ExportReceiver:
-    """Stands in for the SDK's trace-ingest endpoint on 127.0.0.1 and keeps what it is sent."""
-
-    def __init__(self) -> None:
-        receiver = self
-        self.items: list[dict[str, Any]] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                receiver.items.extend(json.loads(body).get("data", []))
-                self.send_response(200)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1/traces/ingest"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 def sdk_processors() -> tuple[Any, ...]:
@@ -77,29 +44,15 @@ def _no_swallowed_errors() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def sdk_export(monkeypatch: pytest.MonkeyPatch) -> Iterator[ExportReceiver]:
+def sdk_export(agents_export: AgentsExportReceiver) -> AgentsExportReceiver:
     """The SDK's default export, kept on, sent to a local receiver; the processor list restored after."""
-    monkeypatch.delenv("OPENAI_AGENTS_DISABLE_TRACING", raising=False)
-    receiver = ExportReceiver()
-    exporter = agents.tracing.default_exporter()
-    monkeypatch.setattr(exporter, "endpoint", receiver.url)
-    monkeypatch.setattr(exporter, "_api_key", "sk-export-test")
-    before = sdk_processors()
-    yield receiver
-    agents.tracing.flush_traces()
-    agents.tracing.set_trace_processors(list(before))
-    receiver.close()
+    return agents_export
 
 
 @pytest.fixture
-def agent_spans(tracer_provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
+def agent_spans(instrument_libraries: Callable[..., InMemorySpanExporter]) -> InMemorySpanExporter:
     """The Agents SDK instrumented alone (the OpenAI client is not) on the private provider."""
-    memory = InMemorySpanExporter()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(memory))
-    instrumentor = OpenAIAgentsInstrumentor()
-    instrumentor.instrument(tracer_provider=tracer_provider, capture_content=False)
-    yield memory
-    instrumentor.uninstrument()
+    return instrument_libraries(OpenAIAgentsInstrumentor, capture_content=False)
 
 
 @function_tool
@@ -563,15 +516,8 @@ CONTRACTS = {"weekly_report": {"language": "ja", "min_chars": 10}}
 
 
 @pytest.fixture
-def full_chain(tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, db_path: Path):
-    instrumentation = tallyspan.instrument(
-        contracts=CONTRACTS,
-        tracer_provider=tracer_provider,
-        store=db_path,
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
-    yield instrumentation
-    tallyspan.uninstrument()
+def full_chain(make_instrumented: MakeInstrumented) -> tallyspan.Instrumentation:
+    return make_instrumented(contracts=CONTRACTS).instrumentation
 
 
 async def test_end_to_end_unlogged_call_and_bad_deliverable_are_caught(full_chain, span_exporter):

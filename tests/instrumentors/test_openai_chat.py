@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -26,15 +26,6 @@ def only_span(exporter: InMemorySpanExporter) -> ReadableSpan:
     spans = exporter.get_finished_spans()
     assert len(spans) == 1, [span.name for span in spans]
     return spans[0]
-
-
-@pytest.fixture
-def consumed_buffer() -> Iterator[ContentBuffer]:
-    """The ContentBuffer with a consumer registered, as when the checks processor runs."""
-    buffer = content_buffer()
-    buffer.add_consumer()
-    yield buffer
-    buffer.remove_consumer()
 
 
 def test_chat_completion_span_has_exact_gen_ai_attributes(

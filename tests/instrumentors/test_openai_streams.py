@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -14,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from tallyspan import semconv
-from tallyspan._content import ContentBuffer, ModelContent, ToolCallContent, content_buffer
+from tallyspan._content import ContentBuffer, ModelContent, ToolCallContent
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
 
 USER: Any = [{"role": "user", "content": "Summarise the week."}]
@@ -26,14 +25,6 @@ def only_span(exporter: InMemorySpanExporter) -> ReadableSpan:
     spans = exporter.get_finished_spans()
     assert len(spans) == 1, [span.name for span in spans]
     return spans[0]
-
-
-@pytest.fixture
-def consumed_buffer() -> Iterator[ContentBuffer]:
-    buffer = content_buffer()
-    buffer.add_consumer()
-    yield buffer
-    buffer.remove_consumer()
 
 
 def _create_stream(client: openai.OpenAI, **extra: Any) -> Any:

@@ -15,9 +15,9 @@ from typing import Any
 import openai
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
@@ -43,18 +43,9 @@ USER: Any = [{"role": "user", "content": "今週の報告を書いてくださ�
 
 
 @pytest.fixture
-def chain(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
-) -> Iterator[tallyspan.Instrumentation]:
+def chain(make_instrumented: MakeInstrumented) -> tallyspan.Instrumentation:
     """``instrument()`` with our OpenAI instrumentor and the contracts; content capture off."""
-    instrumentation = tallyspan.instrument(
-        contracts=CONTRACTS,
-        tracer_provider=tracer_provider,
-        store=None,
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
-    yield instrumentation
-    tallyspan.uninstrument()
+    return make_instrumented(contracts=CONTRACTS, store=None).instrumentation
 
 
 def _model_span(chain: tallyspan.Instrumentation, exporter: InMemorySpanExporter) -> ReadableSpan:
@@ -223,7 +214,7 @@ def test_work_that_waited_too_long_is_scheduler_starvation(
 
 @pytest.fixture
 def official_openai(
-    monkeypatch: pytest.MonkeyPatch, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+    monkeypatch: pytest.MonkeyPatch, tracer_provider: TracerProvider, make_instrumented: MakeInstrumented
 ) -> Iterator[tallyspan.Instrumentation]:
     """The official OpenTelemetry OpenAI instrumentation (content on spans) under our chain, ours off."""
     openai_v2 = pytest.importorskip("opentelemetry.instrumentation.openai_v2")
@@ -233,22 +224,16 @@ def official_openai(
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
     # The opt-in is read once per process; re-read it now, and again after the test without it.
     stability._initialized = False
-    stability._initialize()
-    instrumentation = tallyspan.instrument(
-        contracts=CONTRACTS,
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=[],
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
+    stability._initialize()  # type: ignore[no-untyped-call]
+    instrumentation = make_instrumented(contracts=CONTRACTS, store=None, instrumentors=[]).instrumentation
     instrumentor = openai_v2.OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=tracer_provider)
     yield instrumentation
     instrumentor.uninstrument()
-    tallyspan.uninstrument()
+    tallyspan.uninstrument()  # before the opt-in is reset, not at make_instrumented's teardown
     monkeypatch.delenv("OTEL_SEMCONV_STABILITY_OPT_IN")
     stability._initialized = False
-    stability._initialize()
+    stability._initialize()  # type: ignore[no-untyped-call]
 
 
 def test_spans_of_the_official_openai_instrumentation_are_checked_from_captured_content(

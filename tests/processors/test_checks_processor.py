@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
+from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
@@ -102,7 +103,7 @@ def pipeline() -> Iterator[Pipeline]:
 def test_a_violating_span_is_forwarded_enriched(pipeline: Pipeline) -> None:
     span = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages("Here is the report.")}))
     attributes = dict(span.attributes or {})
-    assert tuple(attributes[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese")
+    assert tuple(attributes[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese")  # type: ignore[arg-type]
     assert attributes[semconv.VIOLATION_COUNT] == 2
     assert attributes[semconv.FAILURE_CLASS] == "contract_violation"
     assert attributes[semconv.VIOLATED] is True
@@ -141,7 +142,7 @@ def test_content_comes_from_the_buffer_first_and_is_removed(pipeline: Pipeline) 
         content=ModelContent(output_text="I'm sorry, but I can't help with that."),
     )
     assert span.attributes is not None
-    assert tuple(span.attributes[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese", "refusal")
+    assert tuple(span.attributes[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese", "refusal")  # type: ignore[arg-type]
     assert len(content_buffer()) == 0
 
 
@@ -169,7 +170,7 @@ def test_the_default_contract_applies_to_spans_without_a_stage() -> None:
         )
         assert span.attributes is not None
         assert span.attributes[semconv.CONTRACT] == "default"
-        assert tuple(span.attributes[semconv.VIOLATION_TYPES]) == ("not_japanese",)
+        assert tuple(span.attributes[semconv.VIOLATION_TYPES]) == ("not_japanese",)  # type: ignore[arg-type]
 
 
 def test_match_rules_bind_by_agent_name_and_model() -> None:
@@ -189,7 +190,7 @@ def test_match_rules_bind_by_agent_name_and_model() -> None:
         span = pipeline.span(attributes)
         assert span.attributes is not None
         assert span.attributes[semconv.CONTRACT] == "strict"
-        assert tuple(span.attributes[semconv.VIOLATION_TYPES]) == ("too_short",)
+        assert tuple(span.attributes[semconv.VIOLATION_TYPES]) == ("too_short",)  # type: ignore[arg-type]
         other = pipeline.span({**attributes, semconv.GEN_AI_AGENT_NAME: "reader"})
         assert semconv.CONTRACT not in (other.attributes or {})
 
@@ -244,7 +245,7 @@ def test_openllmetry_and_openinference_content_is_read(pipeline: Pipeline) -> No
             }
         )
     )
-    assert tuple((openllmetry.attributes or {})[semconv.VIOLATION_TYPES]) == (
+    assert tuple((openllmetry.attributes or {})[semconv.VIOLATION_TYPES]) == (  # type: ignore[arg-type]
         "missing_required",
         "not_japanese",
     )
@@ -255,7 +256,7 @@ def test_openllmetry_and_openinference_content_is_read(pipeline: Pipeline) -> No
             }
         )
     )
-    assert tuple((openinference.attributes or {})[semconv.VIOLATION_TYPES]) == (
+    assert tuple((openinference.attributes or {})[semconv.VIOLATION_TYPES]) == (  # type: ignore[arg-type]
         "missing_required",
         "not_japanese",
     )
@@ -267,26 +268,26 @@ def test_openllmetry_and_openinference_content_is_read(pipeline: Pipeline) -> No
 
 def test_malformed_captured_content_runs_only_the_non_text_checks(pipeline: Pipeline) -> None:
     span = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: "{not json"}), duration_s=6.0)
-    assert tuple((span.attributes or {})[semconv.VIOLATION_TYPES]) == ("timeout",)
+    assert tuple((span.attributes or {})[semconv.VIOLATION_TYPES]) == ("timeout",)  # type: ignore[arg-type]
     assert tallyspan.stats() == {}
 
 
 def test_timeout_and_process_error_come_from_the_span_itself(pipeline: Pipeline) -> None:
     slow = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages(GOOD)}), duration_s=7.5)
-    assert tuple((slow.attributes or {})[semconv.VIOLATION_TYPES]) == ("timeout",)
+    assert tuple((slow.attributes or {})[semconv.VIOLATION_TYPES]) == ("timeout",)  # type: ignore[arg-type]
     assert next(e for e in slow.events).attributes[semconv.VIOLATION_DETAIL] == "took 7.5 s > deadline_s 5"  # type: ignore[index]
     refused = pipeline.span(
         _chat(**{semconv.ERROR_TYPE: "APIConnectionError"}),
         status=Status(StatusCode.ERROR, "Connection error."),
         exception=ConnectionRefusedError(111, "Connection refused"),
     )
-    assert tuple((refused.attributes or {})[semconv.VIOLATION_TYPES]) == ("process_error",)
+    assert tuple((refused.attributes or {})[semconv.VIOLATION_TYPES]) == ("process_error",)  # type: ignore[arg-type]
     assert (refused.attributes or {})[semconv.FAILURE_CLASS] == "process_error"
     assert refused.status.description == "Connection error."  # the instrumentor's own status is kept
     timed_out = pipeline.span(
         _chat(**{semconv.ERROR_TYPE: "APITimeoutError"}), status=Status(StatusCode.ERROR)
     )
-    assert tuple((timed_out.attributes or {})[semconv.VIOLATION_TYPES]) == ("timeout",)
+    assert tuple((timed_out.attributes or {})[semconv.VIOLATION_TYPES]) == ("timeout",)  # type: ignore[arg-type]
     bad_request = pipeline.span(_chat(**{semconv.ERROR_TYPE: "400"}), status=Status(StatusCode.ERROR))
     assert semconv.VIOLATION_TYPES not in (bad_request.attributes or {})
 
@@ -295,7 +296,7 @@ def test_scheduler_starvation_compares_enqueued_at_with_the_span_start(pipeline:
     start = time.time_ns()
     attributes = _chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages(GOOD)})
     starved = pipeline.span({**attributes, semconv.ENQUEUED_AT: start / 1e9 - 300}, start_ns=start)
-    assert tuple((starved.attributes or {})[semconv.VIOLATION_TYPES]) == ("scheduler_starvation",)
+    assert tuple((starved.attributes or {})[semconv.VIOLATION_TYPES]) == ("scheduler_starvation",)  # type: ignore[arg-type]
     assert (starved.attributes or {})[semconv.FAILURE_CLASS] == "scheduler_starvation"
     prompt = pipeline.span({**attributes, semconv.ENQUEUED_AT: start / 1e9 - 30}, start_ns=start)
     assert semconv.VIOLATION_TYPES not in (prompt.attributes or {})
@@ -321,7 +322,7 @@ def test_an_answer_to_a_concurrent_calls_prompt_is_caught(pipeline: Pipeline) ->
         ),
         start_ns=start + 500_000_000,
     )
-    assert tuple((swapped.attributes or {})[semconv.VIOLATION_TYPES]) == ("answer_to_other_question",)
+    assert tuple((swapped.attributes or {})[semconv.VIOLATION_TYPES]) == ("answer_to_other_question",)  # type: ignore[arg-type]
 
 
 def test_the_buffer_consumer_is_released_at_shutdown() -> None:
@@ -379,15 +380,9 @@ def test_checks_component_without_contracts_forwards_untouched() -> None:
 
 
 def test_instrument_wires_the_checks_into_the_chain_and_empties_the_buffer(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, make_instrumented: MakeInstrumented
 ) -> None:
-    instrumentation = tallyspan.instrument(
-        contracts=CONTRACTS,
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=[],
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
+    instrumentation = make_instrumented(contracts=CONTRACTS, store=None, instrumentors=[]).instrumentation
     assert "checks" in instrumentation.components
     tracer = tracer_provider.get_tracer("test")
     with tallyspan.stage("report"):
@@ -396,5 +391,5 @@ def test_instrument_wires_the_checks_into_the_chain_and_empties_the_buffer(
         span.end()
     assert instrumentation.force_flush()
     [finished] = span_exporter.get_finished_spans()
-    assert tuple((finished.attributes or {})[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese")
+    assert tuple((finished.attributes or {})[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese")  # type: ignore[arg-type]
     assert len(content_buffer()) == 0

@@ -11,9 +11,9 @@ from typing import Any
 import openai
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from tests.conftest import MakeInstrumented
 from tests.recording import RecordingLedgerSink
 
 import tallyspan
@@ -107,17 +107,12 @@ def test_one_unlogged_call_unbalances_the_run_span_and_the_otlp_log_records(
     execute_log_calls: bool,
     otlp_receiver: Any,
     monkeypatch: pytest.MonkeyPatch,
-    tracer_provider: TracerProvider,
     span_exporter: InMemorySpanExporter,
     db_path: Path,
+    make_instrumented: MakeInstrumented,
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", f"{otlp_receiver.endpoint}/v1/logs")
-    instrumentation = tallyspan.instrument(
-        tracer_provider=tracer_provider,
-        store=db_path,
-        instrumentors=["tallyspan_openai"],
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
+    instrumentation = make_instrumented(instrumentors=["tallyspan_openai"]).instrumentation
     with (
         OpenAICompatibleServer(replies=SCRIPT) as server,
         openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client,

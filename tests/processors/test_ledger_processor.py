@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
+from tests.conftest import MakeInstrumented
 from tests.recording import RecordingLedgerSink
 
 import tallyspan
@@ -523,15 +524,9 @@ def test_shutdown_releases_the_content_buffer_consumer() -> None:
 
 
 def test_claim_summary_is_recorded_when_content_is_captured(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+    span_exporter: InMemorySpanExporter, make_instrumented: MakeInstrumented
 ) -> None:
-    instrumentation = tallyspan.instrument(
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=(),
-        capture_content=True,
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
+    instrumentation = make_instrumented(store=None, instrumentors=(), capture_content=True).instrumentation
     with tallyspan.run("coder"):
         tallyspan.ledger.claim("c1", "search", "succeeded", summary="looked it up")
     instrumentation.force_flush()

@@ -16,6 +16,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
@@ -128,6 +129,15 @@ def gate() -> Iterator[_Gate]:
     gate.release.set()  # never leave a worker stuck behind a failed test
 
 
+@pytest.fixture
+def gated(
+    make_instrumented: MakeInstrumented, span_exporter: InMemorySpanExporter, gate: _Gate
+) -> tallyspan.Instrumentation:
+    """``instrument()`` with no store nor library, ``span_exporter`` then ``gate`` at the end of the chain."""
+    processors = [SimpleSpanProcessor(span_exporter), gate]
+    return make_instrumented(store=None, instrumentors=[], span_processors=processors).instrumentation
+
+
 def _spans(provider: TracerProvider, count: int, prefix: str = "span") -> None:
     tracer = provider.get_tracer("test")
     for index in range(count):
@@ -185,15 +195,12 @@ def test_a_stuck_app_processor_drops_only_its_own_spans(tracer_provider: TracerP
 
 
 def test_dropped_run_spans_do_not_push_a_live_run_out_of_the_ledger(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, gate: _Gate
+    tracer_provider: TracerProvider,
+    span_exporter: InMemorySpanExporter,
+    gate: _Gate,
+    gated: tallyspan.Instrumentation,
 ) -> None:
     """A run that started before an overflow still gets its own tool calls once the burst is over."""
-    instrumentation = tallyspan.instrument(
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=[],
-        span_processors=[SimpleSpanProcessor(span_exporter), gate],
-    )
     tracer = tracer_provider.get_tracer("test")
     with tallyspan.run("long-agent"):
         tracer.start_span("stuck").end()
@@ -201,7 +208,7 @@ def test_dropped_run_spans_do_not_push_a_live_run_out_of_the_ledger(
         for index in range(70_000):  # more than the ledger can track at once
             tracer.start_span(f"other-{index}", context=Context()).end()
         gate.release.set()
-        assert instrumentation.force_flush()  # the queue has room again for the run's own spans
+        assert gated.force_flush()  # the queue has room again for the run's own spans
         with tracer.start_as_current_span(
             "execute_tool search",
             attributes={
@@ -211,7 +218,7 @@ def test_dropped_run_spans_do_not_push_a_live_run_out_of_the_ledger(
             },
         ):
             pass
-    assert instrumentation.force_flush()
+    assert gated.force_flush()
     (run_span,) = [
         span for span in span_exporter.get_finished_spans() if span.name == "invoke_agent long-agent"
     ]
@@ -340,14 +347,13 @@ def test_a_users_raising_processor_is_logged_once_counted_and_the_others_get_eve
     tracer_provider: TracerProvider,
     span_exporter: InMemorySpanExporter,
     caplog: pytest.LogCaptureFixture,
+    make_instrumented: MakeInstrumented,
 ) -> None:
     raising = _Raising()
-    instrumentation = tallyspan.instrument(
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=[],
-        span_processors=[raising, SimpleSpanProcessor(span_exporter)],
-    )
+    processors = [raising, SimpleSpanProcessor(span_exporter)]
+    instrumentation = make_instrumented(
+        store=None, instrumentors=[], span_processors=processors
+    ).instrumentation
     with caplog.at_level(logging.WARNING):
         _spans(tracer_provider, 200)
         instrumentation.force_flush()
@@ -363,20 +369,17 @@ def test_a_users_raising_processor_is_logged_once_counted_and_the_others_get_eve
 
 
 def test_a_slow_users_processor_delays_but_does_not_starve_the_other_sinks(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, gate: _Gate
+    tracer_provider: TracerProvider,
+    span_exporter: InMemorySpanExporter,
+    gate: _Gate,
+    gated: tallyspan.Instrumentation,
 ) -> None:
     """A user's processor stuck on the worker: every other sink still gets each span the queue held."""
-    instrumentation = tallyspan.instrument(
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=[],
-        span_processors=[SimpleSpanProcessor(span_exporter), gate],
-    )
     _spans(tracer_provider, 1, "first")
     assert gate.entered.wait(10)
     _spans(tracer_provider, 100)
     gate.release.set()
-    assert instrumentation.force_flush()
+    assert gated.force_flush()
     assert len(span_exporter.get_finished_spans()) == 101
     assert len(gate.ended) == 101
 

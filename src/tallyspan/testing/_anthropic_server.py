@@ -21,12 +21,12 @@ Anthropic has.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tallyspan.testing._openai_server import RecordedRequest, ScriptedReply
-from tallyspan.testing._scripted_http import ScriptedServer, _Handler, estimate_tokens, pieces
+from tallyspan.testing._scripted_http import RecordedRequest, ScriptedReply, ScriptedServer
+from tallyspan.testing._wire import arguments_object, estimate_tokens, pieces, reply_model, sse_event
 
 __all__ = ["AnthropicReply", "AnthropicServer"]
 
@@ -59,68 +59,32 @@ class AnthropicReply(ScriptedReply):
     """Streams only: after this many events, send an ``error`` event (overloaded) and end the stream."""
 
 
-class AnthropicServer(ScriptedServer[ScriptedReply]):
+class AnthropicServer(ScriptedServer):
     """A scripted Anthropic Messages API on 127.0.0.1, started by ``with`` or :meth:`start`.
 
-    Args:
-        replies: replies to send, in order; when they run out, ``default_reply`` is sent.
-        handler: instead of a queue, a function choosing the reply for each request.
-        default_reply: the reply once the queue is empty (text ``"ok"``).
+    Takes the arguments of :class:`~tallyspan.testing.OpenAICompatibleServer`; ``base_url``
+    (``http://127.0.0.1:PORT``) is the ``base_url`` for ``anthropic.Anthropic``.
     """
 
     _thread_name = "tallyspan-anthropic-server"
+    _default_reply = AnthropicReply(text="ok")
 
-    def __init__(
-        self,
-        replies: Sequence[ScriptedReply] = (),
-        *,
-        handler: Callable[[RecordedRequest], ScriptedReply] | None = None,
-        default_reply: ScriptedReply | None = None,
-    ) -> None:
-        super().__init__(replies, handler=handler, default_reply=default_reply or AnthropicReply(text="ok"))
+    def _serves(self, route: str) -> bool:
+        return route == "/v1/messages"
 
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:PORT``, the ``base_url`` for ``anthropic.Anthropic``."""
-        return f"http://127.0.0.1:{self.port}"
+    def _headers(self, *, chunked: bool) -> dict[str, str]:
+        return {"request-id": f"req_{self._next_number('request'):024d}"}
 
-    def _answer(self, handler: _Handler, request: RecordedRequest, reply: ScriptedReply) -> None:
-        headers = {"request-id": f"req_{self._next_number('request'):024d}"}
-        path = request.path.split("?", 1)[0].rstrip("/")
-        if reply.raw_body is not None:
-            if request.stream:
-                handler.send_chunked(200, "text/event-stream", [reply.raw_body.encode()], headers=headers)
-            else:
-                handler.send_body(reply.status, reply.raw_body.encode(), "application/json", headers)
-            return
-        if path != "/v1/messages":
-            handler.send_json(404, _error_body(404, f"no route for POST {request.path}"), headers)
-            return
-        if reply.status != 200:
-            handler.send_json(
-                reply.status, _error_body(reply.status, f"scripted error {reply.status}"), headers
-            )
-            return
-        message = _message(self, request, reply)
-        if not request.stream:
-            handler.send_json(200, message, headers)
-            return
-        handler.send_chunked(
-            200,
-            "text/event-stream",
-            (_sse(name, data) for name, data in _events(message, reply)),
-            abort_after=reply.abort_after_chunks,
-            headers=headers,
-        )
+    def _error_body(self, status: int, message: str) -> dict[str, Any]:
+        kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
 
+    def _body(self, request: RecordedRequest, reply: ScriptedReply) -> Any:
+        return _message(self, request, reply)
 
-def _error_body(status: int, message: str) -> dict[str, Any]:
-    kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": message}}
-
-
-def _sse(name: str, data: Mapping[str, Any]) -> bytes:
-    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+    def _events(self, request: RecordedRequest, reply: ScriptedReply) -> Iterable[bytes]:
+        events = _stream_events(_message(self, request, reply), reply)
+        return (sse_event(json.dumps(data, ensure_ascii=False), name) for name, data in events)
 
 
 def _message(server: AnthropicServer, request: RecordedRequest, reply: ScriptedReply) -> dict[str, Any]:
@@ -135,7 +99,7 @@ def _message(server: AnthropicServer, request: RecordedRequest, reply: ScriptedR
                 "type": "tool_use",
                 "id": call.call_id or f"toolu_{server._next_number('tool'):022d}",
                 "name": call.name,
-                "input": _tool_input(call.arguments),
+                "input": arguments_object(call),
             }
         )
     stop_reason = reply.finish_reason or ("tool_use" if reply.tool_calls else "end_turn")
@@ -143,18 +107,12 @@ def _message(server: AnthropicServer, request: RecordedRequest, reply: ScriptedR
         "id": f"msg_{server._next_number('message'):024d}",
         "type": "message",
         "role": "assistant",
-        "model": reply.model if reply.model is not None else str(request.body.get("model", "unknown-model")),
+        "model": reply_model(request, reply),
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": getattr(reply, "stop_sequence", None),
         "usage": _usage(request, reply, content),
     }
-
-
-def _tool_input(arguments: str | Mapping[str, Any]) -> Any:
-    if isinstance(arguments, str):
-        return json.loads(arguments) if arguments.strip() else {}
-    return dict(arguments)
 
 
 def _usage(request: RecordedRequest, reply: ScriptedReply, content: list[dict[str, Any]]) -> dict[str, Any]:
@@ -180,7 +138,7 @@ def _usage(request: RecordedRequest, reply: ScriptedReply, content: list[dict[st
     return usage
 
 
-def _events(message: Mapping[str, Any], reply: ScriptedReply) -> Iterator[tuple[str, dict[str, Any]]]:
+def _stream_events(message: Mapping[str, Any], reply: ScriptedReply) -> Iterator[tuple[str, dict[str, Any]]]:
     """The stream of ``message``, as the API sends it; an error event cuts it where the reply says."""
     error_after = getattr(reply, "stream_error_after", None)
     for sent, event in enumerate(_message_events(message)):

@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tallyspan.testing._openai_server import RecordedRequest, ScriptedReply
-from tallyspan.testing._scripted_http import ScriptedServer, _Handler, estimate_tokens, pieces
+from tallyspan.testing._scripted_http import RecordedRequest, ScriptedReply, ScriptedServer
+from tallyspan.testing._wire import arguments_object, estimate_tokens, pieces, reply_model
 
 __all__ = ["OllamaReply", "OllamaServer"]
-
-_NDJSON = "application/x-ndjson"
 
 
 @dataclass(frozen=True)
@@ -45,65 +43,36 @@ class OllamaReply(ScriptedReply):
     error_message: str = "scripted error"
 
 
-class OllamaServer(ScriptedServer[ScriptedReply]):
+class OllamaServer(ScriptedServer):
     """A scripted Ollama server on 127.0.0.1, started by ``with`` or :meth:`start`.
 
-    Args:
-        replies: replies to send, in order; when they run out, ``default_reply`` is sent.
-        handler: instead of a queue, a function choosing the reply for each request.
-        default_reply: the reply once the queue is empty (text ``"ok"``).
+    Takes the arguments of :class:`~tallyspan.testing.OpenAICompatibleServer`; ``base_url``
+    (``http://127.0.0.1:PORT``) is the ``host`` for ``ollama.Client``.
     """
 
     _thread_name = "tallyspan-ollama-server"
+    _stream_type = "application/x-ndjson"
+    _default_reply = OllamaReply(text="ok")
 
-    def __init__(
-        self,
-        replies: Sequence[ScriptedReply] = (),
-        *,
-        handler: Callable[[RecordedRequest], ScriptedReply] | None = None,
-        default_reply: ScriptedReply | None = None,
-    ) -> None:
-        super().__init__(replies, handler=handler, default_reply=default_reply or OllamaReply(text="ok"))
+    def _serves(self, route: str) -> bool:
+        return route in ("/api/chat", "/api/generate")
 
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:PORT``, the ``host`` for ``ollama.Client``."""
-        return f"http://127.0.0.1:{self.port}"
+    def _streams(self, request: RecordedRequest) -> bool:
+        return request.body.get("stream", True) is not False  # Ollama streams unless told not to
 
-    def _answer(self, handler: _Handler, request: RecordedRequest, reply: ScriptedReply) -> None:
-        path = request.path.split("?", 1)[0].rstrip("/")
-        streaming = request.body.get("stream", True) is not False  # Ollama streams unless told not to
-        if reply.raw_body is not None:
-            if streaming:
-                handler.send_chunked(200, _NDJSON, [reply.raw_body.encode()])
-            else:
-                handler.send_body(reply.status, reply.raw_body.encode(), "application/json")
-            return
-        if path not in ("/api/chat", "/api/generate"):
-            handler.send_json(404, {"error": f"no route for POST {request.path}"})
-            return
-        if reply.status != 200:
-            message = getattr(reply, "error_message", "scripted error")
-            handler.send_json(reply.status, {"error": f"{message} {reply.status}"})
-            return
-        parts = _chat_parts(request, reply) if path == "/api/chat" else _generate_parts(request, reply)
-        if not streaming:
-            handler.send_json(200, _merged(parts, chat=path == "/api/chat"))
-            return
-        handler.send_chunked(
-            200,
-            _NDJSON,
-            (json.dumps(part, ensure_ascii=False).encode() + b"\n" for part in _with_error(parts, reply)),
-            abort_after=reply.abort_after_chunks,
-        )
+    def _error_message(self, reply: ScriptedReply) -> str:
+        return f"{getattr(reply, 'error_message', 'scripted error')} {reply.status}"
+
+    def _body(self, request: RecordedRequest, reply: ScriptedReply) -> Any:
+        return _merged(_parts(request, reply), chat=request.route == "/api/chat")
+
+    def _events(self, request: RecordedRequest, reply: ScriptedReply) -> Iterable[bytes]:
+        parts = _with_error(_parts(request, reply), reply)
+        return (json.dumps(part, ensure_ascii=False).encode() + b"\n" for part in parts)
 
 
 def _created_at() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-
-
-def _model(request: RecordedRequest, reply: ScriptedReply) -> str:
-    return reply.model if reply.model is not None else str(request.body.get("model", "unknown-model"))
 
 
 def _final_fields(request: RecordedRequest, reply: ScriptedReply, prompt: Any) -> dict[str, Any]:
@@ -129,16 +98,20 @@ def _final_fields(request: RecordedRequest, reply: ScriptedReply, prompt: Any) -
 def _tool_calls(reply: ScriptedReply) -> list[dict[str, Any]]:
     calls = []
     for index, call in enumerate(reply.tool_calls):
-        arguments = json.loads(call.arguments_text) if call.arguments_text.strip() else {}
-        entry: dict[str, Any] = {"function": {"index": index, "name": call.name, "arguments": arguments}}
+        function = {"index": index, "name": call.name, "arguments": arguments_object(call)}
+        entry: dict[str, Any] = {"function": function}
         if call.call_id is not None:
             entry["id"] = call.call_id
         calls.append(entry)
     return calls
 
 
+def _parts(request: RecordedRequest, reply: ScriptedReply) -> list[dict[str, Any]]:
+    return _chat_parts(request, reply) if request.route == "/api/chat" else _generate_parts(request, reply)
+
+
 def _chat_parts(request: RecordedRequest, reply: ScriptedReply) -> list[dict[str, Any]]:
-    head = {"model": _model(request, reply), "created_at": _created_at()}
+    head = {"model": reply_model(request, reply), "created_at": _created_at()}
     parts: list[dict[str, Any]] = []
     for piece in pieces(reply.reasoning):
         parts.append(
@@ -155,7 +128,7 @@ def _chat_parts(request: RecordedRequest, reply: ScriptedReply) -> list[dict[str
 
 
 def _generate_parts(request: RecordedRequest, reply: ScriptedReply) -> list[dict[str, Any]]:
-    head = {"model": _model(request, reply), "created_at": _created_at()}
+    head = {"model": reply_model(request, reply), "created_at": _created_at()}
     parts: list[dict[str, Any]] = []
     for piece in pieces(reply.reasoning):
         parts.append({**head, "response": "", "thinking": piece, "done": False})

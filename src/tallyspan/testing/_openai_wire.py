@@ -12,13 +12,12 @@ import json
 import struct
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-if TYPE_CHECKING:
-    from tallyspan.testing._openai_server import RecordedRequest, ScriptedReply
+from tallyspan.testing._scripted_http import RecordedRequest, ScriptedReply, ScriptedServer
+from tallyspan.testing._wire import estimate_tokens, pieces, reply_model
 
 __all__ = [
-    "Numbering",
     "chat_body",
     "chat_events",
     "embeddings_body",
@@ -28,23 +27,10 @@ __all__ = [
     "responses_events",
 ]
 
-_STREAM_PIECE_CHARS = 12
-"""Text is streamed in pieces of about this many characters, so clients see several deltas."""
-
-
-class Numbering(Protocol):
-    """Hands out ids (``chatcmpl-N``, ``resp_N``, ``call_N``), numbered per server."""
-
-    def _next_number(self, kind: str) -> int: ...
-
 
 def error_body(status: int, message: str) -> dict[str, Any]:
     kind = "invalid_request_error" if 400 <= status < 500 else "server_error"
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
-
-
-def _estimate_tokens(text: str) -> int:
-    return max(1, (len(text) + 3) // 4)
 
 
 def _prompt_text(body: Mapping[str, Any]) -> str:
@@ -59,16 +45,12 @@ def _prompt_text(body: Mapping[str, Any]) -> str:
 def _usage_numbers(request: RecordedRequest, reply: ScriptedReply) -> tuple[int, int]:
     prompt = reply.prompt_tokens
     if prompt is None:
-        prompt = _estimate_tokens(_prompt_text(request.body))
+        prompt = estimate_tokens(_prompt_text(request.body))
     completion = reply.completion_tokens
     if completion is None:
         arguments = "".join(call.arguments_text for call in reply.tool_calls)
-        completion = _estimate_tokens(reply.text + reply.reasoning + arguments) + reply.reasoning_tokens
+        completion = estimate_tokens(reply.text + reply.reasoning + arguments) + reply.reasoning_tokens
     return prompt, completion
-
-
-def _model(request: RecordedRequest, reply: ScriptedReply) -> str:
-    return reply.model if reply.model is not None else str(request.body.get("model", "unknown-model"))
 
 
 def _finish_reason(reply: ScriptedReply) -> str:
@@ -77,12 +59,8 @@ def _finish_reason(reply: ScriptedReply) -> str:
     return "tool_calls" if reply.tool_calls else "stop"
 
 
-def _call_ids(owner: Numbering, reply: ScriptedReply) -> list[str]:
+def _call_ids(owner: ScriptedServer, reply: ScriptedReply) -> list[str]:
     return [call.call_id or f"call_{owner._next_number('call')}" for call in reply.tool_calls]
-
-
-def _pieces(text: str) -> list[str]:
-    return [text[i : i + _STREAM_PIECE_CHARS] for i in range(0, len(text), _STREAM_PIECE_CHARS)]
 
 
 def _chat_usage(request: RecordedRequest, reply: ScriptedReply) -> dict[str, Any]:
@@ -96,7 +74,7 @@ def _chat_usage(request: RecordedRequest, reply: ScriptedReply) -> dict[str, Any
     }
 
 
-def chat_body(owner: Numbering, request: RecordedRequest, reply: ScriptedReply) -> dict[str, Any]:
+def chat_body(owner: ScriptedServer, request: RecordedRequest, reply: ScriptedReply) -> dict[str, Any]:
     choice_count = request.body.get("n") or 1
     choices = []
     for index in range(int(choice_count)):
@@ -119,7 +97,7 @@ def chat_body(owner: Numbering, request: RecordedRequest, reply: ScriptedReply) 
         "id": f"chatcmpl-{owner._next_number('chat')}",
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": _model(request, reply),
+        "model": reply_model(request, reply),
         "system_fingerprint": "fp_tallyspan",
         "service_tier": "default",
         "choices": choices,
@@ -127,10 +105,10 @@ def chat_body(owner: Numbering, request: RecordedRequest, reply: ScriptedReply) 
     }
 
 
-def chat_events(owner: Numbering, request: RecordedRequest, reply: ScriptedReply) -> Iterator[str]:
+def chat_events(owner: ScriptedServer, request: RecordedRequest, reply: ScriptedReply) -> Iterator[str]:
     completion_id = f"chatcmpl-{owner._next_number('chat')}"
     created = int(time.time())
-    model = _model(request, reply)
+    model = reply_model(request, reply)
     options = request.body.get("stream_options") or {}
     include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
 
@@ -149,9 +127,9 @@ def chat_events(owner: Numbering, request: RecordedRequest, reply: ScriptedReply
         return json.dumps(payload, ensure_ascii=False)
 
     yield chunk({"role": "assistant", "content": "", "refusal": None})
-    for piece in _pieces(reply.reasoning):
+    for piece in pieces(reply.reasoning):
         yield chunk({"reasoning_content": piece})
-    for piece in _pieces(reply.text):
+    for piece in pieces(reply.text):
         yield chunk({"content": piece})
     for index, (call, call_id) in enumerate(zip(reply.tool_calls, _call_ids(owner, reply), strict=True)):
         opening = {
@@ -161,7 +139,7 @@ def chat_events(owner: Numbering, request: RecordedRequest, reply: ScriptedReply
             "function": {"name": call.name, "arguments": ""},
         }
         yield chunk({"tool_calls": [opening]})
-        for piece in _pieces(call.arguments_text):
+        for piece in pieces(call.arguments_text):
             yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
     yield chunk({}, _finish_reason(reply))
     if include_usage:
@@ -181,11 +159,11 @@ def chat_events(owner: Numbering, request: RecordedRequest, reply: ScriptedReply
 # --- Responses API ---------------------------------------------------------------------------------
 
 
-def new_response_id(owner: Numbering) -> str:
+def new_response_id(owner: ScriptedServer) -> str:
     return f"resp_{owner._next_number('response')}"
 
 
-def _response_output(owner: Numbering, reply: ScriptedReply, response_id: str) -> list[dict[str, Any]]:
+def _response_output(owner: ScriptedServer, reply: ScriptedReply, response_id: str) -> list[dict[str, Any]]:
     output: list[dict[str, Any]] = []
     if reply.reasoning:
         output.append(
@@ -233,7 +211,7 @@ def _function_call_item(
 
 
 def response_object(
-    owner: Numbering,
+    owner: ScriptedServer,
     request: RecordedRequest,
     reply: ScriptedReply,
     response_id: str,
@@ -251,7 +229,7 @@ def response_object(
         "object": "response",
         "created_at": int(time.time()),
         "status": status or final_status,
-        "model": _model(request, reply),
+        "model": reply_model(request, reply),
         "output": output if output is not None else _response_output(owner, reply, response_id),
         "parallel_tool_calls": True,
         "tool_choice": request.body.get("tool_choice", "auto"),
@@ -276,7 +254,7 @@ def response_object(
     return body
 
 
-def responses_events(owner: Numbering, request: RecordedRequest, reply: ScriptedReply) -> Iterator[str]:
+def responses_events(owner: ScriptedServer, request: RecordedRequest, reply: ScriptedReply) -> Iterator[str]:
     response_id = new_response_id(owner)
     sequence = itertools.count(0)
 
@@ -306,7 +284,7 @@ def responses_events(owner: Numbering, request: RecordedRequest, reply: Scripted
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             where = {"item_id": item["id"], "output_index": output_index, "content_index": 0}
             yield event("response.content_part.added", part=part, **where)
-            for piece in _pieces(text):
+            for piece in pieces(text):
                 yield event("response.output_text.delta", delta=piece, logprobs=[], **where)
             yield event("response.output_text.done", text=text, logprobs=[], **where)
             yield event("response.content_part.done", part=item["content"][0], **where)
@@ -314,7 +292,7 @@ def responses_events(owner: Numbering, request: RecordedRequest, reply: Scripted
             added = {**item, "arguments": "", "status": "in_progress"}
             yield event("response.output_item.added", output_index=output_index, item=added)
             where = {"item_id": item["id"], "output_index": output_index}
-            for piece in _pieces(item["arguments"]):
+            for piece in pieces(item["arguments"]):
                 yield event("response.function_call_arguments.delta", delta=piece, **where)
             yield event(
                 "response.function_call_arguments.done",
@@ -347,11 +325,11 @@ def embeddings_body(request: RecordedRequest, reply: ScriptedReply) -> dict[str,
     prompt = (
         reply.prompt_tokens
         if reply.prompt_tokens is not None
-        else _estimate_tokens("".join(str(item) for item in inputs))
+        else estimate_tokens("".join(str(item) for item in inputs))
     )
     return {
         "object": "list",
         "data": data,
-        "model": _model(request, reply),
+        "model": reply_model(request, reply),
         "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
     }
