@@ -279,6 +279,11 @@ def _resolve_provider(tracer_provider: TracerProvider | None, service_name: str 
 
 
 def _grpc_exporters_installed() -> bool:
+    """True when the ``tallyspan[grpc]`` extra can be imported.
+
+    Asked here, not in the ``otlp`` component that builds the exporters: which signals go out is
+    configuration (``Settings.otlp_*``, which every component and the user read), resolved in one place.
+    """
     try:
         import opentelemetry.exporter.otlp.proto.grpc._log_exporter
         import opentelemetry.exporter.otlp.proto.grpc.trace_exporter  # noqa: F401
