@@ -142,7 +142,7 @@ class StoreWriter:
         self.path = path
         self.lost_key = lost_key
         self.unit = unit
-        self._name = name
+        self.name = name
         self._busy_timeout_millis = max(0, busy_timeout_millis)
         self._max_pending = max(1, max_pending)
         self._lock = threading.Lock()
@@ -211,6 +211,8 @@ class StoreWriter:
             self._pending, self._pending_items, self._contended = [], 0, False
 
     def _keep(self, rows: Rows) -> None:
+        if not rows.statements:
+            return  # nothing new: only the rows kept before are written
         self._pending.append(rows)
         self._pending_items += rows.items
         while self._pending_items > self._max_pending and len(self._pending) > 1:
@@ -243,7 +245,7 @@ class StoreWriter:
             self._contended = True
             swallowed(
                 _logger,
-                f"{self._name}.locked",
+                f"{self.name}.locked",
                 f"the tallyspan store at {os.fspath(self.path)} is locked by another connection; up to "
                 f"{self._max_pending} {self.unit} are kept and written once it is free",
             )
@@ -256,7 +258,7 @@ class StoreWriter:
     def _lost(self) -> bool:
         swallowed(
             _logger,
-            f"{self._name}.write",
+            f"{self.name}.write",
             f"could not write {self.unit} to the tallyspan store at {os.fspath(self.path)}",
         )
         self._count_lost(self._pending_items)
@@ -272,7 +274,7 @@ class StoreWriter:
                 db.close()
             except Exception:  # closing a broken connection must not raise out of a write or shutdown
                 swallowed(
-                    _logger, f"{self._name}.close", f"could not close the tallyspan store at {self.path}"
+                    _logger, f"{self.name}.close", f"could not close the tallyspan store at {self.path}"
                 )
 
 
@@ -382,7 +384,7 @@ class WriterThread(Generic[T]):
         if self._thread is not None and self._thread.is_alive():
             return
         if self._thread is not None and self._pid == os.getpid():
-            count(f"errors.{self._name}.restarted")  # it died: a bug of ours, but the rows still go out
+            count(f"errors.{self._writer.name}.restarted")  # it died: a bug of ours; the rows still go out
         self._pid = os.getpid()
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
@@ -395,7 +397,7 @@ class WriterThread(Generic[T]):
                 try:
                     self._write(items, size, flushes, stopping)
                 except BaseException:  # even sys.exit() from a bug: the thread must outlive it
-                    swallowed(_logger, f"{self._name}.thread", f"the {self._name} thread failed")
+                    swallowed(_logger, f"{self._writer.name}.thread", f"the {self._name} thread failed")
                 finally:
                     for request in flushes:
                         request.done.set()
@@ -427,13 +429,13 @@ class WriterThread(Generic[T]):
             try:
                 rows = self._prepare(items)
             except Exception:  # items we cannot turn into rows must not stop the ones behind them
-                swallowed(_logger, f"{self._name}.prepare", f"could not prepare {writer.unit} for the store")
+                swallowed(_logger, f"{writer.name}.prepare", f"could not prepare {writer.unit} for the store")
                 with self._condition:
                     self._drop(size)
             else:
                 writer.write(rows)
         elif writer.kept and not flushes and not stopping:
-            writer.write(Rows())  # time to try the kept rows again (without waiting if still locked)
+            writer.write(Rows())  # nothing new: try the kept rows again (without waiting if still locked)
         for request in flushes:
             written = writer.flush(int((request.deadline - time.monotonic()) * 1000))
             with self._condition:
