@@ -24,7 +24,7 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry._logs import SeverityNumber
-from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import (
     BatchLogRecordProcessor,
@@ -37,14 +37,9 @@ from opentelemetry.util.types import AnyValue, AttributeValue
 
 from tallyspan import semconv
 from tallyspan.ledger import LedgerEntry, LedgerRecord, LedgerSink
-from tallyspan.plugin import (
-    GRPC_INSTALL_HINT,
-    ConfigError,
-    OTLPProtocol,
-    Settings,
-    otlp_logs_protocol,
-    swallowed,
-)
+from tallyspan.plugin import OTLPProtocol, Settings, __version__, otlp_logs_protocol, swallowed
+from tallyspan_exporters._ledger_store import SQLiteLedgerSink
+from tallyspan_exporters._otlp import otlp_log_exporter
 
 __all__ = ["OTLPLedgerSink", "ledger_sinks_component"]
 
@@ -60,24 +55,6 @@ def _context(trace_id: int, span_id: int | None) -> Any:
 
 def _attributes(pairs: Mapping[str, AttributeValue | None]) -> dict[str, AttributeValue]:
     return {key: value for key, value in pairs.items() if value is not None}
-
-
-def _otlp_log_exporter(protocol: OTLPProtocol) -> LogRecordExporter:
-    if protocol == "grpc":
-        try:
-            from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
-                OTLPLogExporter as GRPCLogExporter,
-            )
-        except ImportError as error:
-            raise ConfigError(
-                "OTLP logs over gRPC need opentelemetry-exporter-otlp-proto-grpc: " + GRPC_INSTALL_HINT
-            ) from error
-        return GRPCLogExporter()
-    if protocol != "http/protobuf":
-        raise ConfigError(f"protocol must be 'grpc' or 'http/protobuf', not {protocol!r}")
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-
-    return OTLPLogExporter()
 
 
 class OTLPLedgerSink:
@@ -105,89 +82,83 @@ class OTLPLedgerSink:
         service_name: str | None = None,
     ) -> None:
         if exporter is None:
-            exporter = _otlp_log_exporter(protocol or otlp_logs_protocol())
+            exporter = otlp_log_exporter(protocol or otlp_logs_protocol())
         if resource is None:
             resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
         self._provider = LoggerProvider(resource=resource)
         processor = BatchLogRecordProcessor(exporter) if batch else SimpleLogRecordProcessor(exporter)
         self._provider.add_log_record_processor(processor)
-        from tallyspan.plugin import __version__
-
         self._logger = self._provider.get_logger(semconv.INSTRUMENTATION_SCOPE, __version__)
 
     def export_entries(self, entries: Sequence[LedgerEntry]) -> bool:
         """Emit one ``tallyspan.ledger.entry`` record per entry; False if any failed."""
-        token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
-            for entry in entries:
-                self._logger.emit(
-                    timestamp=entry.time_unix_nano or None,
-                    context=_context(entry.trace_id, entry.span_id or entry.run_span_id),
-                    severity_number=SeverityNumber.INFO,
-                    severity_text="INFO",
-                    event_name=semconv.EVENT_LEDGER_ENTRY,
-                    body=None,
-                    attributes=_attributes(
-                        {
-                            semconv.LEDGER_RUN_SPAN_ID: format(entry.run_span_id, "016x"),
-                            semconv.LEDGER_SIDE: entry.side,
-                            semconv.LEDGER_SEQ: entry.seq,
-                            semconv.LEDGER_CALL_ID: entry.call_id,
-                            semconv.LEDGER_TOOL_NAME: entry.tool_name,
-                            semconv.LEDGER_OUTCOME: entry.outcome,
-                            semconv.LEDGER_SUMMARY: entry.summary or None,
-                            semconv.LEDGER_MALFORMED: entry.malformed,
-                        }
-                    ),
-                )
+            with suppress_instrumentation():  # our export must not be traced by the app's instrumentations
+                for entry in entries:
+                    self._logger.emit(
+                        timestamp=entry.time_unix_nano or None,
+                        context=_context(entry.trace_id, entry.span_id or entry.run_span_id),
+                        severity_number=SeverityNumber.INFO,
+                        severity_text="INFO",
+                        event_name=semconv.EVENT_LEDGER_ENTRY,
+                        body=None,
+                        attributes=_attributes(
+                            {
+                                semconv.LEDGER_RUN_SPAN_ID: format(entry.run_span_id, "016x"),
+                                semconv.LEDGER_SIDE: entry.side,
+                                semconv.LEDGER_SEQ: entry.seq,
+                                semconv.LEDGER_CALL_ID: entry.call_id,
+                                semconv.LEDGER_TOOL_NAME: entry.tool_name,
+                                semconv.LEDGER_OUTCOME: entry.outcome,
+                                semconv.LEDGER_SUMMARY: entry.summary or None,
+                                semconv.LEDGER_MALFORMED: entry.malformed,
+                            }
+                        ),
+                    )
             return True
         except Exception:  # a sink reports failure and never raises into the ledger processor
             swallowed(_logger, "ledger_logs.entries", "could not emit ledger entry log records")
             return False
-        finally:
-            detach(token)
 
     def export_reconciliation(self, record: LedgerRecord) -> bool:
         """Emit the ``tallyspan.ledger.reconciliation`` record of one run; False if it failed."""
-        token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
-            result = record.reconciliation
-            discrepancies: list[AnyValue] = [
-                _attributes(
-                    {
-                        semconv.LEDGER_DISCREPANCY_TYPE: d.type,
-                        semconv.LEDGER_CALL_ID: d.call_id,
-                        semconv.LEDGER_DETAIL: d.detail,
-                    }
+            with suppress_instrumentation():  # our export must not be traced by the app's instrumentations
+                result = record.reconciliation
+                discrepancies: list[AnyValue] = [
+                    _attributes(
+                        {
+                            semconv.LEDGER_DISCREPANCY_TYPE: d.type,
+                            semconv.LEDGER_CALL_ID: d.call_id,
+                            semconv.LEDGER_DETAIL: d.detail,
+                        }
+                    )
+                    for d in result.discrepancies
+                ]
+                self._logger.emit(
+                    timestamp=record.time_unix_nano or None,
+                    context=_context(record.trace_id, record.run_span_id),
+                    severity_number=SeverityNumber.INFO if result.balanced else SeverityNumber.WARN,
+                    severity_text="INFO" if result.balanced else "WARN",
+                    event_name=semconv.EVENT_LEDGER_RECONCILIATION,
+                    body={"discrepancies": discrepancies},
+                    attributes={
+                        semconv.LEDGER_RUN_SPAN_ID: format(record.run_span_id, "016x"),
+                        semconv.RUN_NAME: record.run_name,
+                        semconv.LEDGER_BALANCED: result.balanced,
+                        semconv.LEDGER_PROTOCOL_OK: result.protocol_ok,
+                        semconv.LEDGER_DISCREPANCY_TYPES: list(result.discrepancy_types),
+                        semconv.LEDGER_DISCREPANCY_COUNT: len(result.discrepancies),
+                        semconv.LEDGER_OBSERVED_COUNT: record.observed_count,
+                        semconv.LEDGER_CLAIMED_COUNT: record.claimed_count,
+                    },
                 )
-                for d in result.discrepancies
-            ]
-            self._logger.emit(
-                timestamp=record.time_unix_nano or None,
-                context=_context(record.trace_id, record.run_span_id),
-                severity_number=SeverityNumber.INFO if result.balanced else SeverityNumber.WARN,
-                severity_text="INFO" if result.balanced else "WARN",
-                event_name=semconv.EVENT_LEDGER_RECONCILIATION,
-                body={"discrepancies": discrepancies},
-                attributes={
-                    semconv.LEDGER_RUN_SPAN_ID: format(record.run_span_id, "016x"),
-                    semconv.RUN_NAME: record.run_name,
-                    semconv.LEDGER_BALANCED: result.balanced,
-                    semconv.LEDGER_PROTOCOL_OK: result.protocol_ok,
-                    semconv.LEDGER_DISCREPANCY_TYPES: list(result.discrepancy_types),
-                    semconv.LEDGER_DISCREPANCY_COUNT: len(result.discrepancies),
-                    semconv.LEDGER_OBSERVED_COUNT: record.observed_count,
-                    semconv.LEDGER_CLAIMED_COUNT: record.claimed_count,
-                },
-            )
             return True
         except Exception:  # a sink reports failure and never raises into the ledger processor
             swallowed(
                 _logger, "ledger_logs.reconciliation", "could not emit a ledger reconciliation log record"
             )
             return False
-        finally:
-            detach(token)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Export the records still batched; True if done in time."""
@@ -207,8 +178,6 @@ class OTLPLedgerSink:
 
 def ledger_sinks_component(settings: Settings) -> Sequence[LedgerSink]:
     """The ``ledger_sinks`` entry point: the OTLP log sink when log export is requested, the store sink."""
-    from tallyspan_exporters._ledger_store import SQLiteLedgerSink
-
     sinks: list[LedgerSink] = []
     if settings.otlp_logs:
         try:

@@ -3,14 +3,15 @@ instrumentors, all found through entry points (the core never imports the plugin
 
 The chain it adds to the tracer provider::
 
-    _Switch ─► OffThreadProcessor ─► ChecksProcessor ─► LedgerProcessor ─┬► BatchSpanProcessor(OTLP)
-                (worker thread)                                          └► store (SQLite)
+    _Switch ─► OffThreadProcessor ─► ChecksProcessor ─► LedgerProcessor ─┬► otlp (BatchSpanProcessor)
+                (worker thread)                                          └► store (SQLite, own thread)
 
 OTLP goes over HTTP (protobuf) or, when ``OTEL_EXPORTER_OTLP[_TRACES|_LOGS]_PROTOCOL=grpc``, over gRPC
 (the ``tallyspan[grpc]`` extra); without that extra a gRPC signal is not exported at all, with one warning.
 
 Each link is made by a factory registered under the ``tallyspan.components`` entry point group:
-``factory(downstream, settings) -> SpanProcessor``. A component that is not installed is skipped.
+``factory(downstream, settings) -> SpanProcessor | None`` (None: nothing to add, e.g. no store). A
+component that is not installed is skipped.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -33,7 +34,6 @@ from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from tallyspan import semconv
 from tallyspan._adopt import Borrowed, adopt, give_back
@@ -69,6 +69,8 @@ INSTRUMENTOR_GROUP: Final = "opentelemetry_instrumentor"
 _OWN_INSTRUMENTORS_PACKAGE: Final = "tallyspan_instrumentors"
 #: What OpenTelemetry logs when a second global TracerProvider is refused.
 _OVERRIDE_WARNING: Final = "Overriding of current TracerProvider"
+#: Components at the end of the chain, each fed every enriched span.
+_SINKS: Final = ("otlp", "store")
 #: Components wrapped around the sinks, innermost first.
 _CHAIN_ORDER: Final = ("ledger", "checks")
 
@@ -84,9 +86,10 @@ DEFAULT_STORE: Final = _DefaultStore()
 
 
 class ComponentFactory(Protocol):
-    """Builds one link of the processor chain from the processors below it and the settings."""
+    """Builds one link of the processor chain from the processors below it and the settings; None when
+    the settings ask for nothing it does (no store, no OTLP export)."""
 
-    def __call__(self, downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor: ...
+    def __call__(self, downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor | None: ...
 
 
 class _Switch(SpanProcessor):
@@ -301,6 +304,11 @@ class _ReplacedProviderHint(logging.Filter):
 
 
 def _grpc_exporters_installed() -> bool:
+    """True when the ``tallyspan[grpc]`` extra can be imported.
+
+    Asked here, not in the ``otlp`` component that builds the exporters: which signals go out is
+    configuration (``Settings.otlp_*``, which every component and the user read), resolved in one place.
+    """
     try:
         import opentelemetry.exporter.otlp.proto.grpc._log_exporter
         import opentelemetry.exporter.otlp.proto.grpc.trace_exporter  # noqa: F401
@@ -340,18 +348,6 @@ def _with_otlp(settings: Settings) -> Settings:
     )
 
 
-def _otlp_span_exporter(protocol: OTLPProtocol) -> SpanExporter:
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GRPCSpanExporter,
-        )
-
-        return GRPCSpanExporter()
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    return OTLPSpanExporter()
-
-
 def _component_entry_point(name: str) -> EntryPoint | None:
     found = entry_points(group=COMPONENT_GROUP, name=name)
     return next(iter(found), None)
@@ -368,10 +364,27 @@ def _component_factory(name: str) -> Any:
         return None
 
 
+def _link(name: str, downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor | None:
+    """The link the component ``name`` makes, or None when it is not installed or has nothing to add."""
+    factory: ComponentFactory | None = _component_factory(name)
+    if factory is None:
+        if name == "otlp" and settings.otlp_traces:
+            # The exporters plugin is part of tallyspan: only a stale install misses one of its components.
+            warn_once(
+                ("component", name),
+                "OTLP trace export was asked for, but tallyspan's %r component is not installed: "
+                "traces are not exported over OTLP. Reinstall tallyspan.",
+                name,
+            )
+        return None
+    return factory(downstream, settings)
+
+
 def _build_chain(
     settings: Settings, extra_processors: Sequence[SpanProcessor], extra_ledger_sinks: Sequence[LedgerSink]
 ) -> tuple[SpanProcessor, tuple[str, ...]]:
-    worker: ComponentFactory | None = _component_factory("worker")
+    # The worker always makes the head of the chain (it is not optional like the others).
+    worker: Callable[[Sequence[SpanProcessor], Settings], SpanProcessor] | None = _component_factory("worker")
     if worker is None:
         raise ConfigError("tallyspan_processors is not installed: reinstall tallyspan")
     sinks: list[SpanProcessor] = []
@@ -380,29 +393,19 @@ def _build_chain(
         # The app's processors get a worker of their own: a slow one (a SimpleSpanProcessor exporting
         # over the network) must not hold up the checks, the ledger and the store behind it.
         sinks.append(worker(tuple(extra_processors), settings))
-    if settings.otlp_traces:
-        try:
-            exporter = _otlp_span_exporter(settings.otlp_traces_protocol)
-        except Exception:  # a bad OTLP setting (a missing certificate file, ...) must not stop the app
-            swallowed(
-                _logger, "otlp.traces", "could not create the OTLP span exporter; traces are not exported"
-            )
-        else:
-            sinks.append(BatchSpanProcessor(exporter))
-            names.append("otlp")
-    if settings.db_path is not None:
-        store_factory: ComponentFactory | None = _component_factory("store")
-        if store_factory is not None:
-            sinks.append(store_factory((), settings))
-            names.append("store")
+    for name in _SINKS:
+        sink = _link(name, (), settings)
+        if sink is not None:
+            sinks.append(sink)
+            names.append(name)
     ledger_sinks_factory = _component_factory("ledger_sinks")
     own_sinks = tuple(ledger_sinks_factory(settings)) if ledger_sinks_factory is not None else ()
     settings = dataclasses.replace(settings, ledger_sinks=(*own_sinks, *extra_ledger_sinks))
     chain: Sequence[SpanProcessor] = sinks
     for name in _CHAIN_ORDER:
-        factory: ComponentFactory | None = _component_factory(name)
-        if factory is not None:
-            chain = (factory(chain, settings),)
+        link = _link(name, chain, settings)
+        if link is not None:
+            chain = (link,)
             names.append(name)
     return worker(chain, settings), tuple(names)
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +27,21 @@ from tallyspan._errors import TallyspanError
 from tallyspan._store_schema import LEDGER_ENTRIES, LEDGER_RECONCILIATIONS, RUNS, SPANS, VIOLATIONS, connect
 
 __all__ = [
+    "DEFAULT_BOOKS_LIMIT",
     "ErrorCount",
+    "LedgerDiscrepancy",
+    "LedgerLine",
     "LedgerRun",
+    "LedgerSide",
     "ModelUsage",
     "Report",
+    "RunBooks",
+    "RunNotFoundError",
     "SpanRow",
     "StageSummary",
     "StoreNotFoundError",
     "ViolationCount",
+    "ledger_books",
     "ledger_runs",
     "list_spans",
     "open_store",
@@ -111,7 +118,7 @@ class ViolationCount:
 
 @dataclass(frozen=True)
 class LedgerRun:
-    """The state of one run's books: from its reconciliation record, else from its run span."""
+    """The state of one run's books, from its reconciliation record (the one stored source of it)."""
 
     trace_id: str
     run_span_id: str
@@ -246,43 +253,166 @@ def violations_by_stage_and_type(db: sqlite3.Connection) -> list[ViolationCount]
 
 
 def ledger_runs(db: sqlite3.Connection) -> list[LedgerRun]:
-    """Every run whose books were reconciled: the latest reconciliation record per run, then runs that
-    only carry the balance on their span (no ledger sink installed), in time order."""
+    """Every reconciled run, from its latest reconciliation record, in time order."""
     runs: dict[tuple[str, str], LedgerRun] = {}
-    for row in db.execute(
-        f"""SELECT trace_id, run_span_id, run_name, balanced, protocol_ok, discrepancy_types,
-                   observed_count, claimed_count FROM {LEDGER_RECONCILIATIONS}
-            ORDER BY time_unix_nano, rowid"""
-    ):
-        runs[(row["trace_id"], row["run_span_id"])] = LedgerRun(
-            trace_id=row["trace_id"],
-            run_span_id=row["run_span_id"],
-            run_name=row["run_name"],
-            balanced=_bool(row["balanced"]),
-            protocol_ok=_bool(row["protocol_ok"]),
-            discrepancy_types=_list(row["discrepancy_types"]),
-            observed_count=row["observed_count"],
-            claimed_count=row["claimed_count"],
-        )
-    for row in db.execute(
-        f"""SELECT trace_id, span_id, COALESCE(run_name, agent_name, name) AS run_name, ledger_balanced,
-                   ledger_protocol_ok, ledger_discrepancy_types FROM {RUNS}
-            WHERE ledger_balanced IS NOT NULL OR ledger_protocol_ok IS NOT NULL ORDER BY start_unix_nano"""
-    ):
-        runs.setdefault(
-            (row["trace_id"], row["span_id"]),
-            LedgerRun(
-                trace_id=row["trace_id"],
-                run_span_id=row["span_id"],
-                run_name=row["run_name"],
-                balanced=_bool(row["ledger_balanced"]),
-                protocol_ok=_bool(row["ledger_protocol_ok"]),
-                discrepancy_types=_list(row["ledger_discrepancy_types"]),
-                observed_count=None,
-                claimed_count=None,
-            ),
-        )
+    for row in db.execute(f"SELECT * FROM {LEDGER_RECONCILIATIONS} ORDER BY time_unix_nano, rowid"):
+        runs[(row["trace_id"], row["run_span_id"])] = _ledger_run(row)
     return list(runs.values())
+
+
+def _ledger_run(row: sqlite3.Row) -> LedgerRun:
+    return LedgerRun(
+        trace_id=row["trace_id"],
+        run_span_id=row["run_span_id"],
+        run_name=row["run_name"],
+        balanced=_bool(row["balanced"]),
+        protocol_ok=_bool(row["protocol_ok"]),
+        discrepancy_types=_list(row["discrepancy_types"]),
+        observed_count=row["observed_count"],
+        claimed_count=row["claimed_count"],
+    )
+
+
+# --- the books of each run (``tallyspan ledger``) ----------------------------------------------------
+
+DEFAULT_BOOKS_LIMIT = 5
+"""Runs whose books ``ledger_books`` returns without a run id (the latest ones)."""
+
+_OBSERVED = "observed"
+
+
+@dataclass(frozen=True)
+class LedgerSide:
+    """One entry of one column of the books."""
+
+    seq: int
+    call_id: str | None
+    tool_name: str | None
+    outcome: str | None
+    summary: str | None
+
+
+@dataclass(frozen=True)
+class LedgerLine:
+    """One line of the books: an observed call and the claim about it; either may be missing."""
+
+    observed: LedgerSide | None
+    claimed: LedgerSide | None
+
+
+@dataclass(frozen=True)
+class LedgerDiscrepancy:
+    """One finding of the reconciliation."""
+
+    type: str
+    call_id: str | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class RunBooks(LedgerRun):
+    """One reconciled run: its balance, its discrepancies and its books."""
+
+    time_unix_nano: int | None = None
+    discrepancies: list[LedgerDiscrepancy] = field(default_factory=list)
+    lines: list[LedgerLine] = field(default_factory=list)
+
+
+class RunNotFoundError(TallyspanError):
+    """No reconciled run has the id asked for."""
+
+
+def ledger_books(
+    db: sqlite3.Connection, run_id: str | None = None, limit: int = DEFAULT_BOOKS_LIMIT
+) -> list[RunBooks]:
+    """The books of the runs whose run span id or trace id starts with ``run_id``, else of the latest
+    ``limit`` reconciled runs, in time order.
+
+    Raises:
+        RunNotFoundError: no reconciled run matches ``run_id``.
+    """
+    if run_id:
+        prefix = _like_prefix(run_id.strip().lower())
+        rows = db.execute(
+            f"""SELECT * FROM {LEDGER_RECONCILIATIONS}
+                WHERE run_span_id LIKE ? ESCAPE '\\' OR trace_id LIKE ? ESCAPE '\\'
+                ORDER BY time_unix_nano, rowid""",
+            (prefix, prefix),
+        ).fetchall()
+        if not rows:
+            raise RunNotFoundError(
+                f"No reconciled run has the id {run_id!r} (a run span id or trace id, or a prefix)"
+            )
+    else:
+        rows = db.execute(
+            f"""SELECT * FROM (SELECT *, rowid AS _order FROM {LEDGER_RECONCILIATIONS}
+                ORDER BY time_unix_nano DESC, rowid DESC LIMIT ?) ORDER BY time_unix_nano, _order""",
+            (limit,),
+        ).fetchall()
+    return [_books(db, row) for row in rows]
+
+
+def _books(db: sqlite3.Connection, row: sqlite3.Row) -> RunBooks:
+    entries = db.execute(
+        f"""SELECT side, seq, call_id, tool_name, outcome, summary FROM {LEDGER_ENTRIES}
+            WHERE trace_id = ? AND run_span_id = ? ORDER BY seq, rowid""",
+        (row["trace_id"], row["run_span_id"]),
+    ).fetchall()
+    discrepancies = [
+        LedgerDiscrepancy(str(item.get("type")), item.get("call_id"), str(item.get("detail", "")))
+        for item in _json_array(row["discrepancies"])
+        if isinstance(item, dict)
+    ]
+    return RunBooks(
+        **vars(_ledger_run(row)),
+        time_unix_nano=row["time_unix_nano"],
+        discrepancies=discrepancies,
+        lines=ledger_lines(entries),
+    )
+
+
+def _json_array(raw: object) -> list[Any]:
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else []
+    except ValueError:  # a hand-edited or damaged row shows as empty rather than failing the command
+        return []
+    return value if isinstance(value, list) else []
+
+
+def ledger_lines(entries: Sequence[sqlite3.Row]) -> list[LedgerLine]:
+    """Put each claim beside the call it names (by call id, else the earliest unclaimed call of its
+    tool); a claim for no call gets a line of its own. For display only: the reconciliation is
+    authoritative."""
+    observed: list[LedgerSide] = []
+    claims: list[LedgerSide] = []
+    for entry in entries:
+        side = LedgerSide(
+            entry["seq"], entry["call_id"], entry["tool_name"], entry["outcome"], entry["summary"] or None
+        )
+        (observed if entry["side"] == _OBSERVED else claims).append(side)
+    # Calls not yet claimed, latest first so pop() yields the earliest: by call id, and by tool.
+    by_id: dict[str, list[int]] = {}
+    by_tool: dict[str | None, list[int]] = {}
+    for i in range(len(observed) - 1, -1, -1):
+        if observed[i].call_id is not None:
+            by_id.setdefault(str(observed[i].call_id), []).append(i)
+        by_tool.setdefault(observed[i].tool_name, []).append(i)
+    beside: dict[int, LedgerSide] = {}
+    alone: list[LedgerSide] = []
+    for claim in claims:
+        candidates = (
+            by_id.get(claim.call_id, []) if claim.call_id is not None else by_tool.get(claim.tool_name, [])
+        )
+        while candidates and candidates[-1] in beside:
+            candidates.pop()
+        if candidates:
+            beside[candidates.pop()] = claim
+        else:
+            alone.append(claim)
+    lines = [LedgerLine(call, beside.get(i)) for i, call in enumerate(observed)]
+    lines.extend(LedgerLine(None, claim) for claim in alone)
+    lines.sort(key=lambda line: (line.observed or line.claimed).seq)  # type: ignore[union-attr]
+    return lines
 
 
 def list_spans(

@@ -10,9 +10,7 @@ Schema (every id is lower-case hex: trace ids 32 characters, span ids 16; times 
     ----------------------  -----------------------------------  ---------------------------------------
     runs                    run span: invoke_agent,              trace_id, span_id, name, operation,
                             invoke_workflow, or a local root     agent_name, run_name, start/end_unix_nano,
-                                                                 status_code, ledger_balanced,
-                                                                 ledger_protocol_ok (0/1/NULL),
-                                                                 ledger_discrepancy_types
+                                                                 status_code
     spans                   exported span                        trace_id, span_id, parent_span_id, name,
                                                                  kind, operation, provider, request_model,
                                                                  response_model, stage, start/end_unix_nano,
@@ -36,7 +34,9 @@ Schema (every id is lower-case hex: trace ids 32 characters, span ids 16; times 
     _tallyspan_migrations   applied migration                    name, applied_at
 
 The two ledger tables have exactly the columns above (no surrogate key; SQLite's rowid keeps the order
-of insertion) because the ledger sink of ``tallyspan_exporters`` inserts into them by column name.
+of insertion) because the ledger sink of ``tallyspan_exporters`` inserts into them by column name. A
+run's balance is stored once, in ``ledger_reconciliations`` (the ledger's own record); ``runs`` says
+only that the run happened (``m002`` moved the copies ``runs`` kept there).
 
 ``spans.attributes`` holds the attributes exactly as exported, so message content is there only when
 the user opted in to capturing it. Re-exporting a span replaces its rows (primary key trace/span id).
@@ -266,3 +266,42 @@ def m001_initial(db: sqlite3.Connection) -> None:
     db.execute(
         f"CREATE INDEX {LEDGER_RECONCILIATIONS}_run ON {LEDGER_RECONCILIATIONS} (trace_id, run_span_id)"
     )
+
+
+_RUN_COLUMNS_SINCE_M002: Final = (
+    "trace_id, span_id, name, operation, agent_name, run_name, start_unix_nano, end_unix_nano, status_code"
+)
+
+
+@migration
+def m002_run_balance_only_in_reconciliations(db: sqlite3.Connection) -> None:
+    """A run's balance is stored once: ``runs`` loses its ``ledger_*`` copies of the reconciliation.
+
+    A run whose balance only its span carried (a store written without the ledger sink) keeps it: it
+    gets a reconciliation row, with no discrepancies or counts (the span never carried them).
+    """
+    db.execute(
+        f"""INSERT INTO {LEDGER_RECONCILIATIONS} (trace_id, run_span_id, run_name, balanced, protocol_ok,
+                discrepancy_types, discrepancies, observed_count, claimed_count, time_unix_nano)
+            SELECT trace_id, span_id, COALESCE(run_name, agent_name, name), ledger_balanced,
+                   ledger_protocol_ok, ledger_discrepancy_types, '[]', NULL, NULL,
+                   COALESCE(end_unix_nano, start_unix_nano)
+            FROM {RUNS} AS run
+            WHERE (ledger_balanced IS NOT NULL OR ledger_protocol_ok IS NOT NULL)
+              AND NOT EXISTS (SELECT 1 FROM {LEDGER_RECONCILIATIONS} AS done
+                              WHERE done.trace_id = run.trace_id AND done.run_span_id = run.span_id)
+            ORDER BY start_unix_nano"""
+    )
+    # Rebuilt rather than ALTER TABLE ... DROP COLUMN, which needs SQLite 3.35 (older Pythons ship older).
+    db.execute(
+        f"""CREATE TABLE {RUNS}_m002 (
+            trace_id TEXT NOT NULL, span_id TEXT NOT NULL, name TEXT NOT NULL, operation TEXT,
+            agent_name TEXT, run_name TEXT, start_unix_nano INTEGER, end_unix_nano INTEGER,
+            status_code TEXT NOT NULL, PRIMARY KEY (trace_id, span_id)
+        )"""
+    )
+    db.execute(
+        f"INSERT INTO {RUNS}_m002 ({_RUN_COLUMNS_SINCE_M002}) SELECT {_RUN_COLUMNS_SINCE_M002} FROM {RUNS}"
+    )
+    db.execute(f"DROP TABLE {RUNS}")
+    db.execute(f"ALTER TABLE {RUNS}_m002 RENAME TO {RUNS}")

@@ -165,7 +165,7 @@ def test_the_command_is_named_ledger() -> None:
 
 
 def test_id_less_claims_sit_beside_the_earliest_unclaimed_call_of_their_tool() -> None:
-    from tallyspan.cli.ledger import _lines
+    from tallyspan._store_queries import ledger_lines
 
     rows = [
         {
@@ -187,7 +187,7 @@ def test_id_less_claims_sit_beside_the_earliest_unclaimed_call_of_their_tool() -
             "summary": "",
         },
     ]
-    lines = _lines(rows)  # type: ignore[arg-type]
+    lines = ledger_lines(rows)  # type: ignore[arg-type]
     assert lines == [
         LedgerLine(LedgerSide(0, "a", "t", "succeeded", None), LedgerSide(3, None, "t", "succeeded", None)),
         LedgerLine(LedgerSide(1, "b", "t", "failed", None), LedgerSide(2, "b", "t", "failed", "x")),

@@ -198,13 +198,17 @@ def test_store_sink_replaces_a_run_written_again(db_path: Path) -> None:
     db.close()
 
 
-def test_store_sink_returns_false_and_never_raises_on_a_bad_path(tmp_path: Path) -> None:
+def test_store_sink_on_a_bad_path_never_raises_flushes_false_and_counts_every_row(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     sink = SQLiteLedgerSink(blocker / "sub" / "store.db")
-    assert sink.export_entries(_entries()) is False
-    assert sink.export_reconciliation(_record()) is False
-    assert tallyspan.stats()["errors.ledger_store.write"] == 2
+    assert sink.export_entries(_entries()) is True  # queued: the sink's own thread finds out
+    assert sink.export_reconciliation(_record()) is True
+    assert sink.force_flush() is False
+    stats = tallyspan.stats()
+    assert stats["dropped.ledger_rows"] == len(_entries()) + 1
+    assert stats["errors.ledger_store.write"] >= 1
+    sink.shutdown()
 
 
 def test_store_sink_after_shutdown_returns_false(db_path: Path) -> None:
@@ -214,10 +218,14 @@ def test_store_sink_after_shutdown_returns_false(db_path: Path) -> None:
     assert sink.force_flush() is True
 
 
-def test_store_sink_on_a_corrupt_file_returns_false(tmp_path: Path) -> None:
+def test_store_sink_on_a_corrupt_file_flushes_false_and_leaves_the_file_alone(tmp_path: Path) -> None:
     corrupt = tmp_path / "corrupt.db"
     corrupt.write_bytes(b"this is not sqlite" * 100)
-    assert SQLiteLedgerSink(corrupt).export_reconciliation(_record()) is False
+    sink = SQLiteLedgerSink(corrupt)
+    assert sink.export_reconciliation(_record()) is True
+    assert sink.force_flush() is False
+    sink.shutdown()
+    assert tallyspan.stats()["dropped.ledger_rows"] == 1
     with pytest.raises(sqlite3.DatabaseError):
         connect(corrupt)
 

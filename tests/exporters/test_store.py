@@ -21,9 +21,12 @@ from opentelemetry.trace import Status, StatusCode
 import tallyspan
 from tallyspan import _store_schema, semconv
 from tallyspan._config import Settings
+from tallyspan._store_queries import LedgerRun, ledger_runs
 from tallyspan._store_schema import MIGRATIONS, applied_migrations, connect, migrate
 from tallyspan_exporters import SQLiteSpanExporter, store_component
 from tallyspan_processors._worker import DEFAULT_MAX_QUEUE_SIZE
+
+ALL_MIGRATIONS = ["m001_initial", "m002_run_balance_only_in_reconciliations"]
 
 
 @pytest.fixture
@@ -68,7 +71,7 @@ def test_connect_creates_the_folder_and_applies_every_migration(tmp_path: Path) 
     db = connect(path)
     try:
         assert path.is_file()
-        assert applied_migrations(db) == [function.__name__ for function in MIGRATIONS] == ["m001_initial"]
+        assert applied_migrations(db) == [function.__name__ for function in MIGRATIONS] == ALL_MIGRATIONS
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert tables == {
             "_tallyspan_migrations",
@@ -91,7 +94,7 @@ def test_connecting_again_applies_nothing_and_keeps_the_data(db_path: Path) -> N
     second = connect(db_path)
     try:
         assert migrate(second) == []
-        assert applied_migrations(second) == ["m001_initial"]
+        assert applied_migrations(second) == ALL_MIGRATIONS
         assert second.execute("SELECT COUNT(*) FROM ledger_entries").fetchone()[0] == 1
     finally:
         second.close()
@@ -103,17 +106,17 @@ def test_a_new_migration_is_applied_once_to_an_existing_store(
     connect(db_path).close()
     calls: list[str] = []
 
-    def m002_add_notes(db: sqlite3.Connection) -> None:
+    def m999_add_notes(db: sqlite3.Connection) -> None:
         calls.append("m002")
         db.execute("ALTER TABLE runs ADD COLUMN notes TEXT")
 
-    monkeypatch.setattr(_store_schema, "MIGRATIONS", [*MIGRATIONS, m002_add_notes])
+    monkeypatch.setattr(_store_schema, "MIGRATIONS", [*MIGRATIONS, m999_add_notes])
     db = connect(db_path)
     db.close()
     db = connect(db_path)
     try:
         assert calls == ["m002"]
-        assert applied_migrations(db) == ["m001_initial", "m002_add_notes"]
+        assert applied_migrations(db) == [*ALL_MIGRATIONS, "m999_add_notes"]
         assert "notes" in _columns(db, "runs")
     finally:
         db.close()
@@ -124,18 +127,68 @@ def test_a_failing_migration_is_rolled_back_and_not_recorded(
 ) -> None:
     connect(db_path).close()
 
-    def m002_broken(db: sqlite3.Connection) -> None:
+    def m999_broken(db: sqlite3.Connection) -> None:
         db.execute("CREATE TABLE half_done (x INTEGER)")
         db.execute("THIS IS NOT SQL")
 
-    monkeypatch.setattr(_store_schema, "MIGRATIONS", [*MIGRATIONS, m002_broken])
+    monkeypatch.setattr(_store_schema, "MIGRATIONS", [*MIGRATIONS, m999_broken])
     with pytest.raises(sqlite3.OperationalError):
         connect(db_path)
     monkeypatch.undo()
     db = connect(db_path)
     try:
-        assert applied_migrations(db) == ["m001_initial"]
+        assert applied_migrations(db) == ALL_MIGRATIONS
         assert db.execute("SELECT name FROM sqlite_master WHERE name = 'half_done'").fetchone() is None
+    finally:
+        db.close()
+
+
+def test_an_old_store_opens_with_each_run_balance_stored_once_and_nothing_lost(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store as tallyspan wrote it before m002: the balance on the run's row, and (for the first run
+    # only) the ledger sink's reconciliation too; the third run is a local root nobody reconciled.
+    monkeypatch.setattr(_store_schema, "MIGRATIONS", MIGRATIONS[:1])
+    old = connect(db_path)
+    old.executemany(
+        "INSERT INTO runs (trace_id, span_id, name, operation, agent_name, run_name, start_unix_nano,"
+        " end_unix_nano, status_code, ledger_balanced, ledger_protocol_ok, ledger_discrepancy_types)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            ("t1", "s1", "invoke_agent a", "invoke_agent", "a", None, 10, 20, "UNSET", 0, 1, '["unlogged_call"]'),
+            ("t2", "s2", "invoke_agent b", "invoke_agent", "b", "weekly", 30, 40, "ERROR", 0, 0,
+             '["phantom_log", "self_logged"]'),
+            ("t3", "s3", "chat x", "chat", None, None, 50, 60, "UNSET", None, None, "[]"),
+        ],
+    )  # fmt: skip
+    old.execute(
+        "INSERT INTO ledger_reconciliations VALUES ('t1', 's1', 'a', 0, 1, '[\"unlogged_call\"]',"
+        ' \'[{"type": "unlogged_call", "call_id": "c2", "detail": "x"}]\', 2, 1, 25)'
+    )
+    old.close()
+    monkeypatch.undo()
+
+    db = connect(db_path)
+    try:
+        assert applied_migrations(db) == ALL_MIGRATIONS
+        assert _columns(db, "runs") == [
+            "trace_id", "span_id", "name", "operation", "agent_name", "run_name", "start_unix_nano",
+            "end_unix_nano", "status_code",
+        ]  # fmt: skip
+        assert [tuple(row) for row in db.execute("SELECT trace_id, span_id, status_code FROM runs")] == [
+            ("t1", "s1", "UNSET"),
+            ("t2", "s2", "ERROR"),
+            ("t3", "s3", "UNSET"),
+        ]
+        # What the report showed of the old store, now read from the reconciliations alone.
+        assert ledger_runs(db) == [
+            LedgerRun("t1", "s1", "a", False, True, ["unlogged_call"], 2, 1),
+            LedgerRun("t2", "s2", "weekly", False, False, ["phantom_log", "self_logged"], None, None),
+        ]
+        moved = db.execute(
+            "SELECT time_unix_nano, discrepancies FROM ledger_reconciliations WHERE trace_id = 't2'"
+        )
+        assert tuple(moved.fetchone()) == (40, "[]")  # stamped with the run's end
     finally:
         db.close()
 
@@ -293,11 +346,8 @@ def test_exports_real_spans_with_their_runs_and_violations(provider: TracerProvi
             "start_unix_nano": run.start_time,  # type: ignore[attr-defined]
             "end_unix_nano": run.end_time,  # type: ignore[attr-defined]
             "status_code": "UNSET",
-            "ledger_balanced": 0,
-            "ledger_protocol_ok": 1,
-            "ledger_discrepancy_types": '["unlogged_call"]',
         }
-    ]
+    ]  # the run's balance is the ledger sink's to store, in ledger_reconciliations
 
 
 def test_violation_types_without_events_give_one_row_per_type(
@@ -358,7 +408,7 @@ def test_an_unwritable_path_fails_the_export_without_raising(tmp_path: Path) -> 
     collected = _finished_spans(_agent_run)
     assert exporter.export(collected) is SpanExportResult.FAILURE
     assert exporter.export(collected) is SpanExportResult.FAILURE
-    assert tallyspan.stats()["errors.store.export"] == 2
+    assert tallyspan.stats()["errors.store.write"] == 2
     exporter.shutdown()
 
 
@@ -370,7 +420,7 @@ def test_a_corrupt_database_file_fails_the_export_without_raising(tmp_path: Path
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     with provider.get_tracer("test").start_as_current_span("chat m"):
         pass  # the SimpleSpanProcessor exports here: nothing may escape into the app
-    assert tallyspan.stats()["errors.store.export"] == 1
+    assert tallyspan.stats()["errors.store.write"] == 1
     provider.shutdown()
 
 

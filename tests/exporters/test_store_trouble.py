@@ -11,8 +11,10 @@ import os
 import sqlite3
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -24,10 +26,10 @@ from tests.forking import run_forked
 import tallyspan
 from tallyspan._ledger import Reconciliation
 from tallyspan._store_schema import connect
-from tallyspan.ledger import LedgerRecord
-from tallyspan_exporters import SQLiteSpanExporter
-from tallyspan_exporters._ledger_store import SQLiteLedgerSink
+from tallyspan.ledger import LedgerEntry, LedgerRecord
+from tallyspan_exporters import SQLiteLedgerSink, SQLiteSpanExporter, StoreProcessor
 from tallyspan_exporters._store import MAX_PENDING_SPANS
+from tallyspan_exporters._writer import Rows, StoreWriter, WriterThread
 
 #: Short, so a test holding the lock does not wait the default five seconds per attempt.
 BUSY_MS = 50
@@ -84,7 +86,7 @@ def test_a_directory_as_the_database_is_logged_once_and_every_lost_span_counted(
         for _ in range(5):
             assert exporter.export(_spans(3)) is SpanExportResult.FAILURE
     stats = tallyspan.stats()
-    assert stats["errors.store.export"] == 5
+    assert stats["errors.store.write"] == 5
     assert stats["dropped.store_spans"] == 15
     assert len(_warnings(caplog)) == 1
     exporter.shutdown()
@@ -112,7 +114,7 @@ def _export_into_read_only_folder(folder: Path) -> bool:
     stats = tallyspan.stats()
     return (
         results == [SpanExportResult.FAILURE] * 3
-        and stats.get("errors.store.export") == 3
+        and stats.get("errors.store.write") == 3
         and stats.get("dropped.store_spans") == 6
         and not (folder / "tallyspan.db").exists()
     )
@@ -239,6 +241,23 @@ def test_the_app_goes_on_under_a_held_lock_and_the_chain_catches_up_when_it_is_r
     assert "dropped.store_spans" not in tallyspan.stats()
 
 
+def test_the_store_processor_keeps_spans_under_a_held_lock_and_writes_them_once_it_is_free(
+    db_path: Path, tracer_provider: TracerProvider, lock_holder: sqlite3.Connection
+) -> None:
+    store = StoreProcessor(db_path, busy_timeout_millis=BUSY_MS)
+    tracer_provider.add_span_processor(store)
+    tracer = tracer_provider.get_tracer("app")
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    for index in range(2000):
+        tracer.start_span(f"request-{index}").end()
+    assert store.force_flush(BUSY_MS) is False
+    assert _span_count_while_locked(db_path) == 0
+    lock_holder.execute("COMMIT")
+    assert store.force_flush() is True
+    assert _span_count(db_path) == 2000
+    assert "dropped.store_spans" not in tallyspan.stats()
+
+
 def _span_count_while_locked(db_path: Path) -> int:
     # WAL: a reader is never blocked by the writer's lock, and sees nothing it has not committed.
     db = sqlite3.connect(db_path)
@@ -260,7 +279,7 @@ def test_a_fork_while_the_exporter_writes_does_not_deadlock_the_child_or_close_t
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with exporter._lock:  # the batch thread in the middle of a write
+        with exporter._writer._lock:  # the batch thread in the middle of a write
             held.set()
             release.wait(60)
 
@@ -282,22 +301,145 @@ def test_a_fork_while_the_exporter_writes_does_not_deadlock_the_child_or_close_t
     exporter.shutdown()
 
 
-def test_the_ledger_sink_under_a_held_lock_fails_counted_and_writes_again_once_released(
-    db_path: Path, lock_holder: sqlite3.Connection, caplog: pytest.LogCaptureFixture
-) -> None:
-    sink = SQLiteLedgerSink(db_path, busy_timeout_millis=BUSY_MS)
+# --- the ledger sink ---------------------------------------------------------------------------------
+
+
+def _balanced_run(run: int) -> tuple[list[LedgerEntry], LedgerRecord]:
     balanced = Reconciliation(balanced=True, protocol_ok=True, discrepancy_types=(), discrepancies=())
-    lock_holder.execute("BEGIN EXCLUSIVE")
-    with caplog.at_level(logging.WARNING):
-        for run in range(1, 4):
-            assert sink.export_reconciliation(LedgerRecord(1, run, f"run{run}", balanced, 0, 0, 1)) is False
-    assert tallyspan.stats()["errors.ledger_store.write"] == 3
-    assert len(_warnings(caplog)) == 1
-    lock_holder.execute("COMMIT")
-    assert sink.export_reconciliation(LedgerRecord(1, 9, "after", balanced, 0, 0, 1)) is True
-    db = connect(db_path)
+    entries = [
+        LedgerEntry(1, run, "observed", 0, f"c{run}", "search", "succeeded", "", 7, 10),
+        LedgerEntry(1, run, "claimed", 1, f"c{run}", "search", "succeeded", "", 8, 20),
+    ]
+    return entries, LedgerRecord(1, run, f"run{run}", balanced, 1, 1, 30)
+
+
+def _ledger_counts(db_path: Path) -> tuple[int, int]:
+    db = sqlite3.connect(db_path)  # WAL: readable while another connection holds the write lock
     try:
-        assert [row[0] for row in db.execute("SELECT run_name FROM ledger_reconciliations")] == ["after"]
+        entries = db.execute("SELECT COUNT(*) FROM ledger_entries").fetchone()[0]
+        runs = db.execute("SELECT COUNT(*) FROM ledger_reconciliations").fetchone()[0]
+        return int(entries), int(runs)
     finally:
         db.close()
+
+
+def test_ledger_rows_are_kept_under_a_held_lock_and_written_once_it_is_free(
+    db_path: Path, lock_holder: sqlite3.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """400 runs' books under a lock held far past the busy timeout: none lost, all written after."""
+    sink = SQLiteLedgerSink(db_path, busy_timeout_millis=BUSY_MS)
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    with caplog.at_level(logging.WARNING):
+        for run in range(1, 401):
+            entries, record = _balanced_run(run)
+            assert sink.export_entries(entries) is True
+            assert sink.export_reconciliation(record) is True
+        assert sink.force_flush(2000) is False  # still locked: kept, not written
+    assert _ledger_counts(db_path) == (0, 0)
+    assert len(_warnings(caplog)) == 1
+    lock_holder.execute("COMMIT")
+    deadline = time.monotonic() + 10
+    while _ledger_counts(db_path) != (800, 400) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the sink's thread tries again by itself: no flush needed
+    assert _ledger_counts(db_path) == (800, 400)
+    assert sink.force_flush() is True
+    assert "dropped.ledger_rows" not in tallyspan.stats()
+    sink.shutdown()
+
+
+def test_ledger_rows_beyond_the_pending_limit_are_dropped_and_each_one_counted(
+    db_path: Path, lock_holder: sqlite3.Connection
+) -> None:
+    writer = StoreWriter(
+        db_path, name="ledger_store", unit="ledger rows", lost_key="dropped.ledger_rows",
+        busy_timeout_millis=BUSY_MS, max_pending=20,
+    )  # fmt: skip
+    thread: WriterThread[Rows] = WriterThread(writer, Rows.joined, name="test-writer", max_queued=10)
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    sink_rows = []
+    for run in range(1, 201):
+        rows = Rows(items=1)
+        rows.add(
+            "INSERT INTO ledger_reconciliations (trace_id, run_span_id) VALUES (?, ?)", [("t", str(run))]
+        )
+        sink_rows.append(thread.submit(rows))
+    assert thread.flush(2000) is False  # locked, and rows were lost: the answer says so
+    lock_holder.execute("COMMIT")
+    assert thread.flush() is True  # what was kept is written, and nothing was lost since
+    thread.shutdown()
+    written = _ledger_counts(db_path)[1]
+    assert 0 < written < 200
+    assert written + tallyspan.stats()["dropped.ledger_rows"] == 200
+    assert sink_rows.count(False) <= tallyspan.stats()["dropped.ledger_rows"]
+
+
+def test_the_ledger_sink_never_writes_on_the_chains_worker_thread(
+    db_path: Path, tracer_provider: TracerProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker runs the checks: a held or slow store must not stall it, so the ledger's SQL runs elsewhere."""
+    writers: list[tuple[str, str]] = []
+    real_connect = sqlite3.connect
+
+    def traced_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        db = real_connect(*args, **kwargs)
+        db.set_trace_callback(lambda sql: writers.append((threading.current_thread().name, sql)))
+        return db
+
+    connect(db_path).close()  # migrated first: only the writes of spans and ledger rows are traced
+    monkeypatch.setattr(sqlite3, "connect", traced_connect)
+    instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=[])
+
+    @tallyspan.tool
+    def search(query: str, tool_call_id: str) -> str:
+        return query
+
+    for run in range(5):
+        with tallyspan.run(f"agent{run}"):
+            search("flights", tool_call_id=f"c{run}")
+    assert instrumentation.force_flush(10_000) is True
+    monkeypatch.undo()
+    ledger_threads = {thread for thread, sql in writers if "INTO ledger_" in sql}
+    assert ledger_threads == {"tallyspan-ledger-store"}
+    assert "tallyspan-worker" not in {thread for thread, _ in writers}
+    assert _ledger_counts(db_path) == (5, 5)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_writes_the_ledger_through_its_own_connection_and_thread(db_path: Path) -> None:
+    sink = SQLiteLedgerSink(db_path)
+    entries, record = _balanced_run(1)
+    assert sink.export_entries(entries)
+    assert sink.export_reconciliation(record)
+    assert sink.force_flush() is True
+    writer = sink._thread._writer
+    parent_connection = writer._db
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with writer._lock:  # the sink's thread in the middle of a write
+            held.set()
+            release.wait(60)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert held.wait(10)
+
+    def child() -> bool:
+        entries, record = _balanced_run(2)
+        queued = sink.export_entries(entries) and sink.export_reconciliation(record)
+        flushed = sink.force_flush(10_000)
+        own_connection = writer._db is not None and writer._db is not parent_connection
+        sink.shutdown()  # must not close the parent's connection
+        return queued and flushed and own_connection
+
+    try:
+        code = run_forked(child)
+    finally:
+        release.set()
+    assert code == 0
+    entries, record = _balanced_run(3)
+    assert sink.export_entries(entries)
+    assert sink.export_reconciliation(record)
+    assert sink.force_flush() is True
+    assert writer._db is parent_connection  # the parent's connection still works
+    assert _ledger_counts(db_path) == (6, 3)
     sink.shutdown()

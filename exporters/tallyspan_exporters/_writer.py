@@ -1,0 +1,463 @@
+"""The one SQLite writer of the embedded store, shared by the span store and the ledger sink.
+
+Usage::
+
+    writer = StoreWriter(path, name="store", unit="spans", lost_key="dropped.store_spans")
+    rows = Rows(items=2)
+    rows.add("INSERT INTO spans (...) VALUES (...)", [(...), (...)])
+    writer.write(rows)                  # on the caller's thread (SQLiteSpanExporter.export)
+
+    thread = WriterThread(writer, Rows.joined, name="tallyspan-ledger-store")
+    thread.submit(rows, rows.items)     # queued; written on the writer's own thread (the ledger sink)
+    thread.flush(5000)                  # True once everything submitted before is committed
+
+What both writers of the store had to get right, in one place:
+
+- one connection per process, opened on the first write; a forked child opens its own and never
+  closes (or writes through) its parent's;
+- the writer's locks renewed in a forked child, so a fork in the middle of a write cannot freeze it;
+- a busy timeout; while another connection (``tallyspan prune``, a backup) holds the write lock past
+  it, the rows are kept, at most ``max_pending`` items, and written with the next write that gets the
+  lock; until then each write tries once without waiting, so a long lock costs one busy timeout;
+- every item that cannot be written (the store cannot be opened, more than the pending limit, a full
+  queue, shutdown) counted under ``lost_key`` in ``tallyspan.stats()``, every failure logged once;
+- our own SQL never traced by a database instrumentation of the app (``suppress_instrumentation``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, Generic, TypeVar
+
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+from tallyspan.plugin import BUSY_TIMEOUT_MS, connect, count, is_locked, renew_lock_after_fork, swallowed
+
+__all__ = [
+    "DEFAULT_BATCH_ITEMS",
+    "DEFAULT_MAX_PENDING",
+    "DEFAULT_MAX_QUEUED",
+    "DEFAULT_SCHEDULE_DELAY_MILLIS",
+    "RETRY_SECONDS",
+    "Rows",
+    "StoreWriter",
+    "WriterThread",
+    "insert_sql",
+    "span_hex",
+    "trace_hex",
+]
+
+_logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_PENDING: Final = 16384
+"""Items (spans, ledger rows) kept while another connection holds the write lock; the oldest beyond
+this are dropped and counted."""
+DEFAULT_MAX_QUEUED: Final = 16384
+"""Items a writer thread queues at most: as many as the chain's worker queue (8192) and then some, so a
+burst the worker accepted is not dropped here; beyond it they are dropped and counted."""
+DEFAULT_SCHEDULE_DELAY_MILLIS: Final = 500
+"""How long a writer thread gathers a batch when the app is busy but no batch is full."""
+DEFAULT_BATCH_ITEMS: Final = 512
+"""Items that make a writer thread write at once, without waiting for the schedule delay."""
+RETRY_SECONDS: Final = 1.0
+"""How often a writer thread tries again to write rows kept under another connection's lock."""
+
+
+def insert_sql(table: str, columns: Sequence[str], verb: str = "INSERT") -> str:
+    """``{verb} INTO table (columns) VALUES (?, ...)``."""
+    return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+
+
+def trace_hex(trace_id: int) -> str:
+    """A trace id as the store spells it: 32 lower-case hex digits."""
+    return format(trace_id, "032x")
+
+
+def span_hex(span_id: int) -> str:
+    """A span id as the store spells it: 16 lower-case hex digits."""
+    return format(span_id, "016x")
+
+
+class Rows:
+    """Statements for one transaction, and how many items (spans, ledger rows) they write.
+
+    ``items`` is what a loss of these rows costs, in the unit of the writer's ``lost_key``.
+    """
+
+    __slots__ = ("items", "statements")
+
+    def __init__(self, items: int = 0) -> None:
+        self.items = items
+        self.statements: list[tuple[str, Sequence[Sequence[Any]]]] = []
+
+    def add(self, sql: str, parameters: Sequence[Sequence[Any]]) -> None:
+        """Run ``sql`` once per parameter tuple, after the statements added before."""
+        if parameters:
+            self.statements.append((sql, parameters))
+
+    def write(self, db: sqlite3.Connection) -> None:
+        """Run every statement, in order, inside the caller's transaction."""
+        for sql, parameters in self.statements:
+            db.executemany(sql, parameters)
+
+    @classmethod
+    def joined(cls, parts: Iterable[Rows]) -> Rows:
+        """One ``Rows`` running the statements of ``parts`` in order."""
+        whole = cls()
+        for part in parts:
+            whole.items += part.items
+            whole.statements.extend(part.statements)
+        return whole
+
+
+class StoreWriter:
+    """Write ``Rows`` into the store at ``path``, one transaction per write; thread-safe, never raises.
+
+    Args:
+        path: the database file (created and migrated on the first write).
+        name: the key of its errors in ``tallyspan.stats()``: ``errors.<name>.write`` and
+            ``errors.<name>.locked``.
+        unit: what an item is, for the log (``spans``, ``ledger rows``).
+        lost_key: the counter of the items that could not be written (``dropped.store_spans``).
+        busy_timeout_millis: how long a write waits for another connection's lock.
+        max_pending: items kept while the store is locked; the oldest beyond this are dropped.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        name: str,
+        unit: str,
+        lost_key: str,
+        busy_timeout_millis: int = BUSY_TIMEOUT_MS,
+        max_pending: int = DEFAULT_MAX_PENDING,
+    ) -> None:
+        self.path = path
+        self.lost_key = lost_key
+        self.unit = unit
+        self.name = name
+        self._busy_timeout_millis = max(0, busy_timeout_millis)
+        self._max_pending = max(1, max_pending)
+        self._lock = threading.Lock()
+        renew_lock_after_fork(self)  # a fork while another thread writes must not freeze the child
+        self._db: sqlite3.Connection | None = None
+        self._pid = os.getpid()
+        self._closed = False
+        self._pending: list[Rows] = []
+        self._pending_items = 0
+        self.lost = 0
+        """Items this writer could not write, since it was made (they are also counted in ``lost_key``)."""
+        self._contended = False
+        """True after a write found the database locked: later writes try once without waiting."""
+
+    @property
+    def kept(self) -> int:
+        """Items kept for a later write (the store was locked)."""
+        return self._pending_items
+
+    def write(self, rows: Rows) -> bool:
+        """Keep ``rows`` and write everything kept in one transaction; False if not written (yet)."""
+        with suppress_instrumentation(), self._lock:
+            if self._closed:
+                self._count_lost(rows.items)
+                return False
+            self._adopt_process()
+            self._keep(rows)
+            return self._write_pending(wait=not self._contended)
+
+    def flush(self, timeout_millis: int = 30000) -> bool:
+        """Write the rows kept while the store was locked, waiting for the lock up to the busy timeout
+        (and ``timeout_millis``); True when nothing is left unwritten."""
+        with suppress_instrumentation(), self._lock:
+            self._adopt_process()
+            if not self._pending:
+                return True
+            return self._write_pending(wait=True, timeout_millis=timeout_millis)
+
+    def close(self) -> None:
+        """Write what is still kept (one last wait for the lock), count the rest, close the connection.
+
+        Later writes fail and count their items. A forked child never closes its parent's connection.
+        """
+        with suppress_instrumentation(), self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._adopt_process()
+            if self._pending:
+                self._write_pending(wait=True)
+            if self._pending_items:
+                self._count_lost(self._pending_items)
+            self._pending, self._pending_items = [], 0
+            self._close_connection()
+
+    def _count_lost(self, items: int) -> None:
+        if items:
+            self.lost += items
+            count(self.lost_key, items)
+
+    def _adopt_process(self) -> None:
+        # A forked child must not use its parent's SQLite connection: abandon it (closing it could
+        # disturb the parent's locks) and open its own. The rows it kept are the parent's to write.
+        if self._pid != os.getpid():
+            self._db, self._pid = None, os.getpid()
+            self._pending, self._pending_items, self._contended = [], 0, False
+
+    def _keep(self, rows: Rows) -> None:
+        if not rows.statements:
+            return  # nothing new: only the rows kept before are written
+        self._pending.append(rows)
+        self._pending_items += rows.items
+        while self._pending_items > self._max_pending and len(self._pending) > 1:
+            oldest = self._pending.pop(0)
+            self._pending_items -= oldest.items
+            self._count_lost(oldest.items)
+
+    def _write_pending(self, *, wait: bool, timeout_millis: int | None = None) -> bool:
+        """Write every kept batch in one transaction (under ``self._lock``); False if it failed."""
+        try:
+            if self._db is None:
+                self._db = connect(self.path)
+            db = self._db
+            busy_millis = self._busy_timeout_millis if wait else 0
+            if timeout_millis is not None:
+                busy_millis = min(busy_millis, max(0, timeout_millis))
+            db.execute(f"PRAGMA busy_timeout = {int(busy_millis)}")
+            db.execute("BEGIN")
+            try:
+                for rows in self._pending:
+                    rows.write(db)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as error:
+            if not is_locked(error):
+                return self._lost()
+            self._contended = True
+            swallowed(
+                _logger,
+                f"{self.name}.locked",
+                f"the tallyspan store at {os.fspath(self.path)} is locked by another connection; up to "
+                f"{self._max_pending} {self.unit} are kept and written once it is free",
+            )
+            return False
+        except Exception:  # the store is a convenience: losing it must never break the app or the chain
+            return self._lost()
+        self._pending, self._pending_items, self._contended = [], 0, False
+        return True
+
+    def _lost(self) -> bool:
+        swallowed(
+            _logger,
+            f"{self.name}.write",
+            f"could not write {self.unit} to the tallyspan store at {os.fspath(self.path)}",
+        )
+        self._count_lost(self._pending_items)
+        self._pending, self._pending_items = [], 0
+        # A connection that failed other than by a lock may be broken: open afresh next time.
+        self._close_connection()
+        return False
+
+    def _close_connection(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            try:
+                db.close()
+            except Exception:  # closing a broken connection must not raise out of a write or shutdown
+                swallowed(
+                    _logger, f"{self.name}.close", f"could not close the tallyspan store at {self.path}"
+                )
+
+
+T = TypeVar("T")
+
+
+class _Flush:
+    __slots__ = ("deadline", "done", "result")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.done = threading.Event()
+        self.result = False
+
+
+class WriterThread(Generic[T]):
+    """Write through a ``StoreWriter`` from a thread of its own, so a held lock or a slow disk never
+    holds up the thread that hands the rows over (the chain's worker, which runs the checks).
+
+    ``submit`` only queues; the thread gathers what is queued (up to the schedule delay), turns it into
+    ``Rows`` with ``prepare`` and writes it in one transaction. Rows kept under another connection's
+    lock are tried again every ``RETRY_SECONDS`` and with every write. ``flush`` is exact: it returns
+    True once everything submitted before it is committed. The thread starts on the first submit, and
+    again in a forked child.
+
+    Args:
+        writer: the store's writer; the thread is the only one to use it.
+        prepare: turns the queued items into rows, on the thread (a failure loses and counts them).
+        name: the thread's name.
+        max_queued: items waiting at most (``submit``'s ``size``); more are dropped and counted.
+        schedule_delay_millis: how long the thread gathers a batch before it writes.
+    """
+
+    def __init__(
+        self,
+        writer: StoreWriter,
+        prepare: Callable[[list[T]], Rows],
+        *,
+        name: str,
+        max_queued: int = DEFAULT_MAX_QUEUED,
+        schedule_delay_millis: int = DEFAULT_SCHEDULE_DELAY_MILLIS,
+    ) -> None:
+        self._writer = writer
+        self._prepare = prepare
+        self._name = name
+        self._max_queued = max(1, max_queued)
+        self._delay_s = max(0, schedule_delay_millis) / 1000
+        self._condition = threading.Condition()
+        self._queue: list[T] = []
+        self._queued_items = 0
+        self._flushes: list[_Flush] = []
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._pid = os.getpid()
+        self._dropped = 0  # items dropped before they reached the writer (queue full, not preparable)
+        self._losses_at_flush = 0  # the writer's and our losses when the last flush answered
+        if hasattr(os, "register_at_fork"):
+            # The thread does not survive fork(): the child gets a fresh lock and queue, and a thread
+            # of its own on its first submit. What the parent had queued is the parent's to write.
+            self_ref = weakref.ref(self)
+            os.register_at_fork(after_in_child=lambda: _reset_after_fork(self_ref))
+
+    def submit(self, item: T, size: int = 1) -> bool:
+        """Queue ``item`` (``size`` items, for the limit and the count of losses); False if dropped."""
+        with self._condition:
+            if self._stopping or self._queued_items + size > self._max_queued:
+                self._drop(size)
+                return False
+            self._ensure_thread()
+            self._queue.append(item)
+            self._queued_items += size
+            if len(self._queue) == 1 or self._queued_items >= DEFAULT_BATCH_ITEMS:
+                self._condition.notify()
+        return True
+
+    def flush(self, timeout_millis: int = 30000) -> bool:
+        """Wait until everything submitted before is written; True if it was, within ``timeout_millis``,
+        and nothing was lost since the previous flush answered."""
+        deadline = time.monotonic() + max(0, timeout_millis) / 1000
+        with self._condition:
+            if self._stopping:
+                return not self._queue and self._writer.kept == 0
+            if self._thread is None:
+                return True  # nothing was ever submitted in this process
+            self._ensure_thread()
+            request = _Flush(deadline)
+            self._flushes.append(request)
+            self._condition.notify()
+        return request.done.wait(max(0.0, deadline - time.monotonic())) and request.result
+
+    def shutdown(self, timeout_millis: int = 30000) -> None:
+        """Write what is queued and kept (one last wait for the lock), close the writer; later submits
+        are dropped and counted. Waits for the thread at most ``timeout_millis``."""
+        with self._condition:
+            if self._stopping:
+                return
+            self._stopping = True
+            thread = self._thread
+            self._condition.notify()
+        if thread is None:
+            self._writer.close()
+        else:
+            thread.join(max(0, timeout_millis) / 1000)
+
+    def _ensure_thread(self) -> None:
+        """Start the thread if it is not running (first submit, or a forked child); under the condition."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        if self._thread is not None and self._pid == os.getpid():
+            count(f"errors.{self._writer.name}.restarted")  # it died: a bug of ours; the rows still go out
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        # Our own SQL must not be traced by a database instrumentation the app installed.
+        with suppress_instrumentation():
+            while True:
+                items, size, flushes, stopping = self._next()
+                try:
+                    self._write(items, size, flushes, stopping)
+                except BaseException:  # even sys.exit() from a bug: the thread must outlive it
+                    swallowed(_logger, f"{self._writer.name}.thread", f"the {self._name} thread failed")
+                finally:
+                    for request in flushes:
+                        request.done.set()
+                if stopping:
+                    return
+
+    def _next(self) -> tuple[list[T], int, list[_Flush], bool]:
+        """Wait for work: queued items (gathered up to the schedule delay), a flush, shutdown, or the
+        time to try kept rows again; then take it all."""
+        with self._condition:
+            while not (self._queue or self._flushes or self._stopping):
+                retry = RETRY_SECONDS if self._writer.kept else None
+                if not self._condition.wait(retry) and self._writer.kept:
+                    return [], 0, [], False
+            if (
+                self._queue
+                and not (self._flushes or self._stopping)
+                and self._queued_items < DEFAULT_BATCH_ITEMS
+            ):
+                self._condition.wait(self._delay_s)
+            items, size = self._queue, self._queued_items
+            self._queue, self._queued_items = [], 0
+            flushes, self._flushes = self._flushes, []
+            return items, size, flushes, self._stopping
+
+    def _write(self, items: list[T], size: int, flushes: list[_Flush], stopping: bool) -> None:
+        writer = self._writer
+        if items:
+            try:
+                rows = self._prepare(items)
+            except Exception:  # items we cannot turn into rows must not stop the ones behind them
+                swallowed(_logger, f"{writer.name}.prepare", f"could not prepare {writer.unit} for the store")
+                with self._condition:
+                    self._drop(size)
+            else:
+                writer.write(rows)
+        elif writer.kept and not flushes and not stopping:
+            writer.write(Rows())  # nothing new: try the kept rows again (without waiting if still locked)
+        for request in flushes:
+            written = writer.flush(int((request.deadline - time.monotonic()) * 1000))
+            with self._condition:
+                losses = writer.lost + self._dropped
+                # False when anything was lost since the last flush answered: not all was delivered.
+                request.result = written and losses == self._losses_at_flush
+                self._losses_at_flush = losses
+        if stopping:
+            writer.close()
+
+    def _drop(self, size: int) -> None:
+        """Count ``size`` items lost before they reached the writer (under the condition)."""
+        self._dropped += size
+        count(self._writer.lost_key, size)
+
+    def _reset_after_fork(self) -> None:
+        self._condition = threading.Condition()
+        self._queue, self._queued_items, self._flushes = [], 0, []
+        self._thread = None
+
+
+def _reset_after_fork(self_ref: weakref.ref[WriterThread[Any]]) -> None:
+    writer_thread = self_ref()
+    if writer_thread is not None:
+        writer_thread._reset_after_fork()
