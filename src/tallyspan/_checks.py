@@ -18,14 +18,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import regex
-
-from tallyspan._contracts import REGEX_TIMEOUT_S, Contract
+from tallyspan._contracts import Contract
 from tallyspan._jsonschema import parse_json_output, schema_problems
 from tallyspan._language import language_violations
+from tallyspan._patterns import PatternBudget
 from tallyspan._refusal import find_claims, find_reasoning_leak, is_refusal, strip_reasoning
 from tallyspan._relevance import other_question_detail
-from tallyspan._selfstats import count
 from tallyspan._taxonomy import FAILURE_CLASS_OF, FailureClass, ViolationType, most_severe
 
 __all__ = ["CheckResult", "Violation", "check"]
@@ -58,6 +56,8 @@ class CheckResult:
     """The outcome of :func:`check`."""
 
     violations: tuple[Violation, ...] = ()
+    check_errors: tuple[str, ...] = ()
+    """Checks that could not finish (``pattern_budget``: the span's patterns ran out of time)."""
 
     @property
     def violation_types(self) -> tuple[str, ...]:
@@ -108,15 +108,6 @@ def _causes(error: BaseException) -> list[BaseException]:
         chain.append(current)
         current = current.__cause__ or current.__context__
     return chain
-
-
-def _pattern_search(pattern: regex.Pattern[str], text: str) -> bool | None:
-    """True/False, or None when the user's regex ran out of time on this output."""
-    try:
-        return pattern.search(text, timeout=REGEX_TIMEOUT_S) is not None
-    except TimeoutError:
-        count("checks.regex_timeout")
-        return None
 
 
 def check(
@@ -172,10 +163,11 @@ def check(
         return CheckResult(tuple(violations))
     if output is None:
         return CheckResult(tuple(violations))
+    budget = PatternBudget()  # one time budget for all of the contract's patterns on this output
     violations.extend(
-        _output_violations(output, contract, prompt, other_prompts, other_answers, reasoning_text)
+        _output_violations(output, contract, prompt, other_prompts, other_answers, reasoning_text, budget)
     )
-    return CheckResult(tuple(violations))
+    return CheckResult(tuple(violations), check_errors=budget.check_errors)
 
 
 def _output_violations(
@@ -185,6 +177,7 @@ def _output_violations(
     other_prompts: Sequence[str],
     other_answers: Sequence[tuple[str, str]],
     reasoning_text: str,
+    budget: PatternBudget,
 ) -> list[Violation]:
     violations: list[Violation] = []
     answer = strip_reasoning(output)
@@ -198,7 +191,7 @@ def _output_violations(
             _violation(ViolationType.TOO_LONG, f"{length} chars > max_chars {contract.max_chars}")
         )
     for name, pattern in contract.required_patterns:
-        found = _pattern_search(pattern, answer)
+        found = budget.search(pattern, answer)
         if found is None:
             violations.append(
                 _violation(ViolationType.MISSING_REQUIRED, f"pattern '{name}' timed out; not verified")
@@ -210,7 +203,7 @@ def _output_violations(
         problems = schema_problems(value, contract.json_schema) if parsed else ["output is not JSON"]
         violations.extend(_violation(ViolationType.MISSING_REQUIRED, problem) for problem in problems)
     for name, pattern in contract.forbidden_patterns:
-        found = _pattern_search(pattern, output)
+        found = budget.search(pattern, output)
         if found is None:
             violations.append(
                 _violation(ViolationType.FORBIDDEN_PRESENT, f"pattern '{name}' timed out; not verified")

@@ -22,9 +22,11 @@ if TYPE_CHECKING:  # types only: loading the settings must not import the check 
     from tallyspan._ledger_api import LedgerSink
 
 __all__ = [
+    "DEFAULT_CONTRACTS_MAX_BYTES",
     "DEFAULT_DB_PATH",
     "DEFAULT_OTLP_PROTOCOL",
     "ENV_CAPTURE_MESSAGE_CONTENT",
+    "ENV_CONTRACTS_MAX_BYTES",
     "ENV_DB",
     "ENV_EXPORTER_OTLP_ENDPOINT",
     "ENV_EXPORTER_OTLP_LOGS_ENDPOINT",
@@ -41,6 +43,7 @@ __all__ = [
     "otlp_traces_protocol",
     "otlp_traces_requested",
     "resolve_capture_content",
+    "resolve_contracts_max_bytes",
     "resolve_db_path",
     "warn_once",
 ]
@@ -56,6 +59,9 @@ The OpenTelemetry GenAI instrumentations also accept ``span_only``, ``event_only
 ENV_DB = "TALLYSPAN_DB"
 """Path of the embedded SQLite store; default ``./.tallyspan/tallyspan.db``."""
 
+ENV_CONTRACTS_MAX_BYTES = "TALLYSPAN_CONTRACTS_MAX_BYTES"
+"""Largest contracts file read, in bytes; default 1 MiB. A larger file is refused unread."""
+
 ENV_SERVICE_NAME = "OTEL_SERVICE_NAME"
 ENV_EXPORTER_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 ENV_EXPORTER_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -70,6 +76,8 @@ ENV_EXPORTER_OTLP_LOGS_PROTOCOL = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL"
 """The OTLP transport of logs (the ledger records); wins over ``OTEL_EXPORTER_OTLP_PROTOCOL``."""
 
 DEFAULT_DB_PATH = Path(".tallyspan") / "tallyspan.db"
+DEFAULT_CONTRACTS_MAX_BYTES: Final = 1 << 20
+"""1 MiB: a contracts file is a few kilobytes; parsing 1 MiB of YAML takes about a second."""
 
 OTLPProtocol = Literal["grpc", "http/protobuf"]
 """The OTLP transports the Python exporters implement (``http/json`` is not one of them)."""
@@ -104,6 +112,27 @@ def resolve_db_path(argument: str | os.PathLike[str] | None = None) -> Path:
         return Path(argument)
     raw = os.environ.get(ENV_DB, "").strip()
     return Path(raw) if raw else DEFAULT_DB_PATH
+
+
+def resolve_contracts_max_bytes() -> int:
+    """Largest contracts file read: ``TALLYSPAN_CONTRACTS_MAX_BYTES`` if valid, else 1 MiB."""
+    raw = os.environ.get(ENV_CONTRACTS_MAX_BYTES, "").strip()
+    if not raw:
+        return DEFAULT_CONTRACTS_MAX_BYTES
+    try:
+        value = int(raw) if len(raw) < 20 else -1
+    except ValueError:
+        value = -1
+    if value <= 0:
+        warn_once(
+            (ENV_CONTRACTS_MAX_BYTES, raw),
+            "%s=%r is not a positive number of bytes; using %d",
+            ENV_CONTRACTS_MAX_BYTES,
+            raw[:40],
+            DEFAULT_CONTRACTS_MAX_BYTES,
+        )
+        return DEFAULT_CONTRACTS_MAX_BYTES
+    return value
 
 
 def _exporter_wanted(selector_env: str, endpoint_envs: tuple[str, ...]) -> bool:

@@ -16,15 +16,18 @@ A contracts file::
 
 ``ContractSet.contract_for`` resolves in that order of precedence: the first ``match`` rule whose
 keys all match, then the contract named like the stage, then ``default``. Regexes are compiled at
-load with the ``regex`` package (multi-line mode: ``^`` and ``$`` match at line ends) and matched
-with a time limit, so a hostile pattern cannot hang the process.
+load with the ``regex`` package (multi-line mode: ``^`` and ``$`` match at line ends), after a check
+of their structure, and matched with a time limit shared by a span's patterns, so a hostile pattern
+cannot hang or exhaust the process (``tallyspan._patterns``). Files are read within bounds
+(``tallyspan._contract_files``); every failure is a ``ContractError`` naming the file, the stage, the
+field and the line.
 """
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,22 +40,27 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from tallyspan._config import resolve_contracts_max_bytes, warn_once
+from tallyspan._contract_files import (
+    TOP_KEYS,
+    check_shape,
+    contract_error_at,
+    parse_contracts_text,
+    read_contracts_text,
+    wrap_node,
+)
 from tallyspan._errors import ContractError
 from tallyspan._language import SUPPORTED_LANGUAGES
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+from tallyspan._patterns import REGEX_TIMEOUT_S as REGEX_TIMEOUT_S  # where it was first defined
+from tallyspan._patterns import PatternLoadBudget, compile_pattern, load_budget_of
 
 __all__ = ["Claims", "Contract", "ContractSet", "MatchRule", "NamedPattern", "load_contracts"]
 
-#: Time limit for one regex match on one output.
-REGEX_TIMEOUT_S = 0.1
 _REGEX_FLAGS = regex.MULTILINE | regex.VERSION1
 
 
@@ -120,21 +128,26 @@ class Contract(BaseModel):
 
     @field_validator("required", "forbidden")
     @classmethod
-    def _patterns_compile(cls, value: list[str | NamedPattern]) -> list[str | NamedPattern]:
-        for item in value:
+    def _patterns_compile(
+        cls, value: list[str | NamedPattern], info: ValidationInfo
+    ) -> list[str | NamedPattern]:
+        # Checked before compiling (a pattern can ask the compiler for gigabytes), within the load's budget.
+        budget = load_budget_of(info.context)
+        for index, item in enumerate(value):
             pattern = item.pattern if isinstance(item, NamedPattern) else item
             try:
-                regex.compile(pattern, _REGEX_FLAGS)
-            except regex.error as exc:
-                raise ValueError(f"invalid regex {pattern!r}: {exc}") from exc
+                compile_pattern(pattern, _REGEX_FLAGS, budget)
+            except ValueError as exc:
+                raise ValueError(f"{exc} (item {index})") from exc
         return value
 
     @model_validator(mode="after")
-    def _compile(self) -> Contract:
+    def _compile(self, info: ValidationInfo) -> Contract:
         if self.min_chars is not None and self.max_chars is not None and self.min_chars > self.max_chars:
             raise ValueError(f"min_chars {self.min_chars} > max_chars {self.max_chars}")
-        self._required = tuple(_compiled(item) for item in self.required)
-        self._forbidden = tuple(_compiled(item) for item in self.forbidden)
+        budget = load_budget_of(info.context)
+        self._required = tuple(_compiled(item, budget) for item in self.required)
+        self._forbidden = tuple(_compiled(item, budget) for item in self.forbidden)
         return self
 
     @property
@@ -148,10 +161,10 @@ class Contract(BaseModel):
         return self._forbidden
 
 
-def _compiled(item: str | NamedPattern) -> tuple[str, regex.Pattern[str]]:
+def _compiled(item: str | NamedPattern, budget: PatternLoadBudget | None) -> tuple[str, regex.Pattern[str]]:
     if isinstance(item, NamedPattern):
-        return item.name, regex.compile(item.pattern, _REGEX_FLAGS)
-    return item, regex.compile(item, _REGEX_FLAGS)
+        return item.name, compile_pattern(item.pattern, _REGEX_FLAGS, budget)
+    return item, compile_pattern(item, _REGEX_FLAGS, budget)
 
 
 class MatchRule(BaseModel):
@@ -220,6 +233,10 @@ class ContractSet(BaseModel):
 def load_contracts(source: Any) -> ContractSet:
     """Load contracts from a file path (YAML or TOML), a mapping, a list, or a ``ContractSet``.
 
+    A file is read within bounds (``tallyspan._contract_files``: a regular UTF-8 file of at most
+    ``TALLYSPAN_CONTRACTS_MAX_BYTES``, 1 MiB by default, nesting and size limited) and its patterns
+    are checked before they are compiled (``tallyspan._patterns``).
+
     Args:
         source: a ``str``/``PathLike`` path to ``.yaml``/``.yml``/``.toml``; a mapping in the file's
             form (``{"contracts": {...}, "default": ..., "match": [...]}``) or just ``{stage: contract}``;
@@ -250,47 +267,60 @@ def load_contracts(source: Any) -> ContractSet:
 def _load_file(path: Path) -> ContractSet:
     file = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ContractError(f"cannot read the contracts file: {exc.strerror or exc}", file=file) from exc
-    node: yaml.Node | None = None
-    if path.suffix.lower() == ".toml":
-        try:
-            data: Any = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ContractError(f"invalid TOML: {exc}", file=file) from exc
-    else:
-        try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = mark.line + 1 if mark is not None else None
-            raise ContractError(
-                f"invalid YAML: {getattr(exc, 'problem', None) or exc}", file=file, line=line
-            ) from exc
-    if data is None:
-        return ContractSet()
-    if not isinstance(data, Mapping):
-        raise ContractError("the file must hold a mapping with a 'contracts' section", file=file, line=1)
-    return _from_mapping(dict(data), file=file, node=node)
-
-
-_TOP_KEYS = frozenset({"contracts", "default", "match"})
+        text = read_contracts_text(path, resolve_contracts_max_bytes())
+        data, node = parse_contracts_text(text, file=file, toml=path.suffix.lower() == ".toml")
+        if data is None:
+            contracts = ContractSet()
+        elif not isinstance(data, Mapping):
+            raise ContractError("the file must hold a mapping with a 'contracts' section", file=file, line=1)
+        else:
+            contracts = _from_mapping(dict(data), file=file, node=node)
+    except ContractError:
+        raise
+    except Exception as exc:  # any other failure is still a bad file: name it, never a bare traceback
+        raise ContractError(f"cannot load the contracts: {type(exc).__name__}: {exc}", file=file) from exc
+    if not (contracts.contracts or contracts.default or contracts.match):
+        warn_once(
+            ("contracts.empty", file),
+            "the contracts file %s holds no contracts: no output will be checked against one",
+            file,
+        )
+    return contracts
 
 
 def _from_mapping(data: dict[str, Any], *, file: str | None, node: yaml.Node | None) -> ContractSet:
-    if not _TOP_KEYS.intersection(data):
+    if not TOP_KEYS.intersection(data):
+        _refuse_misspelt_section(data, file=file, node=node)
         data = {"contracts": data}  # the short form: {stage: contract}
-        node = _wrap_node(node)
+        node = wrap_node(node)
+    check_shape(data, file=file, node=node)
+    budget = PatternLoadBudget()
     try:
-        return ContractSet.model_validate(data)
+        return ContractSet.model_validate(data, context=budget.context())
     except ValidationError as exc:
         raise _contract_error(exc, file=file, node=node) from exc
 
 
+def _refuse_misspelt_section(data: dict[str, Any], *, file: str | None, node: yaml.Node | None) -> None:
+    """``contract:`` (or ``matches:``) read as the short form would be a stage: say what was meant."""
+    for key, value in data.items():
+        if not isinstance(key, str):
+            continue
+        meant = difflib.get_close_matches(key.strip().lower(), sorted(TOP_KEYS), n=1, cutoff=0.75)
+        looks_like_a_contract = isinstance(value, Mapping) and set(value) <= set(Contract.model_fields)
+        if meant and not looks_like_a_contract:
+            raise contract_error_at(
+                f"unknown top-level key {key!r}; did you mean {meant[0]!r}? "
+                f"(a contracts file has the sections {', '.join(sorted(TOP_KEYS))})",
+                (key,),
+                file=file,
+                node=node,
+            )
+
+
 def _from_list(items: Sequence[Any]) -> ContractSet:
     contracts: dict[str, Contract] = {}
+    budget = PatternLoadBudget()
     for index, item in enumerate(items):
         if isinstance(item, Contract):
             contracts[f"stage_{index}"] = item
@@ -298,19 +328,23 @@ def _from_list(items: Sequence[Any]) -> ContractSet:
         if not isinstance(item, Mapping) or not isinstance(item.get("stage"), str):
             raise ContractError(f"item {index} must be a Contract or a mapping with a 'stage' key")
         fields = {key: value for key, value in item.items() if key != "stage"}
+        check_shape({"contracts": {item["stage"]: fields}}, file=None, node=None)
         try:
-            contracts[item["stage"]] = Contract(**fields)
+            contracts[item["stage"]] = Contract.model_validate(fields, context=budget.context())
         except ValidationError as exc:
             raise _contract_error(exc, file=None, node=None, stage=item["stage"]) from exc
     return ContractSet(contracts=contracts)
 
 
-def _wrap_node(node: yaml.Node | None) -> yaml.Node | None:
-    if node is None:
-        return None
-    return yaml.MappingNode(
-        "tag:yaml.org,2002:map", [(yaml.ScalarNode("tag:yaml.org,2002:str", "contracts"), node)]
-    )
+_FIELD_NAMES = sorted(
+    {
+        *TOP_KEYS,
+        *Contract.model_fields,
+        *MatchRule.model_fields,
+        *Claims.model_fields,
+        *NamedPattern.model_fields,
+    }
+)
 
 
 def _contract_error(
@@ -318,40 +352,14 @@ def _contract_error(
 ) -> ContractError:
     error = exc.errors()[0]
     location = tuple(error["loc"])
-    field: str | None = None
-    if stage is None and len(location) >= 2 and location[0] == "contracts":
-        stage, rest = str(location[1]), location[2:]
-    elif location and location[0] == "default":
-        stage, rest = "default", location[1:]
-    else:
-        rest = location
-    names = [str(part) for part in rest if not str(part).startswith(("str", "NamedPattern"))]
-    if names:
-        field = ".".join(names)
     message = str(error["msg"])
     if error["type"] == "extra_forbidden":
         message = "unknown field"
+        meant = difflib.get_close_matches(
+            str(location[-1]) if location else "", _FIELD_NAMES, n=1, cutoff=0.75
+        )
+        if meant:
+            message += f"; did you mean {meant[0]!r}?"
     elif message.startswith("Value error, "):
         message = message[len("Value error, ") :]
-    return ContractError(message, file=file, stage=stage, field=field, line=_line_of(node, location))
-
-
-def _line_of(node: yaml.Node | None, location: tuple[Any, ...]) -> int | None:
-    """The 1-based line of the deepest YAML node on ``location`` (pydantic's error path)."""
-    if node is None:
-        return None
-    line = node.start_mark.line + 1
-    for part in location:
-        child: yaml.Node | None = None
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                if key.value == str(part):
-                    child, line = value, key.start_mark.line + 1  # a field's error points at its key
-                    break
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            child = node.value[part]
-            line = child.start_mark.line + 1
-        if child is None:
-            break
-        node = child
-    return line
+    return contract_error_at(message, location, file=file, node=node, stage=stage)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,3 +122,58 @@ def test_missing_required_options_are_usage_errors() -> None:
     code, _, err = _run("--stage", "x", "-", stdin="")
     assert code == 2
     assert "--contracts" in err
+
+
+def test_a_misspelt_contracts_section_exits_2_with_the_fix_and_no_traceback(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("contract:\n  report:\n    min_chars: 10\n", encoding="utf-8")
+    code, out, err = _run("--contracts", str(typo), "--stage", "report", "-", stdin=GOOD)
+    assert (code, out) == (2, "")
+    assert f"{typo}:1, field 'contract': unknown top-level key 'contract'; did you mean 'contracts'?" in err
+    assert "Traceback" not in err
+
+
+def test_a_non_utf8_contracts_file_exits_2_naming_the_encoding(tmp_path: Path) -> None:
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("contracts:\n  report:\n    forbidden: ['café']\n".encode("latin-1"))
+    code, _, err = _run("--contracts", str(latin), "--stage", "report", "-", stdin=GOOD)
+    assert code == 2
+    assert f"{latin}:3: the contracts file is not UTF-8" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+@pytest.mark.parametrize(
+    ("contracts_text", "says"),
+    [
+        (None, "is a FIFO, not a regular file; refused unread"),
+        ("contracts:\n  report:\n    required: ['(?:(?:(?:a{1000}){1000}){1000})']\n", "counted repetitions"),
+        ("contracts:\n  report:\n    json_schema: " + "[" * 3000 + "]" * 3000 + "\n", "nest"),
+    ],
+    ids=["fifo", "nested-counts", "deep-yaml"],
+)
+def test_a_hostile_contracts_file_exits_2_fast_in_a_real_process(
+    tmp_path: Path, contracts_text: str | None, says: str
+) -> None:
+    path = tmp_path / "contracts.yaml"
+    if contracts_text is None:
+        os.mkfifo(path)  # opening it for reading used to wait for a writer for ever
+    else:
+        path.write_text(contracts_text, encoding="utf-8")
+    child = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (512 << 20, 512 << 20)); "
+        "from tallyspan.cli import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child, "check", "--contracts", str(path), "--stage", "report", "-"],
+        input=GOOD,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stdout == ""
+    assert str(path) in done.stderr
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr

@@ -230,3 +230,55 @@ def test_instrument_fails_on_a_bad_contracts_file(tmp_path: Path, tracer_provide
         tallyspan.instrument(contracts=path, tracer_provider=tracer_provider, store=None)  # type: ignore[arg-type]
     assert (raised.value.stage, raised.value.field, raised.value.line) == ("report", "max_chars", 3)
     assert tallyspan.instrumentation() is None
+
+
+@pytest.mark.parametrize("name", ["contracts.yaml", "contracts.toml"])
+def test_a_misspelt_contracts_section_names_the_key_and_the_fix(tmp_path: Path, name: str) -> None:
+    text = "contract:\n  report:\n    min_chars: 10\n"
+    if name.endswith(".toml"):
+        text = "[contract.report]\nmin_chars = 10\n"
+    path = _write(tmp_path, name, text)
+    with pytest.raises(ContractError) as raised:
+        load_contracts(path)
+    assert (raised.value.file, raised.value.field) == (str(path), "contract")
+    assert "unknown top-level key 'contract'; did you mean 'contracts'?" in str(raised.value)
+    with pytest.raises(ContractError, match="did you mean 'match'"):
+        load_contracts({"matches": [{"stage": "a", "contract": "b"}]})
+
+
+def test_a_short_form_stage_named_like_a_section_still_loads() -> None:
+    assert load_contracts({"defaults": {"min_chars": 3}}).contracts["defaults"].min_chars == 3
+
+
+def test_unknown_fields_suggest_the_known_one(tmp_path: Path) -> None:
+    path = _write(tmp_path, "c.yaml", "contracts:\n  report:\n    min_char: 5\ndefualt:\n  min_chars: 1\n")
+    with pytest.raises(ContractError, match="unknown field; did you mean 'min_chars'") as raised:
+        load_contracts(path)
+    assert (raised.value.stage, raised.value.field, raised.value.line) == ("report", "min_char", 3)
+
+
+def test_an_empty_contracts_file_warns_once_naming_the_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _write(tmp_path, "contracts.yaml", "# contracts to come\n")
+    with caplog.at_level("WARNING", logger="tallyspan"):
+        assert load_contracts(path) == ContractSet()
+        assert load_contracts(path) == ContractSet()
+    warnings = [
+        record.getMessage() for record in caplog.records if "holds no contracts" in record.getMessage()
+    ]
+    assert warnings == [
+        f"the contracts file {path} holds no contracts: no output will be checked against one"
+    ]
+    with caplog.at_level("WARNING", logger="tallyspan"):
+        load_contracts(_write(tmp_path, "full.yaml", "contracts:\n  a: {min_chars: 1}\n"))
+    assert len([record for record in caplog.records if "holds no contracts" in record.getMessage()]) == 1
+
+
+def test_the_file_size_limit_is_a_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path, "contracts.yaml", "contracts:\n  report:\n    min_chars: 10\n")
+    monkeypatch.setenv("TALLYSPAN_CONTRACTS_MAX_BYTES", "16")
+    with pytest.raises(ContractError, match=r"more than the limit of 16 .* refused unread"):
+        load_contracts(path)
+    monkeypatch.setenv("TALLYSPAN_CONTRACTS_MAX_BYTES", "lots")  # a bad value: warned, default used
+    assert load_contracts(path).contracts["report"].min_chars == 10

@@ -3,6 +3,8 @@
 Each subcommand module defines a ``click.Command`` named ``command`` that returns nothing but data to
 the renderer (``_render.emit``); only the group maps our errors to a message and an exit code.
 Commands get the shared options through ``@pass_state`` (``tallyspan.cli._state.CliState``).
+Exit status: 0 success, 2 bad input (a ``ConfigError``: arguments, configuration, contracts file),
+1 any other failure (``tallyspan check``: violations found).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import click
 
 from tallyspan._config import resolve_db_path
-from tallyspan._errors import TallyspanError
+from tallyspan._errors import ConfigError, TallyspanError
 from tallyspan.cli._state import CliState
 from tallyspan.cli.check import command as check_command
 from tallyspan.cli.demo import command as demo_command
@@ -29,12 +31,21 @@ __all__ = ["main"]
 _logger = logging.getLogger(__name__)
 
 
+class _BadInput(click.ClickException):
+    """An unusable argument, configuration or contracts file: status 2, as click's usage errors."""
+
+    exit_code = 2
+
+
 class _Group(click.Group):
     """The group, plus the one place where errors become messages and exit codes."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except ConfigError as exc:  # ContractError included: the input, not the store, is at fault
+            _logger.debug("tallyspan command got bad input", exc_info=True)
+            raise _BadInput(str(exc)) from exc
         except TallyspanError as exc:
             _logger.debug("tallyspan command failed", exc_info=True)
             raise click.ClickException(str(exc)) from exc

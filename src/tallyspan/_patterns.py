@@ -1,0 +1,290 @@
+"""The contracts' regexes, contained: checked before they are compiled, and timed as a span's whole.
+
+A contract's ``required`` and ``forbidden`` patterns come from a file someone else may write. Two
+things in it can hurt the process that loads it, and neither is a syntax error:
+
+- **Compiling.** The ``regex`` compiler unrolls counted repetitions: ``a{1000}`` becomes 1,000 nodes,
+  so the 31 characters ``(?:(?:(?:a{1000}){1000}){1000})`` ask for a billion (10-21 s, then 6-8 GB and a
+  ``MemoryError``), and ``(?:ab|cd){300000}`` crashes the interpreter. 300,000 alternatives take 42 s.
+  :func:`compile_pattern` parses the pattern with ``regex``'s own parser (which builds a small tree and
+  unrolls nothing), walks that tree and refuses a pattern longer than :data:`MAX_PATTERN_CHARS`, with
+  more than :data:`MAX_ALTERNATIVES` alternatives, nested deeper than :data:`MAX_NESTING`, or whose
+  repetitions unroll to more than :data:`MAX_EXPANSION` nodes; only then does it compile. A
+  :class:`PatternLoadBudget` bounds one load's patterns together: their number, their total unrolled
+  size and the time spent compiling them.
+- **Matching.** Backtracking (``(x+x+)+y``) is bounded by ``regex``'s own match timeout. The time is
+  shared by all of a span's patterns (:class:`PatternBudget`), so forty slow patterns cost one budget,
+  not forty; the span is then marked (``pattern_budget``) and counted (``errors.check_budget``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import regex
+
+from tallyspan._selfstats import count
+
+try:  # regex's own parser: the same tree the compiler gets, built without unrolling anything
+    _core: Any = importlib.import_module("regex._regex_core")
+    _Info, _RegexBase, _Source = _core.Info, _core.RegexBase, _core.Source
+    _parse_pattern, _UnscopedFlagSet = _core._parse_pattern, _core._UnscopedFlagSet
+except (ImportError, AttributeError):  # pragma: no cover - a regex release that moved its parser
+    _parse_pattern = None  # the cruder bound below is used instead
+    _RegexBase = type(None)
+
+__all__ = [
+    "COMPILE_BUDGET_S",
+    "MAX_ALTERNATIVES",
+    "MAX_EXPANSION",
+    "MAX_LOAD_EXPANSION",
+    "MAX_NESTING",
+    "MAX_PATTERNS",
+    "MAX_PATTERN_CHARS",
+    "PATTERN_BUDGET_ERROR",
+    "PATTERN_BUDGET_S",
+    "REGEX_TIMEOUT_S",
+    "PatternBudget",
+    "PatternLoadBudget",
+    "compile_pattern",
+    "load_budget_of",
+]
+
+MAX_PATTERN_CHARS: Final = 10_000
+"""Longest pattern accepted, in characters."""
+MAX_ALTERNATIVES: Final = 1_000
+"""Most ``|`` alternatives in one pattern (a 10,000-alternative pattern takes 0.4 s to compile)."""
+MAX_NESTING: Final = 50
+"""Deepest nesting of groups, repetitions and alternatives in one pattern."""
+MAX_EXPANSION: Final = 10_000
+"""Most nodes one pattern may unroll to: the sum over its parts of the product of the counts of the
+repetitions around them (``a{100}`` is 100, ``(?:ab){50}`` 150). About 250 bytes and 0.4 µs each."""
+MAX_PATTERNS: Final = 5_000
+"""Most patterns in one load (a file, a mapping or a list): each costs about 2 KB compiled."""
+MAX_LOAD_EXPANSION: Final = 200_000
+"""Most nodes all of one load's patterns may unroll to together (about 50 MB)."""
+COMPILE_BUDGET_S: Final = 2.0
+"""Time all of one load's patterns may take to compile; a load over it fails after the pattern that
+crossed it (which the limits above keep short)."""
+REGEX_TIMEOUT_S: Final = 0.1
+"""Time limit for one pattern on one output."""
+PATTERN_BUDGET_S: Final = 0.25
+"""Time all of one span's patterns may take together on its output."""
+PATTERN_BUDGET_ERROR: Final = "pattern_budget"
+"""The check error of a span whose patterns ran out of :data:`PATTERN_BUDGET_S`."""
+
+_LOAD_BUDGET_KEY: Final = "tallyspan.pattern_load_budget"
+_REPEATS: tuple[str, ...] = ("GreedyRepeat", "LazyRepeat", "PossessiveRepeat")
+_CHILD_ATTRIBUTES = ("subpattern", "items", "branches", "yes_item", "no_item")
+_SHOWN_CHARS = 60
+
+
+class PatternError(ValueError):
+    """A pattern that is invalid, or that would cost too much to compile."""
+
+
+@dataclass
+class PatternLoadBudget:
+    """What one load's patterns may cost together; pass it as pydantic validation context.
+
+    It also keeps each pattern compiled once per load (the model validator asks again).
+    """
+
+    max_patterns: int = MAX_PATTERNS
+    max_expansion: int = MAX_LOAD_EXPANSION
+    compile_budget_s: float = COMPILE_BUDGET_S
+    patterns: int = 0
+    expansion: int = 0
+    compile_s: float = 0.0
+    compiled: dict[tuple[str, int], regex.Pattern[str]] = field(default_factory=dict)
+
+    def context(self) -> dict[str, Any]:
+        """The pydantic validation context that carries this budget to the validators."""
+        return {_LOAD_BUDGET_KEY: self}
+
+    def _charge(self, expansion: int) -> None:
+        self.patterns += 1
+        self.expansion += expansion
+        if self.patterns > self.max_patterns:
+            raise PatternError(f"more than {self.max_patterns:,} patterns in one set of contracts")
+        if self.expansion > self.max_expansion:
+            raise PatternError(
+                f"the patterns together unroll to more than {self.max_expansion:,} nodes when compiled"
+            )
+
+    def _spend(self, seconds: float) -> None:
+        self.compile_s += seconds
+        if self.compile_s > self.compile_budget_s:
+            raise PatternError(
+                f"compiling the patterns took {self.compile_s:.1f} s, more than {self.compile_budget_s:g} s"
+            )
+
+
+def load_budget_of(context: Any) -> PatternLoadBudget | None:
+    """The budget a load put in the pydantic validation context, if any."""
+    if isinstance(context, dict):
+        budget = context.get(_LOAD_BUDGET_KEY)
+        if isinstance(budget, PatternLoadBudget):
+            return budget
+    return None
+
+
+def compile_pattern(pattern: str, flags: int, budget: PatternLoadBudget | None = None) -> regex.Pattern[str]:
+    """Check ``pattern``'s structure, then compile it.
+
+    Raises:
+        PatternError: (a ``ValueError``) the pattern is invalid or over a limit; the message quotes
+            at most the first 60 characters of it.
+    """
+    if budget is not None:
+        compiled = budget.compiled.get((pattern, flags))
+        if compiled is not None:
+            return compiled
+    expansion = _checked_expansion(pattern, flags)
+    if budget is not None:
+        budget._charge(expansion)
+    started = time.perf_counter()
+    try:
+        compiled = regex.compile(pattern, flags)
+    except (regex.error, ValueError, RecursionError) as exc:
+        raise PatternError(f"invalid regex {_shown(pattern)}: {exc}") from exc
+    if budget is not None:
+        budget.compiled[(pattern, flags)] = compiled
+        budget._spend(time.perf_counter() - started)
+    return compiled
+
+
+def _shown(pattern: str) -> str:
+    if len(pattern) <= _SHOWN_CHARS:
+        return repr(pattern)
+    return f"{pattern[:_SHOWN_CHARS]!r}... ({len(pattern):,} characters)"
+
+
+def _checked_expansion(pattern: str, flags: int) -> int:
+    """How many nodes ``pattern`` unrolls to; raises PatternError over a limit, before compiling."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise PatternError(
+            f"regex {_shown(pattern)} is longer than {MAX_PATTERN_CHARS:,} characters; refused unparsed"
+        )
+    tree = _parsed(pattern, flags)
+    if tree is None:
+        return _conservative_expansion(pattern)
+    expansion = alternatives = 0
+    stack: list[tuple[Any, int, int]] = [(tree, 1, 1)]  # (node, product of the counts around it, depth)
+    while stack:
+        node, factor, depth = stack.pop()
+        expansion += factor
+        if depth > MAX_NESTING:
+            raise PatternError(f"regex {_shown(pattern)} nests deeper than {MAX_NESTING} levels")
+        if expansion > MAX_EXPANSION:
+            raise PatternError(
+                f"regex {_shown(pattern)} has counted repetitions that unroll to more than "
+                f"{MAX_EXPANSION:,} nodes when compiled (nested or large {{n}} counts); refused uncompiled"
+            )
+        branches = getattr(node, "branches", None)
+        if isinstance(branches, list):
+            alternatives += len(branches) - 1
+            if alternatives > MAX_ALTERNATIVES:
+                raise PatternError(f"regex {_shown(pattern)} has more than {MAX_ALTERNATIVES:,} alternatives")
+        if type(node).__name__ in _REPEATS:
+            # The compiler unrolls the mandatory part of a repetition: {n} and {n,m} cost n copies.
+            factor *= max(1, int(getattr(node, "min_count", 1) or 1))
+        stack.extend((child, factor, depth + 1) for child in _children(node))
+    return expansion
+
+
+def _children(node: Any) -> Iterator[Any]:
+    for name in _CHILD_ATTRIBUTES:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            yield from (item for item in value if isinstance(item, _RegexBase))
+        elif isinstance(value, _RegexBase):
+            yield value
+
+
+def _parsed(pattern: str, flags: int) -> Any:
+    """``regex``'s parse tree of ``pattern``, or None when this ``regex`` has no parser we know."""
+    if _parse_pattern is None:  # pragma: no cover - see the import above
+        return None
+    global_flags = flags
+    try:
+        for _ in range(3):  # an inline global flag ((?x) mid-pattern) restarts the parse, as regex does
+            source = _Source(pattern)
+            info = _Info(global_flags, source.char_type, {})
+            info.guess_encoding = regex.UNICODE
+            source.ignore_space = bool(info.flags & regex.VERBOSE)
+            try:
+                tree = _parse_pattern(source, info)
+            except _UnscopedFlagSet:
+                global_flags = info.global_flags
+                continue
+            if not source.at_end():
+                raise PatternError(f"invalid regex {_shown(pattern)}: unbalanced parenthesis")
+            return tree
+    except RecursionError as exc:
+        raise PatternError(f"regex {_shown(pattern)} nests deeper than {MAX_NESTING} levels") from exc
+    except (regex.error, ValueError) as exc:
+        if isinstance(exc, PatternError):
+            raise
+        raise PatternError(f"invalid regex {_shown(pattern)}: {exc}") from exc
+    raise PatternError(f"invalid regex {_shown(pattern)}: its inline flags do not settle")
+
+
+def _conservative_expansion(pattern: str) -> int:  # pragma: no cover - see the import above
+    """Without a parse tree: as if every counted repetition were nested in every other."""
+    product = 1
+    for found in regex.finditer(r"\{(\d+)(?:,\d*)?\}", pattern):
+        product *= max(1, int(found.group(1)))
+        if product * len(pattern) > MAX_EXPANSION:
+            raise PatternError(
+                f"regex {_shown(pattern)} has counted repetitions that may unroll to more than "
+                f"{MAX_EXPANSION:,} nodes when compiled; refused uncompiled"
+            )
+    return product * len(pattern)
+
+
+class PatternBudget:
+    """The time one span's patterns may take together on its output.
+
+    Each search gets the per-pattern limit or what is left of the span's budget, whichever is less;
+    once the budget is spent the remaining patterns are not run (their result is ``None``: not
+    verified) and :attr:`check_errors` names ``pattern_budget``.
+    """
+
+    def __init__(self, total_s: float = PATTERN_BUDGET_S, per_pattern_s: float = REGEX_TIMEOUT_S) -> None:
+        self._deadline = time.monotonic() + total_s
+        self._per_pattern_s = per_pattern_s
+        self._exhausted = False
+
+    def search(self, pattern: regex.Pattern[str], text: str) -> bool | None:
+        """True/False, or None when the pattern ran out of time or the budget was already spent."""
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            self._exhaust()
+            return None
+        try:
+            return pattern.search(text, timeout=min(self._per_pattern_s, remaining)) is not None
+        except TimeoutError:
+            count("checks.regex_timeout")
+            if self._deadline - time.monotonic() <= 0:
+                self._exhaust()
+            return None
+
+    def _exhaust(self) -> None:
+        if not self._exhausted:
+            self._exhausted = True
+            count("errors.check_budget")
+
+    @property
+    def exhausted(self) -> bool:
+        """True when the span's patterns ran out of their shared time."""
+        return self._exhausted
+
+    @property
+    def check_errors(self) -> tuple[str, ...]:
+        """``("pattern_budget",)`` when the budget ran out, else empty."""
+        return (PATTERN_BUDGET_ERROR,) if self._exhausted else ()
