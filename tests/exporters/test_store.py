@@ -439,6 +439,7 @@ def test_the_exporter_defaults_to_the_tallyspan_db_variable(db_path: Path) -> No
 
 def test_store_component_writes_everything_by_force_flush(db_path: Path) -> None:
     processor = store_component((), Settings(db_path=db_path))
+    assert processor is not None
     provider = TracerProvider()
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("test")

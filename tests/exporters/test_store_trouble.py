@@ -381,7 +381,7 @@ def test_the_ledger_sink_never_writes_on_the_chains_worker_thread(
     real_connect = sqlite3.connect
 
     def traced_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        db = real_connect(*args, **kwargs)
+        db: sqlite3.Connection = real_connect(*args, **kwargs)
         db.set_trace_callback(lambda sql: writers.append((threading.current_thread().name, sql)))
         return db
 
