@@ -15,9 +15,8 @@ from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 from tallyspan.plugin import ModelContent, ToolCallContent
-from tallyspan_instrumentors._common import (
-    Extraction,
-    GenAICall,
+from tallyspan_instrumentors._calls import Extraction, GenAICall
+from tallyspan_instrumentors._parts import (
     messages_json,
     output_message,
     server_attributes,

@@ -15,15 +15,10 @@ from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 from tallyspan.plugin import ModelContent, ToolCallContent
-from tallyspan_instrumentors._common import (
-    output_message,
-    text_part,
-    tool_call_part,
-    tool_call_response_part,
-)
+from tallyspan_instrumentors._calls import Extraction
+from tallyspan_instrumentors._parts import output_message, text_part, tool_call_part, tool_call_response_part
 
 __all__ = [
-    "ModelResult",
     "content_text",
     "input_messages",
     "model_result",
@@ -195,22 +190,6 @@ def input_messages(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[
     return chat, system, prompt
 
 
-class ModelResult:
-    """What an ``LLMResult`` says about the model call: span attributes, content, output messages."""
-
-    __slots__ = ("attributes", "content", "output_messages")
-
-    def __init__(
-        self,
-        attributes: dict[str, AttributeValue],
-        content: ModelContent,
-        output_messages: list[dict[str, Any]],
-    ) -> None:
-        self.attributes = attributes
-        self.content = content
-        self.output_messages = output_messages
-
-
 def _first(mappings: Iterable[Mapping[str, Any]], *keys: str) -> Any:
     for mapping in mappings:
         for key in keys:
@@ -248,7 +227,7 @@ def _usage(message: Any, llm_output: Mapping[str, Any]) -> dict[str, AttributeVa
     return result
 
 
-def model_result(response: Any, prompt: str | None) -> ModelResult:
+def model_result(response: Any, prompt: str | None) -> Extraction:
     """Read an ``LLMResult`` (its first generation) into span attributes, content and output messages."""
     generations = getattr(response, "generations", None) or []
     generation = generations[0][0] if generations and generations[0] else None
@@ -281,7 +260,7 @@ def model_result(response: Any, prompt: str | None) -> ModelResult:
     parts = [text_part(text)] if text else []
     parts += [tool_call_part(call.call_id, call.name, call.arguments) for call in tool_calls]
     output = [output_message(parts, finish_reason if isinstance(finish_reason, str) else None)]
-    return ModelResult(attributes, ModelContent(text, tool_calls, prompt, reasoning), output)
+    return Extraction(attributes, ModelContent(text, tool_calls, prompt, reasoning), output)
 
 
 def _tool_message(output: Any) -> Any:

@@ -26,15 +26,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan.plugin import count, swallowed
-from tallyspan_instrumentors._common import (
-    Extraction,
-    GenAICall,
-    error_type,
-    messages_json,
-    start_genai_call,
-)
-from tallyspan_instrumentors._tool_span import end_tool_span, json_text
+from tallyspan.plugin import count, end_tool_span, json_text, swallowed
+from tallyspan_instrumentors._calls import GenAICall, error_type, start_genai_call
+from tallyspan_instrumentors._parts import messages_json
 from tallyspan_instrumentors.langchain._extract import (
     input_messages,
     model_result,
@@ -61,8 +55,6 @@ _NOT_FAILURES: Final = frozenset({"GeneratorExit"})
 _BUBBLE_UP: Final = "GraphBubbleUp"
 #: The exception a LangGraph handoff tool raises to send its Command to the parent graph.
 _HANDOFF: Final = "ParentCommand"
-#: ``error.type`` of a tool whose error LangChain handled into an error ToolMessage.
-_TOOL_ERROR_STATUS: Final = "tool_error"
 
 
 @dataclass
@@ -310,8 +302,7 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
         if call is None:
             return
         try:
-            result = model_result(response, call.prompt)
-            extraction = Extraction(result.attributes, result.content, result.output_messages)
+            extraction = model_result(response, call.prompt)
         except Exception:  # a response we cannot read still ends its span
             swallowed(_logger, "langchain.model_end", "tallyspan could not read a LangChain model response")
             extraction = None
@@ -328,8 +319,7 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
             try:
                 response = kwargs.get("response")
                 if response is not None and getattr(response, "generations", None):
-                    result = model_result(response, call.prompt)
-                    extraction = Extraction(result.attributes, result.content, result.output_messages)
+                    extraction = model_result(response, call.prompt)
             except Exception:  # a partial response we cannot read still ends its span
                 swallowed(
                     _logger, "langchain.model_end", "tallyspan could not read a LangChain model response"
@@ -418,8 +408,7 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
             result, failed = None, False
         end_tool_span(
             run.span,
-            failed=failed,
-            error_type=_TOOL_ERROR_STATUS if failed else None,
+            error_type=semconv.ERROR_TYPE_TOOL_ERROR if failed else None,
             arguments=run.tool_arguments,
             result=result,
             capture_content=self._capture_content,
@@ -440,7 +429,6 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
         handoff = type(error).__name__ == _HANDOFF
         end_tool_span(
             run.span,
-            failed=not handoff,
             error_type=None if handoff else error_type(error),
             arguments=run.tool_arguments,
             capture_content=self._capture_content,

@@ -14,13 +14,8 @@ from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 from tallyspan.plugin import ModelContent, ToolCallContent
-from tallyspan_instrumentors._common import (
-    Extraction,
-    output_message,
-    text_part,
-    tool_call_part,
-    tool_call_response_part,
-)
+from tallyspan_instrumentors._calls import Extraction
+from tallyspan_instrumentors._parts import output_message, text_part, tool_call_part, tool_call_response_part
 
 __all__ = ["chat_input_messages", "generation_extraction", "last_user_text", "response_extraction"]
 

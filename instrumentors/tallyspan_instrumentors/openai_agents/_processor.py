@@ -39,9 +39,9 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from tallyspan import semconv
-from tallyspan.plugin import count, swallowed
-from tallyspan_instrumentors._common import GenAICall, messages_json, parse_arguments, start_genai_call
-from tallyspan_instrumentors._tool_span import end_tool_span
+from tallyspan.plugin import count, end_tool_span, swallowed
+from tallyspan_instrumentors._calls import GenAICall, start_genai_call
+from tallyspan_instrumentors._parts import messages_json, parse_arguments
 from tallyspan_instrumentors.openai_agents._extract import (
     chat_input_messages,
     generation_extraction,
@@ -328,13 +328,14 @@ class TallyspanTracingProcessor:
     def _end_tool(self, data: Any, span: Span, arguments: Any, error: Any) -> None:
         attributes = getattr(span, "attributes", None) or {}
         # An MCP call inside the tool may already have marked it failed (isError); keep that.
-        already_failed = attributes.get(semconv.TOOL_OUTCOME) == semconv.OUTCOME_FAILED
+        failed = error is not None or attributes.get(semconv.TOOL_OUTCOME) == semconv.OUTCOME_FAILED
         if arguments is None and isinstance(data.input, str):
             arguments = parse_arguments(data.input)
         end_tool_span(
             span,
-            failed=error is not None or already_failed,
-            error_type=attributes.get(semconv.ERROR_TYPE) or semconv.ERROR_TYPE_TOOL_ERROR,
+            error_type=(attributes.get(semconv.ERROR_TYPE) or semconv.ERROR_TYPE_TOOL_ERROR)
+            if failed
+            else None,
             description=_error_message(error) if error is not None else None,
             arguments=arguments,
             result=data.output,

@@ -3,23 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan_instrumentors._common import server_attributes
+from tallyspan_instrumentors._parts import server_attributes
 
 __all__ = [
+    "Request",
     "as_dict",
     "given",
     "number",
+    "request_start",
     "sequence",
     "server_attributes",
+    "set_given",
     "set_if",
     "text_of_content",
     "usage_attributes",
 ]
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the span needs from a request, read before the call."""
+
+    model: str | None
+    attributes: dict[str, AttributeValue]
+    prompt: str | None
+    content_attributes: dict[str, str]
 
 
 def given(value: Any) -> bool:
@@ -40,6 +54,28 @@ def set_if(attributes: dict[str, AttributeValue], key: str, value: Any) -> None:
         attributes[key] = value
     elif isinstance(value, (list, tuple)) and value and all(isinstance(item, str) for item in value):
         attributes[key] = list(value)
+
+
+def set_given(
+    attributes: dict[str, AttributeValue], kwargs: Mapping[str, Any], pairs: tuple[tuple[str, str], ...]
+) -> None:
+    """For each ``(attribute, argument)``, set the attribute when the app gave the argument a usable value."""
+    for key, argument in pairs:
+        value = kwargs.get(argument)
+        if given(value):
+            set_if(attributes, key, value)
+
+
+def request_start(kwargs: Mapping[str, Any], operation: str) -> tuple[str | None, dict[str, AttributeValue]]:
+    """The requested model and the attributes every request's span starts with."""
+    model = kwargs.get("model")
+    model = model if isinstance(model, str) else None
+    attributes: dict[str, AttributeValue] = {
+        semconv.GEN_AI_OPERATION_NAME: operation,
+        semconv.GEN_AI_PROVIDER_NAME: semconv.PROVIDER_OPENAI,
+    }
+    set_if(attributes, semconv.GEN_AI_REQUEST_MODEL, model)
+    return model, attributes
 
 
 def sequence(value: Any) -> list[Any] | tuple[Any, ...]:

@@ -6,7 +6,7 @@
 * ``BaseChatModel._generate_with_cache`` / ``_agenerate_with_cache``: every ``invoke`` / ``ainvoke`` /
   ``generate`` of a chat model (streamed or not) reaches the provider client through them, with the run
   manager of the run the handler opened a ``chat`` span for. Around that call the ``chat`` span is made
-  current and the framework-model-call key of ``_common`` is set, so the OpenAI / Anthropic / Ollama
+  current and the framework-model-call key of ``_calls`` is set, so the OpenAI / Anthropic / Ollama
   wrappers open no second span. The attach and its detach sit in the same frame, so nothing leaks.
 * ``BaseChatModel.stream`` / ``astream``: the model starts its run inside the first ``next()``, after
   our frame would have attached anything. The wrapper therefore gives the run a known id (``run_id`` in
@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -26,14 +27,19 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from tallyspan.plugin import swallowed
-from tallyspan_instrumentors._common import framework_model_call_context
+from tallyspan_instrumentors._base import Wrapper
+from tallyspan_instrumentors._calls import framework_model_call_context
 from tallyspan_instrumentors.langchain._handler import TallyspanCallbackHandler
 
-__all__ = ["Wrapper", "async_generate_wrapper", "generate_wrapper", "manager_init_wrapper", "stream_wrapper"]
+__all__ = [
+    "astream_wrapper",
+    "async_generate_wrapper",
+    "generate_wrapper",
+    "manager_init_wrapper",
+    "stream_wrapper",
+]
 
 _logger = logging.getLogger(__name__)
-
-Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 
 
 def manager_init_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
@@ -84,20 +90,27 @@ def _model_call_context(
         return None
 
 
+@contextlib.contextmanager
+def _attached(context: otel_context.Context | None) -> Iterator[None]:
+    """``context`` current inside the block (nothing changes for None); attach and detach in one frame."""
+    if context is None:
+        yield
+        return
+    token = otel_context.attach(context)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
 def generate_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
     """Wrap ``BaseChatModel._generate_with_cache``: the chat span is current around the provider call."""
 
     def wrapper(
         wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        context = _model_call_context(handler, args, kwargs)
-        if context is None:
+        with _attached(_model_call_context(handler, args, kwargs)):
             return wrapped(*args, **kwargs)
-        token = otel_context.attach(context)
-        try:
-            return wrapped(*args, **kwargs)
-        finally:
-            otel_context.detach(token)
 
     return wrapper
 
@@ -109,14 +122,8 @@ def async_generate_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
         wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         async def run() -> Any:
-            context = _model_call_context(handler, args, kwargs)
-            if context is None:
+            with _attached(_model_call_context(handler, args, kwargs)):
                 return await wrapped(*args, **kwargs)
-            token = otel_context.attach(context)
-            try:
-                return await wrapped(*args, **kwargs)
-            finally:
-                otel_context.detach(token)
 
         return run()
 
@@ -141,23 +148,26 @@ def _with_run_id(
     return args, kwargs, run_id
 
 
-def stream_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
-    """Wrap ``BaseChatModel.stream``: provider spans are skipped while LangChain's chat span stands."""
+def _stream_wrapper(
+    mark: Callable[[Any, otel_context.Context], Any],
+) -> Callable[[TallyspanCallbackHandler], Wrapper]:
+    def make(handler: TallyspanCallbackHandler) -> Wrapper:
+        def wrapper(
+            wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> Any:
+            if not handler.enabled:
+                return wrapped(*args, **kwargs)
+            try:
+                args, kwargs, run_id = _with_run_id(args, kwargs)
+                context = framework_model_call_context(_RunSpanMarker(handler, run_id))
+            except Exception:  # unusual arguments: stream untouched
+                swallowed(_logger, "langchain.stream", "tallyspan could not prepare a LangChain stream")
+                return wrapped(*args, **kwargs)
+            return mark(wrapped(*args, **kwargs), context)
 
-    def wrapper(
-        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        if not handler.enabled:
-            return wrapped(*args, **kwargs)
-        try:
-            args, kwargs, run_id = _with_run_id(args, kwargs)
-            context = framework_model_call_context(_RunSpanMarker(handler, run_id))
-        except Exception:  # unusual arguments: stream untouched
-            swallowed(_logger, "langchain.stream", "tallyspan could not prepare a LangChain stream")
-            return wrapped(*args, **kwargs)
-        return _marked_stream(wrapped(*args, **kwargs), context)
+        return wrapper
 
-    return wrapper
+    return make
 
 
 def _marked_stream(stream: Iterator[Any], context: otel_context.Context) -> Iterator[Any]:
@@ -177,25 +187,6 @@ def _marked_stream(stream: Iterator[Any], context: otel_context.Context) -> Iter
             close()
 
 
-def astream_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
-    """Wrap ``BaseChatModel.astream``, the async twin of :func:`stream_wrapper`."""
-
-    def wrapper(
-        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        if not handler.enabled:
-            return wrapped(*args, **kwargs)
-        try:
-            args, kwargs, run_id = _with_run_id(args, kwargs)
-            context = framework_model_call_context(_RunSpanMarker(handler, run_id))
-        except Exception:  # unusual arguments: stream untouched
-            swallowed(_logger, "langchain.stream", "tallyspan could not prepare a LangChain stream")
-            return wrapped(*args, **kwargs)
-        return _marked_astream(wrapped(*args, **kwargs), context)
-
-    return wrapper
-
-
 async def _marked_astream(stream: AsyncIterator[Any], context: otel_context.Context) -> AsyncIterator[Any]:
     try:
         while True:
@@ -211,3 +202,9 @@ async def _marked_astream(stream: AsyncIterator[Any], context: otel_context.Cont
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+stream_wrapper = _stream_wrapper(_marked_stream)
+"""Wrap ``BaseChatModel.stream``: provider spans are skipped while LangChain's chat span stands."""
+astream_wrapper = _stream_wrapper(_marked_astream)
+"""Wrap ``BaseChatModel.astream``, the async twin of :data:`stream_wrapper`."""

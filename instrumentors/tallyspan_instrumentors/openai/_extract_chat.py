@@ -10,9 +10,8 @@ from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 from tallyspan.plugin import ModelContent, ToolCallContent
-from tallyspan_instrumentors._common import (
-    Extraction,
-    GenAICall,
+from tallyspan_instrumentors._calls import Extraction, GenAICall
+from tallyspan_instrumentors._parts import (
     messages_json,
     output_message,
     str_or_none,
@@ -20,55 +19,41 @@ from tallyspan_instrumentors._common import (
     tool_call_part,
     tool_call_response_part,
 )
-from tallyspan_instrumentors.openai._shared import (
+from tallyspan_instrumentors.openai._extract_shared import (
+    Request,
     as_dict,
     given,
+    request_start,
     sequence,
     server_attributes,
+    set_given,
     set_if,
     text_of_content,
     usage_attributes,
 )
 
-__all__ = ["ChatRequest", "ChatStreamAccumulator", "chat_request", "extract_chat_completion"]
+__all__ = ["ChatStreamAccumulator", "chat_request", "extract_chat_completion"]
 
 _OUTPUT_TYPES = {"json_schema": "json", "json_object": "json", "text": "text"}
+#: Request attributes and the arguments that set them.
+_PARAMETERS = (
+    (semconv.GEN_AI_REQUEST_TEMPERATURE, "temperature"),
+    (semconv.GEN_AI_REQUEST_TOP_P, "top_p"),
+    (semconv.GEN_AI_REQUEST_SEED, "seed"),
+    (semconv.GEN_AI_REQUEST_FREQUENCY_PENALTY, "frequency_penalty"),
+    (semconv.GEN_AI_REQUEST_PRESENCE_PENALTY, "presence_penalty"),
+    (semconv.OPENAI_REQUEST_SERVICE_TIER, "service_tier"),
+)
 
 
-@dataclass(frozen=True)
-class ChatRequest:
-    """What the span needs from a chat request, read before the call."""
-
-    model: str | None
-    attributes: dict[str, AttributeValue]
-    prompt: str | None
-    content_attributes: dict[str, str]
-
-
-def chat_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: bool) -> ChatRequest:
+def chat_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: bool) -> Request:
     """Read the request attributes (and, when capturing, the input messages) of a chat call."""
-    model = kwargs.get("model")
-    model = model if isinstance(model, str) else None
-    attributes: dict[str, AttributeValue] = {
-        semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_CHAT,
-        semconv.GEN_AI_PROVIDER_NAME: semconv.PROVIDER_OPENAI,
-    }
-    set_if(attributes, semconv.GEN_AI_REQUEST_MODEL, model)
+    model, attributes = request_start(kwargs, semconv.OPERATION_CHAT)
     max_tokens = kwargs.get("max_completion_tokens")
     if not given(max_tokens):
         max_tokens = kwargs.get("max_tokens")
     set_if(attributes, semconv.GEN_AI_REQUEST_MAX_TOKENS, max_tokens)
-    for key, argument in (
-        (semconv.GEN_AI_REQUEST_TEMPERATURE, "temperature"),
-        (semconv.GEN_AI_REQUEST_TOP_P, "top_p"),
-        (semconv.GEN_AI_REQUEST_SEED, "seed"),
-        (semconv.GEN_AI_REQUEST_FREQUENCY_PENALTY, "frequency_penalty"),
-        (semconv.GEN_AI_REQUEST_PRESENCE_PENALTY, "presence_penalty"),
-        (semconv.OPENAI_REQUEST_SERVICE_TIER, "service_tier"),
-    ):
-        value = kwargs.get(argument)
-        if given(value):
-            set_if(attributes, key, value)
+    set_given(attributes, kwargs, _PARAMETERS)
     stop = kwargs.get("stop")
     set_if(attributes, semconv.GEN_AI_REQUEST_STOP_SEQUENCES, [stop] if isinstance(stop, str) else stop)
     choices = kwargs.get("n")
@@ -87,7 +72,7 @@ def chat_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: b
         content_attributes[semconv.GEN_AI_INPUT_MESSAGES] = messages_json(
             [_input_message(as_dict(message)) for message in message_list]
         )
-    return ChatRequest(model, attributes, _last_user_text(message_list), content_attributes)
+    return Request(model, attributes, _last_user_text(message_list), content_attributes)
 
 
 def _output_type(response_format: Any) -> str | None:
