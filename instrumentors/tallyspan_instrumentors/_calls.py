@@ -248,12 +248,35 @@ class ToolCall:
 # --- the wrapper shape ----------------------------------------------------------------------------------
 
 
-def _start_guarded(start: Callable[[], C | None]) -> C | None:
+def _started(start: Callable[[], C | None]) -> C | None:
+    """The call ``start`` opens, unless instrumentation is suppressed; None means the call runs untraced."""
+    if not is_instrumentation_enabled():
+        return None
     try:
         return start()
     except Exception:  # never let a request we cannot read stop the app's call; it runs untraced
         swallowed(_logger, "span.start", "tallyspan could not start a span")
         return None
+
+
+class _Current:
+    """The call's span is current inside the block; an exception leaving it fails the call, untouched."""
+
+    __slots__ = ("call", "token")
+
+    def __init__(self, call: SpanCall) -> None:
+        self.call = call
+        self.token = otel_context.attach(trace.set_span_in_context(call.span))
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
+        try:
+            if exc is not None:
+                self.call.fail(exc)
+        finally:
+            otel_context.detach(self.token)
 
 
 def _finish_guarded(call: C, finish: Callable[[C, Any], Any], result: Any) -> Any:
@@ -274,23 +297,16 @@ def run_sync(
 ) -> Any:
     """Run a sync wrapped call inside the span ``start`` opens (None: untraced).
 
-    ``finish`` ends the span from the result and returns what the app gets (the result or a stream
-    proxy). ``start`` may add to ``kwargs`` (the wrapper's own dict) what the call must carry (MCP's trace
-    context); the wrapped call is made with them.
+    Only the wrapped call sits inside the span's block: its result and exceptions pass through untouched.
+    ``finish`` ends the span from the result, in its own guard, and returns what the app gets (the result
+    or a stream proxy). ``start`` may add to ``kwargs`` (the wrapper's own dict) what the call must carry
+    (MCP's trace context); the wrapped call is made with them.
     """
-    if not is_instrumentation_enabled():
-        return wrapped(*args, **kwargs)
-    call = _start_guarded(start)
+    call = _started(start)
     if call is None:
         return wrapped(*args, **kwargs)
-    token = otel_context.attach(trace.set_span_in_context(call.span))
-    try:
+    with _Current(call):
         result = wrapped(*args, **kwargs)
-    except BaseException as exc:
-        call.fail(exc)
-        raise
-    finally:
-        otel_context.detach(token)
     return _finish_guarded(call, finish, result)
 
 
@@ -302,19 +318,11 @@ async def run_async(
     finish: Callable[[C, Any], Any],
 ) -> Any:
     """The async twin of :func:`run_sync`."""
-    if not is_instrumentation_enabled():
-        return await wrapped(*args, **kwargs)
-    call = _start_guarded(start)
+    call = _started(start)
     if call is None:
         return await wrapped(*args, **kwargs)
-    token = otel_context.attach(trace.set_span_in_context(call.span))
-    try:
+    with _Current(call):
         result = await wrapped(*args, **kwargs)
-    except BaseException as exc:
-        call.fail(exc)
-        raise
-    finally:
-        otel_context.detach(token)
     return _finish_guarded(call, finish, result)
 
 

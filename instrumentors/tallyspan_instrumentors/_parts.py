@@ -14,11 +14,17 @@ from typing import Any
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
+from tallyspan.plugin import ToolCallContent
 
 __all__ = [
+    "field_of",
+    "given",
+    "int_or_none",
     "messages_json",
     "output_message",
+    "output_parts",
     "parse_arguments",
+    "reasoning_part",
     "server_attributes",
     "str_or_none",
     "text_part",
@@ -31,6 +37,23 @@ _FINISH_REASON_TO_GENAI = {"tool_calls": "tool_call", "function_call": "tool_cal
 _DEFAULT_PORTS = {"https": 443, "http": 80}
 
 
+def field_of(item: Any, name: str) -> Any:
+    """``item[name]`` for dicts, ``item.name`` for SDK objects, else None."""
+    if isinstance(item, Mapping):
+        return item.get(name)
+    return getattr(item, name, None)
+
+
+def given(value: Any) -> bool:
+    """False for None and the ``NOT_GIVEN`` / ``omit`` sentinels of the OpenAI and Anthropic SDKs."""
+    return value is not None and type(value).__name__ not in ("NotGiven", "Omit")
+
+
+def int_or_none(value: Any) -> int | None:
+    """``value`` if it is an int (bools excluded), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def str_or_none(value: Any) -> str | None:
     """``value`` if it is a string, else None: SDKs do not validate bodies, any field may hold any type."""
     return value if isinstance(value, str) else None
@@ -39,6 +62,11 @@ def str_or_none(value: Any) -> str | None:
 def text_part(text: str) -> dict[str, Any]:
     """A ``text`` message part."""
     return {"type": "text", "content": text}
+
+
+def reasoning_part(text: str) -> dict[str, Any]:
+    """A ``reasoning`` message part (what a reasoning model thought before it answered)."""
+    return {"type": "reasoning", "content": text}
 
 
 def parse_arguments(arguments: str) -> Any:
@@ -57,6 +85,17 @@ def tool_call_part(call_id: str | None, name: str, arguments: str) -> dict[str, 
 def tool_call_response_part(call_id: str | None, response: Any) -> dict[str, Any]:
     """A ``tool_call_response`` message part (a tool result sent back to the model)."""
     return {"type": "tool_call_response", "id": call_id, "response": response}
+
+
+def output_parts(
+    text: str, tool_calls: Iterable[ToolCallContent] = (), reasoning: str = ""
+) -> list[dict[str, Any]]:
+    """An answer's message parts: its reasoning, its text, then the tool calls it requested (each if any)."""
+    parts = [reasoning_part(reasoning)] if reasoning else []
+    if text:
+        parts.append(text_part(text))
+    parts.extend(tool_call_part(call.call_id, call.name, call.arguments) for call in tool_calls)
+    return parts
 
 
 def output_message(parts: list[dict[str, Any]], finish_reason: str | None) -> dict[str, Any]:

@@ -29,6 +29,9 @@ __all__ = [
 
 _logger = logging.getLogger(__name__)
 
+#: How an iterator says it has no more items: the stream ended, it did not fail.
+_END_OF_ITEMS = (StopIteration, StopAsyncIteration)
+
 
 class StreamAccumulator(Protocol):
     """Collects a stream's items; a provider module implements one per stream kind."""
@@ -38,6 +41,22 @@ class StreamAccumulator(Protocol):
 
     def extraction(self, call: GenAICall) -> Extraction:
         """What the items so far say, for the span (also called for streams cut short)."""
+
+
+class _Reading:
+    """Around each read of the stream: its end, or an error it raises, ends the span (the error goes on)."""
+
+    __slots__ = ("proxy",)
+
+    def __init__(self, proxy: _StreamProxy) -> None:
+        self.proxy = proxy
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
+        if exc is not None:
+            self.proxy._tallyspan_finalize(None if isinstance(exc, _END_OF_ITEMS) else exc)
 
 
 class _StreamProxy(wrapt.ObjectProxy[Any]):
@@ -103,14 +122,8 @@ class _SyncIterationProxy(_StreamProxy):
         return self
 
     def __next__(self) -> Any:
-        try:
+        with _Reading(self):
             item = next(self.__wrapped__)
-        except StopIteration:
-            self._tallyspan_finalize()
-            raise
-        except BaseException as exc:
-            self._tallyspan_finalize(exc)
-            raise
         self._tallyspan_observe(item)
         return item
 
@@ -163,14 +176,8 @@ class _AsyncIterationProxy(_StreamProxy):
         return self
 
     async def __anext__(self) -> Any:
-        try:
+        with _Reading(self):
             item = await self.__wrapped__.__anext__()
-        except StopAsyncIteration:
-            self._tallyspan_finalize()
-            raise
-        except BaseException as exc:
-            self._tallyspan_finalize(exc)
-            raise
         self._tallyspan_observe(item)
         return item
 

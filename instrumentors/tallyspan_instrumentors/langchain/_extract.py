@@ -16,7 +16,7 @@ from opentelemetry.util.types import AttributeValue
 from tallyspan import semconv
 from tallyspan.plugin import ModelContent, ToolCallContent
 from tallyspan_instrumentors._calls import Extraction
-from tallyspan_instrumentors._parts import output_message, text_part, tool_call_part, tool_call_response_part
+from tallyspan_instrumentors._parts import output_message, output_parts, text_part, tool_call_response_part
 
 __all__ = [
     "content_text",
@@ -164,14 +164,10 @@ def _tool_calls(message: Any) -> tuple[ToolCallContent, ...]:
 
 
 def _message_parts(message: Any) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
     text = content_text(getattr(message, "content", None))
     if getattr(message, "type", None) == "tool":
         return [tool_call_response_part(getattr(message, "tool_call_id", None), text)]
-    if text:
-        parts.append(text_part(text))
-    parts.extend(tool_call_part(call.call_id, call.name, call.arguments) for call in _tool_calls(message))
-    return parts
+    return output_parts(text, _tool_calls(message))
 
 
 def input_messages(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
@@ -257,8 +253,7 @@ def model_result(response: Any, prompt: str | None) -> Extraction:
     else:
         text = str(getattr(generation, "text", "") or "")
         tool_calls, reasoning = (), ""
-    parts = [text_part(text)] if text else []
-    parts += [tool_call_part(call.call_id, call.name, call.arguments) for call in tool_calls]
+    parts = output_parts(text, tool_calls)
     output = [output_message(parts, finish_reason if isinstance(finish_reason, str) else None)]
     return Extraction(attributes, ModelContent(text, tool_calls, prompt, reasoning), output)
 

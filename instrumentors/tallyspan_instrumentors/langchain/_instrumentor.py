@@ -57,7 +57,7 @@ _WRAPPED: Final[tuple[WrapEntry[_LangChainState], ...]] = (
     (_CHAT_MODELS, "BaseChatModel._generate_with_cache", _around_handler("generate_wrapper")),
     (_CHAT_MODELS, "BaseChatModel._agenerate_with_cache", _around_handler("async_generate_wrapper")),
     (_CHAT_MODELS, "BaseChatModel.stream", _around_handler("stream_wrapper")),
-    (_CHAT_MODELS, "BaseChatModel.astream", _around_handler("astream_wrapper")),
+    (_CHAT_MODELS, "BaseChatModel.astream", _around_handler("stream_wrapper")),
 )
 
 

@@ -10,19 +10,20 @@
   wrappers open no second span. The attach and its detach sit in the same frame, so nothing leaks.
 * ``BaseChatModel.stream`` / ``astream``: the model starts its run inside the first ``next()``, after
   our frame would have attached anything. The wrapper therefore gives the run a known id (``run_id`` in
-  the config, unless the caller set one) and, around each ``next()``, sets the key to a marker that is
+  the config, unless the caller set one) and, around each step of the stream (``next()`` or
+  ``anext()``), sets the key to a marker that is
   true once the handler holds a span for that id: the provider call is skipped exactly when LangChain's
   span stands for it. (The chat span is not made current on this path; nothing of ours nests under it.)
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
@@ -31,13 +32,7 @@ from tallyspan_instrumentors._base import Wrapper
 from tallyspan_instrumentors._calls import framework_model_call_context
 from tallyspan_instrumentors.langchain._handler import TallyspanCallbackHandler
 
-__all__ = [
-    "astream_wrapper",
-    "async_generate_wrapper",
-    "generate_wrapper",
-    "manager_init_wrapper",
-    "stream_wrapper",
-]
+__all__ = ["async_generate_wrapper", "generate_wrapper", "manager_init_wrapper", "stream_wrapper"]
 
 _logger = logging.getLogger(__name__)
 
@@ -90,17 +85,22 @@ def _model_call_context(
         return None
 
 
-@contextlib.contextmanager
-def _attached(context: otel_context.Context | None) -> Iterator[None]:
-    """``context`` current inside the block (nothing changes for None); attach and detach in one frame."""
-    if context is None:
-        yield
-        return
-    token = otel_context.attach(context)
-    try:
-        yield
-    finally:
-        otel_context.detach(token)
+class _Attached:
+    """``context`` current inside the block (nothing changes for None): attached and detached in one frame."""
+
+    __slots__ = ("context", "token")
+
+    def __init__(self, context: otel_context.Context | None) -> None:
+        self.context = context
+        self.token: object = None
+
+    def __enter__(self) -> None:
+        if self.context is not None:
+            self.token = otel_context.attach(self.context)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.token is not None:
+            otel_context.detach(self.token)  # type: ignore[arg-type]  # the token attach() gave
 
 
 def generate_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
@@ -109,7 +109,7 @@ def generate_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
     def wrapper(
         wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        with _attached(_model_call_context(handler, args, kwargs)):
+        with _Attached(_model_call_context(handler, args, kwargs)):
             return wrapped(*args, **kwargs)
 
     return wrapper
@@ -122,7 +122,7 @@ def async_generate_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
         wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         async def run() -> Any:
-            with _attached(_model_call_context(handler, args, kwargs)):
+            with _Attached(_model_call_context(handler, args, kwargs)):
                 return await wrapped(*args, **kwargs)
 
         return run()
@@ -148,63 +148,42 @@ def _with_run_id(
     return args, kwargs, run_id
 
 
-def _stream_wrapper(
-    mark: Callable[[Any, otel_context.Context], Any],
-) -> Callable[[TallyspanCallbackHandler], Wrapper]:
-    def make(handler: TallyspanCallbackHandler) -> Wrapper:
-        def wrapper(
-            wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-        ) -> Any:
-            if not handler.enabled:
-                return wrapped(*args, **kwargs)
-            try:
-                args, kwargs, run_id = _with_run_id(args, kwargs)
-                context = framework_model_call_context(_RunSpanMarker(handler, run_id))
-            except Exception:  # unusual arguments: stream untouched
-                swallowed(_logger, "langchain.stream", "tallyspan could not prepare a LangChain stream")
-                return wrapped(*args, **kwargs)
-            return mark(wrapped(*args, **kwargs), context)
+def stream_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
+    """Wrap ``BaseChatModel.stream`` / ``astream``: provider spans are skipped while LangChain's chat span stands."""
 
-        return wrapper
+    def wrapper(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if not handler.enabled:
+            return wrapped(*args, **kwargs)
+        try:
+            args, kwargs, run_id = _with_run_id(args, kwargs)
+            context = framework_model_call_context(_RunSpanMarker(handler, run_id))
+        except Exception:  # unusual arguments: stream untouched
+            swallowed(_logger, "langchain.stream", "tallyspan could not prepare a LangChain stream")
+            return wrapped(*args, **kwargs)
+        return _MarkedStream(wrapped(*args, **kwargs), context)
 
-    return make
+    return wrapper
 
 
-def _marked_stream(stream: Iterator[Any], context: otel_context.Context) -> Iterator[Any]:
-    try:
-        while True:
-            token = otel_context.attach(context)
-            try:
-                item = next(stream)
-            except StopIteration:
-                return
-            finally:
-                otel_context.detach(token)
-            yield item
-    finally:
-        close = getattr(stream, "close", None)
-        if close is not None:
-            close()
+class _MarkedStream(wrapt.ObjectProxy[Any]):
+    """A chat model's stream (sync or async) whose every step runs in the marked context."""
 
+    def __init__(self, stream: Any, context: otel_context.Context) -> None:
+        super().__init__(stream)
+        self._self_context = context
 
-async def _marked_astream(stream: AsyncIterator[Any], context: otel_context.Context) -> AsyncIterator[Any]:
-    try:
-        while True:
-            token = otel_context.attach(context)
-            try:
-                item = await stream.__anext__()
-            except StopAsyncIteration:
-                return
-            finally:
-                otel_context.detach(token)
-            yield item
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
+    def __iter__(self) -> _MarkedStream:
+        return self
 
+    def __next__(self) -> Any:
+        with _Attached(self._self_context):
+            return next(self.__wrapped__)
 
-stream_wrapper = _stream_wrapper(_marked_stream)
-"""Wrap ``BaseChatModel.stream``: provider spans are skipped while LangChain's chat span stands."""
-astream_wrapper = _stream_wrapper(_marked_astream)
-"""Wrap ``BaseChatModel.astream``, the async twin of :data:`stream_wrapper`."""
+    def __aiter__(self) -> _MarkedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        with _Attached(self._self_context):
+            return await self.__wrapped__.__anext__()

@@ -12,8 +12,10 @@ from tallyspan import semconv
 from tallyspan.plugin import ModelContent, ToolCallContent
 from tallyspan_instrumentors._calls import Extraction, GenAICall
 from tallyspan_instrumentors._parts import (
+    given,
     messages_json,
     output_message,
+    reasoning_part,
     str_or_none,
     text_part,
     tool_call_part,
@@ -22,13 +24,10 @@ from tallyspan_instrumentors._parts import (
 from tallyspan_instrumentors.openai._extract_shared import (
     Request,
     as_dict,
-    given,
+    last_user_text,
     request_start,
     sequence,
-    server_attributes,
-    set_given,
     set_if,
-    text_of_content,
     usage_attributes,
 )
 
@@ -48,12 +47,11 @@ _PARAMETERS = (
 
 def chat_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: bool) -> Request:
     """Read the request attributes (and, when capturing, the input messages) of a chat call."""
-    model, attributes = request_start(kwargs, semconv.OPERATION_CHAT)
+    model, attributes = request_start(resource, kwargs, semconv.OPERATION_CHAT, _PARAMETERS)
     max_tokens = kwargs.get("max_completion_tokens")
     if not given(max_tokens):
         max_tokens = kwargs.get("max_tokens")
     set_if(attributes, semconv.GEN_AI_REQUEST_MAX_TOKENS, max_tokens)
-    set_given(attributes, kwargs, _PARAMETERS)
     stop = kwargs.get("stop")
     set_if(attributes, semconv.GEN_AI_REQUEST_STOP_SEQUENCES, [stop] if isinstance(stop, str) else stop)
     choices = kwargs.get("n")
@@ -64,7 +62,6 @@ def chat_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: b
     output_type = _output_type(kwargs.get("response_format"))
     if output_type:
         attributes[semconv.GEN_AI_OUTPUT_TYPE] = output_type
-    attributes.update(server_attributes(resource))
     messages = kwargs.get("messages")
     message_list = sequence(messages)
     content_attributes = {}
@@ -72,7 +69,7 @@ def chat_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: b
         content_attributes[semconv.GEN_AI_INPUT_MESSAGES] = messages_json(
             [_input_message(as_dict(message)) for message in message_list]
         )
-    return Request(model, attributes, _last_user_text(message_list), content_attributes)
+    return Request(model, attributes, last_user_text(message_list), content_attributes)
 
 
 def _output_type(response_format: Any) -> str | None:
@@ -80,14 +77,6 @@ def _output_type(response_format: Any) -> str | None:
         return "json"
     kind = as_dict(response_format).get("type") if given(response_format) else None
     return _OUTPUT_TYPES.get(kind) if isinstance(kind, str) else None
-
-
-def _last_user_text(messages: list[Any] | tuple[Any, ...]) -> str | None:
-    for message in reversed(messages):
-        message_dict = as_dict(message)
-        if message_dict.get("role") == "user":
-            return text_of_content(message_dict.get("content"))
-    return None
 
 
 def _input_message(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -226,7 +215,7 @@ def _extraction(summary: _Completion, call: GenAICall) -> Extraction:
     for choice in ordered:
         parts: list[dict[str, Any]] = []
         if choice.reasoning:
-            parts.append({"type": "reasoning", "content": "".join(choice.reasoning)})
+            parts.append(reasoning_part("".join(choice.reasoning)))
         if choice.has_text:
             parts.append(text_part("".join(choice.text)))
         elif choice.refusal:

@@ -126,13 +126,7 @@ class TallyspanTracingProcessor:
             name = getattr(trace, "name", None) or "workflow"
             parent = otel_context.get_current()
             span = self._start_span(
-                semconv.OPERATION_INVOKE_WORKFLOW,
-                name,
-                parent,
-                {
-                    semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_INVOKE_WORKFLOW,
-                    semconv.GEN_AI_WORKFLOW_NAME: name,
-                },
+                semconv.OPERATION_INVOKE_WORKFLOW, name, parent, {semconv.GEN_AI_WORKFLOW_NAME: name}
             )
             entry = _Entry(kind="trace", context=trace_api.set_span_in_context(span, parent), span=span)
             self._remember(_trace_key(trace.trace_id), entry)
@@ -238,24 +232,14 @@ class TallyspanTracingProcessor:
         if is_instrumentation_enabled():
             if kind == "agent":
                 entry.span = self._start_span(
-                    semconv.OPERATION_INVOKE_AGENT,
-                    data.name,
-                    parent,
-                    {
-                        semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_INVOKE_AGENT,
-                        semconv.GEN_AI_AGENT_NAME: data.name,
-                    },
+                    semconv.OPERATION_INVOKE_AGENT, data.name, parent, {semconv.GEN_AI_AGENT_NAME: data.name}
                 )
             elif kind == "function":
                 entry.span = self._start_span(
                     semconv.OPERATION_EXECUTE_TOOL,
                     data.name,
                     parent,
-                    {
-                        semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_EXECUTE_TOOL,
-                        semconv.GEN_AI_TOOL_NAME: data.name,
-                        semconv.GEN_AI_TOOL_TYPE: "function",
-                    },
+                    {semconv.GEN_AI_TOOL_NAME: data.name, semconv.GEN_AI_TOOL_TYPE: "function"},
                 )
             elif kind in ("generation", "response") and not _model_call_recorded_elsewhere(data):
                 entry.call = self._start_model_call(data, parent)
@@ -271,7 +255,7 @@ class TallyspanTracingProcessor:
             semconv.span_name(operation, target),
             context=parent,
             kind=SpanKind.INTERNAL,
-            attributes=attributes,
+            attributes={semconv.GEN_AI_OPERATION_NAME: operation, **attributes},
         )
 
     def _start_model_call(self, data: Any, parent: otel_context.Context) -> GenAICall:
