@@ -4,10 +4,11 @@ An instrumentor states what it wraps and what is particular to its library; the 
 
     class OllamaInstrumentor(TallyspanInstrumentor[WrapperState]):
         _instruments = ("ollama >= 0.4",)
-        _wrapped = (("ollama._client", "Client.chat", model_call_wrapper(start_chat, finish)), ...)
+        _wrapped = (("ollama._client", "Client.chat", call(chat=True)), ...)  # (module, "Class.method", factory)
+        _state_type = WrapperState
 
-        def _on_instrument(self, state, patches): ...    # optional hooks
-        def _on_uninstrument(self, state): ...
+        def _on_instrument(self, state, patches): ...    # optional hooks: ollama rebinds its module
+        def _on_uninstrument(self, state): ...           # functions on import and on undo
 
 ``instrument()`` resolves the tracer (from ``tracer_provider``) and ``capture_content`` (the one rule of
 :func:`tallyspan.plugin.resolve_capture_content`: a bad argument raises ``ConfigError``, a bad environment
