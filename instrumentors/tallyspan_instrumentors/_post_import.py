@@ -15,9 +15,11 @@ from types import ModuleType
 from typing import Any
 
 import wrapt
-from opentelemetry.instrumentation.utils import unwrap
 
 __all__ = ["PatchSet"]
+
+#: What ``wrapt.wrap_function_wrapper`` leaves in place of the original (wrapt 2 splits it from ``ObjectProxy``).
+_PROXY_TYPE: type = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
 
 
 def _resolve(root: Any, path: str) -> tuple[Any, str] | None:
@@ -29,6 +31,17 @@ def _resolve(root: Any, path: str) -> tuple[Any, str] | None:
     return (owner, name) if owner is not None and hasattr(owner, name) else None
 
 
+def _unwrap(owner: Any, name: str) -> None:
+    """Put back what ``owner.name`` held before it was wrapped; a no-op when it is not wrapped.
+
+    Read from the owner's own ``__dict__``: wrapt wraps the raw class attribute, so a classmethod comes
+    back as the classmethod (``getattr`` would give a method bound to this class).
+    """
+    raw = vars(owner).get(name)
+    if isinstance(raw, _PROXY_TYPE) and hasattr(raw, "__wrapped__"):
+        setattr(owner, name, raw.__wrapped__)
+
+
 class PatchSet:
     """The wrappers of one instrumentation, applied on import and undone together."""
 
@@ -36,29 +49,27 @@ class PatchSet:
         self.enabled = True
         self._targets: list[tuple[str, str]] = []
 
-    def add(self, module: str, path: str, wrapper: Callable[..., Any]) -> None:
-        """Wrap ``module.path`` with ``wrapper`` once ``module`` is imported; absent attributes are skipped."""
-        self._targets.append((module, path))
-        wrapt.register_post_import_hook(functools.partial(self._patch, path, wrapper), module)
+    def add(self, module: str, path: str, build: Callable[[], Callable[..., Any]]) -> None:
+        """Wrap ``module.path`` with the wrapper ``build()`` makes, once ``module`` is imported.
 
-    def add_built_on_import(self, module: str, path: str, build: Callable[[], Callable[..., Any]]) -> None:
-        """Like :meth:`add`, for a wrapper that can only be built once the library is importable.
-
-        ``build`` runs in the import hook of ``module`` (the module is complete by then).
+        ``build`` runs in the import hook of ``module`` (the module is complete by then), so a wrapper may
+        use the library; absent attributes (older versions) are skipped.
         """
         self._targets.append((module, path))
-        wrapt.register_post_import_hook(functools.partial(self._build_and_patch, path, build), module)
+        wrapt.register_post_import_hook(functools.partial(self._patch, path, build), module)
 
-    def _patch(self, path: str, wrapper: Callable[..., Any], module: ModuleType) -> None:
+    def on_import(self, module: str, hook: Callable[[ModuleType], None]) -> None:
+        """Run ``hook(module)`` once ``module`` is imported (at once if it is), unless undone before."""
+        wrapt.register_post_import_hook(functools.partial(self._run, hook), module)
+
+    def _patch(self, path: str, build: Callable[[], Callable[..., Any]], module: ModuleType) -> None:
         # A hook of an instrumentation undone before the import must do nothing.
         if self.enabled and _resolve(module, path) is not None:
-            wrapt.wrap_function_wrapper(module, path, wrapper)
-
-    def _build_and_patch(
-        self, path: str, build: Callable[[], Callable[..., Any]], module: ModuleType
-    ) -> None:
-        if self.enabled and _resolve(module, path) is not None:
             wrapt.wrap_function_wrapper(module, path, build())
+
+    def _run(self, hook: Callable[[ModuleType], None], module: ModuleType) -> None:
+        if self.enabled:
+            hook(module)
 
     def undo(self) -> None:
         """Disable the hooks not yet run and unwrap every target that was wrapped."""
@@ -67,5 +78,5 @@ class PatchSet:
             loaded = sys.modules.get(module)
             found = _resolve(loaded, path) if loaded is not None else None
             if found is not None:
-                unwrap(*found)  # a no-op on an attribute that is not wrapped
+                _unwrap(*found)
         self._targets.clear()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
 import secrets
 from collections.abc import Callable, Iterator, Mapping
@@ -32,11 +31,11 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan._content import ToolContent, content_buffer
 from tallyspan._errors import Rejected
 from tallyspan._ledger import DEFAULT_LOG_TOOL
 from tallyspan._selfstats import swallowed
 from tallyspan._state import active, capture_content
+from tallyspan._tool_spans import end_tool_span, json_text
 from tallyspan._tracing import tracer
 
 __all__ = ["run", "tool"]
@@ -134,7 +133,7 @@ def _tool_span(
         if risk is not None:
             attributes[semconv.TOOL_RISK] = risk
         if capture_content():
-            attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = _to_json(arguments)
+            attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = json_text(arguments)
         span = tracer().start_span(
             semconv.span_name(semconv.OPERATION_EXECUTE_TOOL, tool_name),
             kind=SpanKind.INTERNAL,
@@ -146,46 +145,22 @@ def _tool_span(
     if span is None:
         yield results.append
         return
-    outcome = semconv.OUTCOME_SUCCEEDED
     error: BaseException | None = None
     with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
         try:
             yield results.append
-        except Rejected as exc:
-            outcome, error = semconv.OUTCOME_REJECTED, exc
-            raise
         except BaseException as exc:
-            outcome, error = semconv.OUTCOME_FAILED, exc
+            error = exc
             raise
         finally:
-            _finish(span, tool_name, outcome, error, arguments, results)
-
-
-def _finish(
-    span: Span,
-    tool_name: str,
-    outcome: str,
-    error: BaseException | None,
-    arguments: Mapping[str, Any],
-    results: list[Any],
-) -> None:
-    try:
-        span.set_attribute(semconv.TOOL_OUTCOME, outcome)
-        if error is not None:
-            error_type = type(error).__qualname__
-            span.set_attribute(semconv.ERROR_TYPE, error_type)
-            # The type only: an exception message may carry content the user did not opt in to export.
-            span.set_status(Status(StatusCode.ERROR, error_type))
-        result = results[0] if results else None
-        if results and capture_content():
-            span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, _to_json(result))
-        buffer = content_buffer()
-        if buffer.active:
-            buffer.put(span.get_span_context().span_id, ToolContent(arguments=arguments, result=result))
-    except Exception:  # enrichment failed: the span still ends and the tool's result stands
-        swallowed(_logger, "tool.finish", f"could not record the result of tool {tool_name!r}")
-    finally:
-        span.end()
+            end_tool_span(
+                span,
+                capture_content=capture_content(),
+                error_type=None if error is None else type(error).__qualname__,
+                rejected=isinstance(error, Rejected),
+                arguments=arguments,
+                result=results[0] if results else None,
+            )
 
 
 def _bound_arguments(
@@ -216,13 +191,6 @@ def _call_id(tool_name: str, kwargs: Mapping[str, Any]) -> str:
 def _log_tool() -> str:
     current = active()
     return DEFAULT_LOG_TOOL if current is None else current.settings.ledger_log_tool
-
-
-def _to_json(value: Any) -> str:
-    try:
-        return json.dumps(value, default=str, ensure_ascii=False)
-    except (TypeError, ValueError):  # circular or otherwise unserialisable: fall back to its text
-        return str(value)
 
 
 class run:  # noqa: N801 - used like a function: ``with tallyspan.run("agent"):``

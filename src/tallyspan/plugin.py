@@ -12,6 +12,8 @@ Groups:
   :func:`resolve_capture_content` (the one rule for the ``capture_content`` option), ``__version__``;
 - **content hand-off**: :class:`ModelContent`, :class:`ToolContent`, :class:`ToolCallContent` and the
   process-wide :func:`content_buffer` instrumentors put them in (the chain's worker takes them out);
+- **tool spans**: :func:`end_tool_span`, the one way an ``execute_tool`` span ends (outcome, error,
+  content for the ledger), and :func:`json_text` for tool arguments and results as attributes;
 - **runs**: :func:`is_run_span`, :func:`declares_run`, :func:`is_local_root`;
 - **checks**: :func:`check`, :class:`CheckResult`, :class:`Contract`, :class:`ContractSet`;
 - **components**: :class:`Settings` (what a ``tallyspan.components`` factory is given),
@@ -64,6 +66,7 @@ from tallyspan._store_schema import (
     migration,
 )
 from tallyspan._taxonomy import FAILURE_CLASS_OF, ViolationType
+from tallyspan._tool_spans import end_tool_span, json_text
 from tallyspan._version import __version__
 
 __all__ = [
@@ -97,9 +100,11 @@ __all__ = [
     "count",
     "current_stage",
     "declares_run",
+    "end_tool_span",
     "is_local_root",
     "is_locked",
     "is_run_span",
+    "json_text",
     "migration",
     "otlp_logs_protocol",
     "otlp_traces_protocol",

@@ -15,11 +15,14 @@ from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 from tallyspan.plugin import ModelContent, ToolCallContent
-from tallyspan_instrumentors._common import (
-    Extraction,
-    GenAICall,
+from tallyspan_instrumentors._calls import Extraction, GenAICall
+from tallyspan_instrumentors._parts import (
+    field_of,
+    given,
+    int_or_none,
     messages_json,
     output_message,
+    reasoning_part,
     server_attributes,
     str_or_none,
     text_part,
@@ -46,22 +49,6 @@ _FINISH_REASONS = {
     "model_context_window_exceeded": "length",
     "refusal": "content_filter",
 }
-
-
-def _given(value: Any) -> bool:
-    """False for None and the SDK's ``NOT_GIVEN`` / ``omit`` sentinels."""
-    return value is not None and type(value).__name__ not in ("NotGiven", "Omit")
-
-
-def _field(item: Any, name: str) -> Any:
-    """``item[name]`` for dicts, ``item.name`` for SDK objects, else None."""
-    if isinstance(item, Mapping):
-        return item.get(name)
-    return getattr(item, name, None)
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # --- request -----------------------------------------------------------------------------------------
@@ -108,13 +95,13 @@ def request_content(kwargs: Mapping[str, Any], *, capture: bool) -> tuple[str | 
         return prompt, {}  # converting every message would be paid on each call for nothing
     converted = []
     for message in messages:
-        role = _field(message, "role")
+        role = field_of(message, "role")
         converted.append(
-            {"role": role if isinstance(role, str) else "user", "parts": _parts(_field(message, "content"))}
+            {"role": role if isinstance(role, str) else "user", "parts": _parts(field_of(message, "content"))}
         )
     attributes = {semconv.GEN_AI_INPUT_MESSAGES: messages_json(converted)}
     system = kwargs.get("system")
-    if _given(system):
+    if given(system):
         system_parts = [part for part in _parts(system) if part["type"] == "text"]
         if system_parts:
             attributes[semconv.GEN_AI_SYSTEM_INSTRUCTIONS] = messages_json(system_parts)
@@ -123,10 +110,10 @@ def request_content(kwargs: Mapping[str, Any], *, capture: bool) -> tuple[str | 
 
 def _last_user_text(messages: list[Any]) -> str | None:
     for message in reversed(messages):
-        if _field(message, "role") != "user":
+        if field_of(message, "role") != "user":
             continue
         text = "".join(
-            part["content"] for part in _parts(_field(message, "content")) if part["type"] == "text"
+            part["content"] for part in _parts(field_of(message, "content")) if part["type"] == "text"
         )
         if text:
             return text
@@ -141,18 +128,18 @@ def _parts(content: Any) -> list[dict[str, Any]]:
         return []
     parts: list[dict[str, Any]] = []
     for block in content:
-        kind = _field(block, "type")
+        kind = field_of(block, "type")
         if kind == "text":
-            parts.append(text_part(str(_field(block, "text") or "")))
+            parts.append(text_part(str(field_of(block, "text") or "")))
         elif kind == "tool_use":
-            arguments = json.dumps(_field(block, "input") or {}, ensure_ascii=False, default=str)
-            parts.append(tool_call_part(_field(block, "id"), str(_field(block, "name")), arguments))
+            arguments = json.dumps(field_of(block, "input") or {}, ensure_ascii=False, default=str)
+            parts.append(tool_call_part(field_of(block, "id"), str(field_of(block, "name")), arguments))
         elif kind == "tool_result":
-            result = _field(block, "content")
+            result = field_of(block, "content")
             response = result if isinstance(result, str) else [part.get("content") for part in _parts(result)]
-            parts.append(tool_call_response_part(_field(block, "tool_use_id"), response))
+            parts.append(tool_call_response_part(field_of(block, "tool_use_id"), response))
         elif kind == "thinking":
-            parts.append({"type": "reasoning", "content": str(_field(block, "thinking") or "")})
+            parts.append(reasoning_part(str(field_of(block, "thinking") or "")))
         elif isinstance(kind, str):
             parts.append({"type": kind})  # images, documents...: the kind without the payload
     return parts
@@ -181,10 +168,10 @@ def _read_usage(usage: Any, into: dict[str, int]) -> None:
     if usage is None:
         return
     for name in _USAGE_FIELDS:
-        value = _int(_field(usage, name))
+        value = int_or_none(field_of(usage, name))
         if value is not None:
             into[name] = value
-    thinking = _int(_field(_field(usage, "output_tokens_details"), "thinking_tokens"))
+    thinking = int_or_none(field_of(field_of(usage, "output_tokens_details"), "thinking_tokens"))
     if thinking is not None:
         into["thinking_tokens"] = thinking
 
@@ -192,24 +179,24 @@ def _read_usage(usage: Any, into: dict[str, int]) -> None:
 def reply_of_message(message: Any) -> AnthropicReply:
     """Reduce a ``Message`` (or a dict in its shape)."""
     reply = AnthropicReply(
-        id=str_or_none(_field(message, "id")),
-        model=str_or_none(_field(message, "model")),
-        stop_reason=str_or_none(_field(message, "stop_reason")),
+        id=str_or_none(field_of(message, "id")),
+        model=str_or_none(field_of(message, "model")),
+        stop_reason=str_or_none(field_of(message, "stop_reason")),
     )
-    _read_usage(_field(message, "usage"), reply.usage)
-    for block in _field(message, "content") or ():
-        kind = _field(block, "type")
+    _read_usage(field_of(message, "usage"), reply.usage)
+    for block in field_of(message, "content") or ():
+        kind = field_of(block, "type")
         if kind == "text":
-            reply.blocks.append({"type": "text", "text": str(_field(block, "text") or "")})
+            reply.blocks.append({"type": "text", "text": str(field_of(block, "text") or "")})
         elif kind == "thinking":
-            reply.blocks.append({"type": "thinking", "thinking": str(_field(block, "thinking") or "")})
+            reply.blocks.append({"type": "thinking", "thinking": str(field_of(block, "thinking") or "")})
         elif kind == "tool_use":
-            arguments = json.dumps(_field(block, "input") or {}, ensure_ascii=False, default=str)
+            arguments = json.dumps(field_of(block, "input") or {}, ensure_ascii=False, default=str)
             reply.blocks.append(
                 {
                     "type": "tool_use",
-                    "id": str_or_none(_field(block, "id")),
-                    "name": str(_field(block, "name")),
+                    "id": str_or_none(field_of(block, "id")),
+                    "name": str(field_of(block, "name")),
                     "arguments": arguments,
                 }
             )
@@ -249,7 +236,7 @@ def extraction_of_reply(call: GenAICall, reply: AnthropicReply) -> Extraction:
         if block["type"] == "text":
             parts.append(text_part(block["text"]))
         elif block["type"] == "thinking":
-            parts.append({"type": "reasoning", "content": block["thinking"]})
+            parts.append(reasoning_part(block["thinking"]))
         else:
             parts.append(tool_call_part(block["id"], block["name"], block["arguments"]))
     finish = _FINISH_REASONS.get(reply.stop_reason or "", reply.stop_reason)
@@ -290,36 +277,36 @@ class EventAccumulator:
 
     def add(self, event: Any) -> None:
         """Take one raw event."""
-        kind = _field(event, "type")
+        kind = field_of(event, "type")
         if kind == "message_start":
-            message = _field(event, "message")
-            self._reply.id = str_or_none(_field(message, "id"))
-            self._reply.model = str_or_none(_field(message, "model"))
-            _read_usage(_field(message, "usage"), self._reply.usage)
+            message = field_of(event, "message")
+            self._reply.id = str_or_none(field_of(message, "id"))
+            self._reply.model = str_or_none(field_of(message, "model"))
+            _read_usage(field_of(message, "usage"), self._reply.usage)
         elif kind == "content_block_start":
-            self._start_block(_int(_field(event, "index")), _field(event, "content_block"))
+            self._start_block(int_or_none(field_of(event, "index")), field_of(event, "content_block"))
         elif kind == "content_block_delta":
-            self._delta(_int(_field(event, "index")), _field(event, "delta"))
+            self._delta(int_or_none(field_of(event, "index")), field_of(event, "delta"))
         elif kind == "message_delta":
-            stop_reason = _field(_field(event, "delta"), "stop_reason")
+            stop_reason = field_of(field_of(event, "delta"), "stop_reason")
             if isinstance(stop_reason, str):
                 self._reply.stop_reason = stop_reason
             # message_delta counters are cumulative totals: they replace those of message_start.
-            _read_usage(_field(event, "usage"), self._reply.usage)
+            _read_usage(field_of(event, "usage"), self._reply.usage)
 
     def _start_block(self, index: int | None, block: Any) -> None:
         if index is None:
             return
-        kind = _field(block, "type")
+        kind = field_of(block, "type")
         if kind == "text":
-            self._blocks[index] = {"type": "text", "text": str(_field(block, "text") or "")}
+            self._blocks[index] = {"type": "text", "text": str(field_of(block, "text") or "")}
         elif kind == "thinking":
-            self._blocks[index] = {"type": "thinking", "thinking": str(_field(block, "thinking") or "")}
+            self._blocks[index] = {"type": "thinking", "thinking": str(field_of(block, "thinking") or "")}
         elif kind == "tool_use":
             self._blocks[index] = {
                 "type": "tool_use",
-                "id": str_or_none(_field(block, "id")),
-                "name": str(_field(block, "name")),
+                "id": str_or_none(field_of(block, "id")),
+                "name": str(field_of(block, "name")),
                 "arguments": "",
             }
             self._json[index] = []
@@ -328,13 +315,13 @@ class EventAccumulator:
         block = self._blocks.get(index) if index is not None else None
         if block is None or index is None:
             return
-        kind = _field(delta, "type")
+        kind = field_of(delta, "type")
         if kind == "text_delta" and block["type"] == "text":
-            block["text"] += str(_field(delta, "text") or "")
+            block["text"] += str(field_of(delta, "text") or "")
         elif kind == "thinking_delta" and block["type"] == "thinking":
-            block["thinking"] += str(_field(delta, "thinking") or "")
+            block["thinking"] += str(field_of(delta, "thinking") or "")
         elif kind == "input_json_delta" and block["type"] == "tool_use":
-            self._json[index].append(str(_field(delta, "partial_json") or ""))
+            self._json[index].append(str(field_of(delta, "partial_json") or ""))
 
     def extraction(self, call: GenAICall) -> Extraction:
         """What the events so far say (also for a stream cut short)."""

@@ -25,11 +25,12 @@ attached in a callback. A root run's parent is whatever span is current when it 
 **One span per model call.** When a LangChain chat model wraps a client that a tallyspan provider
 instrumentor also wraps (``ChatOpenAI`` over ``openai``, ``ChatAnthropic``, ``ChatOllama``), LangChain's
 ``chat`` span is kept and the provider span is skipped: around the provider call the wrappers in
-``_patches`` attach a context carrying ``_common.framework_model_call_context`` (and, on the invoke
-path, the chat span as the current span), which ``_common.run_sync`` / ``run_async`` honour. LangChain's
-span is the one that knows the graph around the call; it carries the provider, model, response id,
-finish reason, usage and tool calls, and hands output and tool calls to the checks. When the handler has
-no span for the run (suppressed, or our start failed), the key is not set and the provider span appears.
+``_wrappers`` attach a context carrying ``_calls.framework_model_call_context`` (and, on the invoke
+path, the chat span as the current span), which the provider wrappers (``_calls.model_call_wrapper``)
+honour. LangChain's span is the one that knows the graph around the call; it carries the provider, model,
+response id, finish reason, usage and tool calls, and hands output and tool calls to the checks. When the
+handler has no span for the run (suppressed, or our start failed), the key is not set and the provider
+span appears.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -15,15 +15,10 @@ from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 from tallyspan.plugin import ModelContent, ToolCallContent
-from tallyspan_instrumentors._common import (
-    output_message,
-    text_part,
-    tool_call_part,
-    tool_call_response_part,
-)
+from tallyspan_instrumentors._calls import Extraction
+from tallyspan_instrumentors._parts import output_message, output_parts, text_part, tool_call_response_part
 
 __all__ = [
-    "ModelResult",
     "content_text",
     "input_messages",
     "model_result",
@@ -169,14 +164,10 @@ def _tool_calls(message: Any) -> tuple[ToolCallContent, ...]:
 
 
 def _message_parts(message: Any) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
     text = content_text(getattr(message, "content", None))
     if getattr(message, "type", None) == "tool":
         return [tool_call_response_part(getattr(message, "tool_call_id", None), text)]
-    if text:
-        parts.append(text_part(text))
-    parts.extend(tool_call_part(call.call_id, call.name, call.arguments) for call in _tool_calls(message))
-    return parts
+    return output_parts(text, _tool_calls(message))
 
 
 def input_messages(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
@@ -193,22 +184,6 @@ def input_messages(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[
         if role == "user":
             prompt = content_text(getattr(message, "content", None))
     return chat, system, prompt
-
-
-class ModelResult:
-    """What an ``LLMResult`` says about the model call: span attributes, content, output messages."""
-
-    __slots__ = ("attributes", "content", "output_messages")
-
-    def __init__(
-        self,
-        attributes: dict[str, AttributeValue],
-        content: ModelContent,
-        output_messages: list[dict[str, Any]],
-    ) -> None:
-        self.attributes = attributes
-        self.content = content
-        self.output_messages = output_messages
 
 
 def _first(mappings: Iterable[Mapping[str, Any]], *keys: str) -> Any:
@@ -248,7 +223,7 @@ def _usage(message: Any, llm_output: Mapping[str, Any]) -> dict[str, AttributeVa
     return result
 
 
-def model_result(response: Any, prompt: str | None) -> ModelResult:
+def model_result(response: Any, prompt: str | None) -> Extraction:
     """Read an ``LLMResult`` (its first generation) into span attributes, content and output messages."""
     generations = getattr(response, "generations", None) or []
     generation = generations[0][0] if generations and generations[0] else None
@@ -278,10 +253,9 @@ def model_result(response: Any, prompt: str | None) -> ModelResult:
     else:
         text = str(getattr(generation, "text", "") or "")
         tool_calls, reasoning = (), ""
-    parts = [text_part(text)] if text else []
-    parts += [tool_call_part(call.call_id, call.name, call.arguments) for call in tool_calls]
+    parts = output_parts(text, tool_calls)
     output = [output_message(parts, finish_reason if isinstance(finish_reason, str) else None)]
-    return ModelResult(attributes, ModelContent(text, tool_calls, prompt, reasoning), output)
+    return Extraction(attributes, ModelContent(text, tool_calls, prompt, reasoning), output)
 
 
 def _tool_message(output: Any) -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from uuid import UUID
@@ -26,15 +26,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan.plugin import count, swallowed
-from tallyspan_instrumentors._common import (
-    Extraction,
-    GenAICall,
-    error_type,
-    messages_json,
-    start_genai_call,
-)
-from tallyspan_instrumentors._tool_span import end_tool_span, json_text
+from tallyspan.plugin import count, end_tool_span, json_text, swallowed
+from tallyspan_instrumentors._calls import Extraction, GenAICall, error_type, start_genai_call
+from tallyspan_instrumentors._parts import messages_json
 from tallyspan_instrumentors.langchain._extract import (
     input_messages,
     model_result,
@@ -61,8 +55,6 @@ _NOT_FAILURES: Final = frozenset({"GeneratorExit"})
 _BUBBLE_UP: Final = "GraphBubbleUp"
 #: The exception a LangGraph handoff tool raises to send its Command to the parent graph.
 _HANDOFF: Final = "ParentCommand"
-#: ``error.type`` of a tool whose error LangChain handled into an error ToolMessage.
-_TOOL_ERROR_STATUS: Final = "tool_error"
 
 
 @dataclass
@@ -75,6 +67,28 @@ class _Run:
     model_call: GenAICall | None = None
     tool_arguments: Any = None
     tool_call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class _Started:
+    """What LangChain says of a run as it starts: the keywords of every ``on_*_start`` callback."""
+
+    run_id: UUID
+    parent_run_id: UUID | None
+    metadata: Mapping[str, Any]
+    keywords: Mapping[str, Any]
+    """All of them: ``name``, ``invocation_params``, ``tool_call_id``, ``inputs``... as LangChain passed them."""
+
+    @classmethod
+    def of(cls, kwargs: Mapping[str, Any]) -> _Started:
+        """Read the keywords LangChain passed."""
+        metadata = kwargs.get("metadata")
+        return cls(
+            run_id=kwargs["run_id"],
+            parent_run_id=kwargs.get("parent_run_id"),
+            metadata=metadata if isinstance(metadata, Mapping) else {},
+            keywords=kwargs,
+        )
 
 
 class TallyspanCallbackHandler(BaseCallbackHandler):
@@ -113,6 +127,11 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
         with self._lock:
             return self._runs.pop(run_id, None)
 
+    def _forget_own(self, run_id: UUID) -> _Run | None:
+        """The ended run's record if it opened a span of its own (its span is ours to end)."""
+        run = self._forget(run_id)
+        return run if run is not None and run.own else None
+
     def _parent(self, parent_run_id: UUID | None) -> tuple[_Run | None, otel_context.Context | None]:
         """The parent run's record and the context a child span starts in (None: the current context)."""
         if parent_run_id is None:
@@ -138,36 +157,29 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
 
     # --- chains: graphs and agents ----------------------------------------------------------------------
 
-    def on_chain_start(
-        self,
-        serialized: dict[str, Any] | None,
-        inputs: Any,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, **kwargs: Any) -> None:
         """Open ``invoke_workflow`` / ``invoke_agent`` for graph and agent runs; track other chains."""
+        self._start(
+            "chain_start", "a LangChain chain", kwargs, lambda run: self._chain_start(run, serialized)
+        )
+
+    def _start(
+        self, key: str, what: str, kwargs: Mapping[str, Any], start: Callable[[_Started], None]
+    ) -> None:
+        """Run ``start`` on what LangChain says of the run, unless tracing is off (never raises)."""
         if not self._tracing():
             return
         try:
-            self._chain_start(run_id, parent_run_id, metadata or {}, kwargs.get("name"), serialized)
+            start(_Started.of(kwargs))
         except Exception:  # a run we cannot read is left untraced; LangChain goes on
-            swallowed(_logger, "langchain.chain_start", "tallyspan could not trace a LangChain chain")
+            swallowed(_logger, f"langchain.{key}", f"tallyspan could not trace {what}")
 
-    def _chain_start(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        metadata: Mapping[str, Any],
-        name: Any,
-        serialized: Mapping[str, Any] | None,
-    ) -> None:
-        parent, context = self._parent(parent_run_id)
+    def _chain_start(self, run: _Started, serialized: Mapping[str, Any] | None) -> None:
+        parent, context = self._parent(run.parent_run_id)
+        metadata = run.metadata
         agent_name = metadata.get(_AGENT_NAME)
         agent_name = agent_name if isinstance(agent_name, str) and agent_name else None
+        name = run.keywords.get("name")
         run_name = name if isinstance(name, str) and name else (serialized or {}).get("name")
         # The rule (module docstring of the package): a new agent name opens invoke_agent; the root run
         # of a LangGraph graph opens invoke_workflow; every other chain is a pass-through.
@@ -180,7 +192,7 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
         else:
             inherited = parent.span if parent is not None else _current_span()
             self._remember(
-                run_id, _Run(inherited, agent_name=agent_name or (parent.agent_name if parent else None))
+                run.run_id, _Run(inherited, agent_name=agent_name or (parent.agent_name if parent else None))
             )
             return
         attributes[semconv.GEN_AI_OPERATION_NAME] = operation
@@ -190,7 +202,7 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
             kind=SpanKind.INTERNAL,
             attributes=attributes,
         )
-        self._remember(run_id, _Run(span, own=True, agent_name=agent_name))
+        self._remember(run.run_id, _Run(span, own=True, agent_name=agent_name))
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """End the run's span, if it opened one."""
@@ -202,8 +214,8 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
 
     def _end_plain(self, run_id: UUID, error: BaseException | None) -> None:
         try:
-            run = self._forget(run_id)
-            if run is None or not run.own or run.span is None:
+            run = self._forget_own(run_id)
+            if run is None or run.span is None:
                 return
             if error is not None and not _bubbles_up(error):
                 _mark_failed(run.span, error)
@@ -214,61 +226,38 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
     # --- model calls -----------------------------------------------------------------------------------
 
     def on_chat_model_start(
-        self,
-        serialized: dict[str, Any],
-        messages: list[list[Any]],
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
+        self, serialized: dict[str, Any], messages: list[list[Any]], **kwargs: Any
     ) -> Any:
         """Open ``chat {model}`` for a chat model call."""
-        if not self._tracing():
-            return
-        try:
-            batch = messages[0] if messages else []
-            self._model_start(
-                semconv.OPERATION_CHAT, serialized, batch, run_id, parent_run_id, metadata, kwargs
-            )
-        except Exception:  # the model call runs untraced
-            swallowed(_logger, "langchain.model_start", "tallyspan could not trace a LangChain model call")
+        self._start(
+            "model_start",
+            "a LangChain model call",
+            kwargs,
+            lambda run: self._model_start(
+                semconv.OPERATION_CHAT, serialized, messages[0] if messages else [], run
+            ),
+        )
 
-    def on_llm_start(
-        self,
-        serialized: dict[str, Any],
-        prompts: list[str],
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> Any:
+    def on_llm_start(self, serialized: dict[str, Any], prompts: list[str], **kwargs: Any) -> Any:
         """Open ``text_completion {model}`` for a (non-chat) LLM call."""
-        if not self._tracing():
-            return
-        try:
-            prompt = [_PromptMessage(prompts[0])] if prompts else []
-            self._model_start(
-                semconv.OPERATION_TEXT_COMPLETION, serialized, prompt, run_id, parent_run_id, metadata, kwargs
-            )
-        except Exception:  # the model call runs untraced
-            swallowed(_logger, "langchain.model_start", "tallyspan could not trace a LangChain model call")
+        self._start(
+            "model_start",
+            "a LangChain model call",
+            kwargs,
+            lambda run: self._model_start(
+                semconv.OPERATION_TEXT_COMPLETION,
+                serialized,
+                [_PromptMessage(prompts[0])] if prompts else [],
+                run,
+            ),
+        )
 
     def _model_start(
-        self,
-        operation: str,
-        serialized: Mapping[str, Any] | None,
-        messages: Sequence[Any],
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        metadata: Mapping[str, Any] | None,
-        kwargs: Mapping[str, Any],
+        self, operation: str, serialized: Mapping[str, Any] | None, messages: Sequence[Any], run: _Started
     ) -> None:
-        parent, context = self._parent(parent_run_id)
-        invocation_params = kwargs.get("invocation_params")
+        parent, context = self._parent(run.parent_run_id)
+        metadata = run.metadata
+        invocation_params = run.keywords.get("invocation_params")
         invocation_params = invocation_params if isinstance(invocation_params, Mapping) else {}
         model = request_model(metadata, invocation_params)
         attributes: dict[str, AttributeValue] = {
@@ -299,80 +288,48 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
             if token is not None:
                 otel_context.detach(token)
         self._remember(
-            run_id,
+            run.run_id,
             _Run(call.span, own=True, agent_name=parent.agent_name if parent else None, model_call=call),
         )
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """Record the response (usage, finish reason, tool calls) and end the model span."""
-        run = self._forget(run_id)
-        call = run.model_call if run is not None else None
-        if call is None:
-            return
-        try:
-            result = model_result(response, call.prompt)
-            extraction = Extraction(result.attributes, result.content, result.output_messages)
-        except Exception:  # a response we cannot read still ends its span
-            swallowed(_logger, "langchain.model_end", "tallyspan could not read a LangChain model response")
-            extraction = None
-        call.finish(extraction)
+        call = self._forget_model_call(run_id)
+        if call is not None:
+            call.finish(_read_response(response, call))
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """End the model span as failed (a stream closed by its consumer is not a failure)."""
-        run = self._forget(run_id)
-        call = run.model_call if run is not None else None
+        call = self._forget_model_call(run_id)
         if call is None:
             return
         if type(error).__name__ in _NOT_FAILURES:
-            extraction = None
-            try:
-                response = kwargs.get("response")
-                if response is not None and getattr(response, "generations", None):
-                    result = model_result(response, call.prompt)
-                    extraction = Extraction(result.attributes, result.content, result.output_messages)
-            except Exception:  # a partial response we cannot read still ends its span
-                swallowed(
-                    _logger, "langchain.model_end", "tallyspan could not read a LangChain model response"
-                )
-            call.finish(extraction)
-            return
-        call.fail(error)
+            # What the stream produced before it was closed, when LangChain hands it over.
+            response = kwargs.get("response")
+            call.finish(_read_response(response, call) if getattr(response, "generations", None) else None)
+        else:
+            call.fail(error)
+
+    def _forget_model_call(self, run_id: UUID) -> GenAICall | None:
+        run = self._forget(run_id)
+        return run.model_call if run is not None else None
 
     # --- tools -----------------------------------------------------------------------------------------
 
-    def on_tool_start(
-        self,
-        serialized: dict[str, Any],
-        input_str: str,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        inputs: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> Any:
+    def on_tool_start(self, serialized: dict[str, Any], input_str: str, **kwargs: Any) -> Any:
         """Open ``execute_tool {tool}`` with the tool-call id LangChain passes."""
-        if not self._tracing():
-            return
-        try:
-            self._tool_start(serialized or {}, input_str, run_id, parent_run_id, inputs, kwargs)
-        except Exception:  # the tool runs untraced
-            swallowed(_logger, "langchain.tool_start", "tallyspan could not trace a LangChain tool call")
+        self._start(
+            "tool_start",
+            "a LangChain tool call",
+            kwargs,
+            lambda run: self._tool_start(serialized or {}, input_str, run),
+        )
 
-    def _tool_start(
-        self,
-        serialized: Mapping[str, Any],
-        input_str: str,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        inputs: Mapping[str, Any] | None,
-        kwargs: Mapping[str, Any],
-    ) -> None:
-        parent, context = self._parent(parent_run_id)
-        name = serialized.get("name") or kwargs.get("name") or "tool"
+    def _tool_start(self, serialized: Mapping[str, Any], input_str: str, run: _Started) -> None:
+        parent, context = self._parent(run.parent_run_id)
+        name = serialized.get("name") or run.keywords.get("name") or "tool"
         name = str(name)
-        call_id = kwargs.get("tool_call_id")
+        call_id = run.keywords.get("tool_call_id")
         call_id = str(call_id) if call_id else None
         attributes: dict[str, AttributeValue] = {
             semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_EXECUTE_TOOL,
@@ -384,6 +341,7 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
             attributes[semconv.GEN_AI_TOOL_DESCRIPTION] = description
         if call_id:
             attributes[semconv.GEN_AI_TOOL_CALL_ID] = call_id
+        inputs = run.keywords.get("inputs")
         arguments: Any = dict(inputs) if isinstance(inputs, Mapping) else input_str
         if self._capture_content:
             attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = json_text(arguments)
@@ -394,7 +352,7 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
             attributes=attributes,
         )
         self._remember(
-            run_id,
+            run.run_id,
             _Run(
                 span,
                 own=True,
@@ -406,8 +364,8 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """End the tool span: failed when the tool returned an error ToolMessage, else succeeded."""
-        run = self._forget(run_id)
-        if run is None or run.span is None or not run.own:
+        run = self._forget_own(run_id)
+        if run is None or run.span is None:
             return
         try:
             result, failed, message_call_id = tool_result(output)
@@ -418,8 +376,7 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
             result, failed = None, False
         end_tool_span(
             run.span,
-            failed=failed,
-            error_type=_TOOL_ERROR_STATUS if failed else None,
+            error_type=semconv.ERROR_TYPE_TOOL_ERROR if failed else None,
             arguments=run.tool_arguments,
             result=result,
             capture_content=self._capture_content,
@@ -427,8 +384,8 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """End the tool span as failed (``tallyspan.tool.outcome=failed``, ``error.type``)."""
-        run = self._forget(run_id)
-        if run is None or run.span is None or not run.own:
+        run = self._forget_own(run_id)
+        if run is None or run.span is None:
             return
         try:
             call_id = kwargs.get("tool_call_id")
@@ -440,7 +397,6 @@ class TallyspanCallbackHandler(BaseCallbackHandler):
         handoff = type(error).__name__ == _HANDOFF
         end_tool_span(
             run.span,
-            failed=not handoff,
             error_type=None if handoff else error_type(error),
             arguments=run.tool_arguments,
             capture_content=self._capture_content,
@@ -463,6 +419,15 @@ class _PromptMessage:
 
     def __init__(self, content: str) -> None:
         self.content = content
+
+
+def _read_response(response: Any, call: GenAICall) -> Extraction | None:
+    """What an ``LLMResult`` says, for the span; None when we cannot read it (its span still ends)."""
+    try:
+        return model_result(response, call.prompt)
+    except Exception:  # a response we cannot read still ends its span
+        swallowed(_logger, "langchain.model_end", "tallyspan could not read a LangChain model response")
+        return None
 
 
 def _current_span() -> Span | None:

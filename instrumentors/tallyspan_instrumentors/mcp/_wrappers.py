@@ -8,41 +8,76 @@ either way the server's parent is in our trace.
 Server: every request of an in-process server passes ``ServerRunner._on_request``; for ``tools/call``
 we open a SERVER ``execute_tool {tool}`` span whose parent is extracted from ``params._meta`` (the
 ambient context, when there is one and it differs, becomes a link, as the conventions ask).
+
+The conventions name MCP spans ``{mcp.method.name} {target}``; we name them ``execute_tool {tool}``
+(the GenAI form the conventions call compatible) so the checks, the ledger and every dashboard find MCP
+tools like any other tool, and carry ``mcp.method.name=tools/call`` for MCP-aware backends.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from tallyspan import semconv
-from tallyspan.plugin import swallowed
-from tallyspan_instrumentors.mcp._spans import (
-    fail_from_exception,
-    finish_from_result,
-    is_error_result,
-    tool_attributes,
-)
+from tallyspan_instrumentors._base import WrapperState
+from tallyspan_instrumentors._calls import SpanCall, ToolCall, error_type, tool_call_wrapper
+from tallyspan_instrumentors.mcp._extract import is_error_result, result_text, tool_attributes
 
-__all__ = ["WrapperState", "call_tool_wrapper", "on_request_wrapper"]
-
-_logger = logging.getLogger(__name__)
+__all__ = ["call_tool", "on_request"]
 
 
-class WrapperState:
-    """What the wrappers need; ``enabled`` turns them into pass-throughs after ``uninstrument()``
-    (a server runner caches its bound handler, so an unwrapped class can still reach our wrapper)."""
+class _MCPCall(SpanCall, Protocol):
+    """A call the wrappers end from a CallToolResult."""
 
-    def __init__(self, tracer: Tracer, capture_content: bool) -> None:
-        self.tracer = tracer
-        self.capture_content = capture_content
-        self.enabled = True
+    def finish_with(self, result: Any) -> None:
+        """End (or mark) the span from the call's result."""
+
+
+class _MCPToolCall(ToolCall):
+    """A tool call whose span is ours; a JSON-RPC error gives its code as ``error.type``."""
+
+    __slots__ = ()
+
+    def error_type_of(self, exc: BaseException) -> str:
+        """The JSON-RPC error code when there is one, else the exception's class."""
+        code = getattr(getattr(exc, "error", None), "code", None)
+        return str(code) if isinstance(code, int) and not isinstance(code, bool) else error_type(exc)
+
+    def finish_with(self, result: Any) -> None:
+        """End the span from the call's CallToolResult: ``isError`` true means the tool failed."""
+        failed = is_error_result(result)
+        self.finish(result_text(result), error_type=semconv.ERROR_TYPE_TOOL_ERROR if failed else None)
+
+
+class _EnclosingToolCall:
+    """A framework's tool span that already records this execution: its owner ends it, not us.
+
+    The MCP conventions: when outer GenAI instrumentation traces the tool execution, the MCP client adds
+    its attributes to that span instead of making a second one (which the ledger would count twice).
+    """
+
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def fail(self, exc: BaseException) -> None:
+        """Nothing: the framework sees the exception and ends its span itself."""
+
+    def finish_unread(self) -> None:
+        """Nothing: the framework ends its span."""
+
+    def finish_with(self, result: Any) -> None:
+        """An error result: mark the span failed (its owner ends it, keeping that)."""
+        if is_error_result(result):
+            self.span.set_attribute(semconv.TOOL_OUTCOME, semconv.OUTCOME_FAILED)
+            self.span.set_attribute(semconv.ERROR_TYPE, semconv.ERROR_TYPE_TOOL_ERROR)
+            self.span.set_status(Status(StatusCode.ERROR, semconv.ERROR_TYPE_TOOL_ERROR))
 
 
 def _argument(args: tuple[Any, ...], kwargs: Mapping[str, Any], index: int, name: str) -> Any:
@@ -50,11 +85,7 @@ def _argument(args: tuple[Any, ...], kwargs: Mapping[str, Any], index: int, name
 
 
 def _enclosing_tool_span() -> Span | None:
-    """The current span when an agent framework's instrumentation already records this tool execution.
-
-    The MCP conventions: when outer GenAI instrumentation traces the tool execution, the MCP client adds
-    its attributes to that span instead of making a second one (which the ledger would count twice).
-    """
+    """The current span when an agent framework's instrumentation already records this tool execution."""
     current = trace.get_current_span()
     if not current.is_recording() or getattr(current, "kind", None) is SpanKind.SERVER:
         return None
@@ -64,74 +95,32 @@ def _enclosing_tool_span() -> Span | None:
     return current
 
 
-def _start_client_span(
+def _start_client(
     state: WrapperState, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[Span, bool, dict[str, Any], Any] | None:
-    """Our span (or the enclosing tool span, flagged False: not ours to end) and the kwargs with ``meta``."""
+) -> _MCPCall | None:
     name = _argument(args, kwargs, 0, "name")
     if not isinstance(name, str):
         return None
     attributes = tool_attributes(name, protocol_version=getattr(instance, "protocol_version", None))
     enclosing = _enclosing_tool_span()
+    call: _MCPCall
     if enclosing is not None:
         attributes.pop(semconv.GEN_AI_TOOL_NAME)  # the framework's name for the tool stays
         enclosing.set_attributes(attributes)
-        span, owned = enclosing, False
+        call = _EnclosingToolCall(enclosing)
     else:
         span = state.tracer.start_span(
             semconv.span_name(semconv.OPERATION_EXECUTE_TOOL, name),
             kind=SpanKind.CLIENT,
             attributes=attributes,
         )
-        owned = True
+        arguments = _argument(args, kwargs, 1, "arguments")
+        call = _MCPToolCall(span, arguments=arguments, capture_content=state.capture_content)
+    # The call goes with a copy of the app's meta carrying the span's context (kwargs is this call's own).
     meta = dict(kwargs.get("meta") or {})
-    propagate.inject(meta, context=trace.set_span_in_context(span))
-    new_kwargs = dict(kwargs)
-    new_kwargs["meta"] = meta
-    return span, owned, new_kwargs, _argument(args, kwargs, 1, "arguments")
-
-
-def _mark_enclosing_failed(span: Span, result: Any) -> None:
-    """An error result inside a framework's tool span: mark it failed (its owner ends it, keeping that)."""
-    if is_error_result(result):
-        span.set_attribute(semconv.TOOL_OUTCOME, semconv.OUTCOME_FAILED)
-        span.set_attribute(semconv.ERROR_TYPE, semconv.ERROR_TYPE_TOOL_ERROR)
-        span.set_status(Status(StatusCode.ERROR, semconv.ERROR_TYPE_TOOL_ERROR))
-
-
-def call_tool_wrapper(state: WrapperState) -> Callable[..., Awaitable[Any]]:
-    """The wrapt wrapper of ``ClientSession.call_tool``."""
-
-    async def wrapper(wrapped: Callable[..., Awaitable[Any]], instance: Any, args: Any, kwargs: Any) -> Any:
-        if not state.enabled or not is_instrumentation_enabled():
-            return await wrapped(*args, **kwargs)
-        try:
-            started = _start_client_span(state, instance, args, kwargs)
-        except Exception:  # a call we cannot read still runs, untraced
-            swallowed(_logger, "mcp.client.start", "tallyspan could not start an MCP tool-call span")
-            started = None
-        if started is None:
-            return await wrapped(*args, **kwargs)
-        span, owned, new_kwargs, arguments = started
-        if not owned:  # the framework's tool span: it sees the exception and ends the span itself
-            result = await wrapped(*args, **new_kwargs)
-            try:
-                _mark_enclosing_failed(span, result)
-            except Exception:  # the result still reaches the app
-                swallowed(_logger, "mcp.client.enclosing", "tallyspan could not mark an MCP tool result")
-            return result
-        token = otel_context.attach(trace.set_span_in_context(span))
-        try:
-            result = await wrapped(*args, **new_kwargs)
-        except BaseException as exc:
-            fail_from_exception(span, exc, arguments, capture_content=state.capture_content)
-            raise
-        finally:
-            otel_context.detach(token)
-        finish_from_result(span, result, arguments, capture_content=state.capture_content)
-        return result
-
-    return wrapper
+    propagate.inject(meta, context=trace.set_span_in_context(call.span))
+    kwargs["meta"] = meta
+    return call
 
 
 def _server_parent(meta: Any) -> tuple[otel_context.Context | None, list[Link]]:
@@ -147,10 +136,14 @@ def _server_parent(meta: Any) -> tuple[otel_context.Context | None, list[Link]]:
     return extracted, links
 
 
-def _start_server_span(
-    state: WrapperState, instance: Any, dispatch: Any, params: Any
-) -> tuple[Span, Any] | None:
-    if not isinstance(params, Mapping):
+def _start_server(
+    state: WrapperState, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> _MCPCall | None:
+    """``_on_request(dctx, method, params)``: a span for ``tools/call`` requests only."""
+    params = _argument(args, kwargs, 2, "params")
+    if _argument(args, kwargs, 1, "method") != semconv.MCP_METHOD_TOOLS_CALL or not isinstance(
+        params, Mapping
+    ):
         return None
     name = params.get("name")
     if not isinstance(name, str):
@@ -161,7 +154,7 @@ def _start_server_span(
         protocol_version=getattr(connection, "protocol_version", None),
         session_id=getattr(connection, "session_id", None),
     )
-    request_id = getattr(dispatch, "request_id", None)
+    request_id = getattr(_argument(args, kwargs, 0, "dctx"), "request_id", None)
     if isinstance(request_id, str | int) and not isinstance(request_id, bool):
         attributes[semconv.JSONRPC_REQUEST_ID] = str(request_id)
     parent, links = _server_parent(params.get("_meta"))
@@ -172,38 +165,15 @@ def _start_server_span(
         attributes=attributes,
         links=links,
     )
-    return span, params.get("arguments")
+    return _MCPToolCall(span, arguments=params.get("arguments"), capture_content=state.capture_content)
 
 
-def on_request_wrapper(state: WrapperState) -> Callable[..., Awaitable[Any]]:
-    """The wrapt wrapper of ``ServerRunner._on_request(dctx, method, params)``."""
+def _finish(call: _MCPCall, result: Any, kwargs: Mapping[str, Any]) -> Any:
+    call.finish_with(result)
+    return result
 
-    async def wrapper(wrapped: Callable[..., Awaitable[Any]], instance: Any, args: Any, kwargs: Any) -> Any:
-        if (
-            not state.enabled
-            or _argument(args, kwargs, 1, "method") != semconv.MCP_METHOD_TOOLS_CALL
-            or not is_instrumentation_enabled()
-        ):
-            return await wrapped(*args, **kwargs)
-        try:
-            started = _start_server_span(
-                state, instance, _argument(args, kwargs, 0, "dctx"), _argument(args, kwargs, 2, "params")
-            )
-        except Exception:  # the server still answers the call, untraced
-            swallowed(_logger, "mcp.server.start", "tallyspan could not start an MCP server tool span")
-            started = None
-        if started is None:
-            return await wrapped(*args, **kwargs)
-        span, arguments = started
-        token = otel_context.attach(trace.set_span_in_context(span))
-        try:
-            result = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            fail_from_exception(span, exc, arguments, capture_content=state.capture_content)
-            raise
-        finally:
-            otel_context.detach(token)
-        finish_from_result(span, result, arguments, capture_content=state.capture_content)
-        return result
 
-    return wrapper
+call_tool = tool_call_wrapper(_start_client, _finish, is_async=True)
+"""Wrap ``ClientSession.call_tool``."""
+on_request = tool_call_wrapper(_start_server, _finish, is_async=True)
+"""Wrap ``ServerRunner._on_request`` (a server runner caches its bound handler: see ``WrapperState.enabled``)."""

@@ -16,11 +16,13 @@ from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 from tallyspan.plugin import ModelContent, ToolCallContent
-from tallyspan_instrumentors._common import (
-    Extraction,
-    GenAICall,
+from tallyspan_instrumentors._calls import Extraction, GenAICall
+from tallyspan_instrumentors._parts import (
+    field_of,
+    int_or_none,
     messages_json,
     output_message,
+    output_parts,
     server_attributes,
     str_or_none,
     text_part,
@@ -41,17 +43,6 @@ _OPTIONS = (
     (semconv.GEN_AI_REQUEST_FREQUENCY_PENALTY, "frequency_penalty"),
     (semconv.GEN_AI_REQUEST_PRESENCE_PENALTY, "presence_penalty"),
 )
-
-
-def _field(item: Any, name: str) -> Any:
-    """``item[name]`` for dicts, ``item.name`` for the SDK's pydantic objects, else None."""
-    if isinstance(item, Mapping):
-        return item.get(name)
-    return getattr(item, name, None)
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _arguments_text(arguments: Any) -> str:
@@ -88,10 +79,10 @@ def request_attributes(
     options = arguments.get("options")
     if options is not None:
         for key, name in _OPTIONS:
-            value = _field(options, name)
+            value = field_of(options, name)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 attributes[key] = value
-        stop = _field(options, "stop")
+        stop = field_of(options, "stop")
         if isinstance(stop, list | tuple) and stop and all(isinstance(item, str) for item in stop):
             attributes[semconv.GEN_AI_REQUEST_STOP_SEQUENCES] = list(stop)
     if arguments.get("stream") is True:
@@ -124,30 +115,30 @@ def request_content(
     messages = list(messages) if isinstance(messages, Iterable) and not isinstance(messages, str) else []
     if not capture:  # converting every message would be paid on each call for nothing
         for message in reversed(messages):
-            content = str_or_none(_field(message, "content"))
-            if _field(message, "role") == "user" and content:
+            content = str_or_none(field_of(message, "content"))
+            if field_of(message, "role") == "user" and content:
                 return content, {}
         return None, {}
     last_user: str | None = None
     converted = []
     for message in messages:
-        role = str_or_none(_field(message, "role")) or "user"
-        content = str_or_none(_field(message, "content"))
+        role = str_or_none(field_of(message, "role")) or "user"
+        content = str_or_none(field_of(message, "content"))
         if role == "tool":
-            tool_name = _field(message, "tool_name")
+            tool_name = field_of(message, "tool_name")
             response_part = tool_call_response_part(None, content)
             if isinstance(tool_name, str):
                 response_part["name"] = tool_name
             parts: list[dict[str, Any]] = [response_part]
         else:
             parts = [text_part(content)] if content else []
-            for tool_call in _field(message, "tool_calls") or ():
-                function = _field(tool_call, "function")
+            for tool_call in field_of(message, "tool_calls") or ():
+                function = field_of(tool_call, "function")
                 parts.append(
                     tool_call_part(
-                        str_or_none(_field(tool_call, "id")),
-                        str(_field(function, "name")),
-                        _arguments_text(_field(function, "arguments")),
+                        str_or_none(field_of(tool_call, "id")),
+                        str(field_of(function, "name")),
+                        _arguments_text(field_of(function, "arguments")),
                     )
                 )
         if role == "user" and content:
@@ -173,28 +164,28 @@ class OllamaReply:
 
     def add(self, part: Any) -> None:
         """Add one response or stream part: pieces of text append, final fields replace."""
-        model = str_or_none(_field(part, "model"))
+        model = str_or_none(field_of(part, "model"))
         if model:
             self.model = model
-        message = _field(part, "message")
+        message = field_of(part, "message")
         source = message if message is not None else part
         text_field = "content" if message is not None else "response"
-        self.text += str_or_none(_field(source, text_field)) or ""
-        self.thinking += str_or_none(_field(source, "thinking")) or ""
-        for tool_call in _field(source, "tool_calls") or ():
-            function = _field(tool_call, "function")
+        self.text += str_or_none(field_of(source, text_field)) or ""
+        self.thinking += str_or_none(field_of(source, "thinking")) or ""
+        for tool_call in field_of(source, "tool_calls") or ():
+            function = field_of(tool_call, "function")
             self.tool_calls.append(
                 ToolCallContent(
-                    name=str(_field(function, "name")),
-                    arguments=_arguments_text(_field(function, "arguments")),
-                    call_id=str_or_none(_field(tool_call, "id")),
+                    name=str(field_of(function, "name")),
+                    arguments=_arguments_text(field_of(function, "arguments")),
+                    call_id=str_or_none(field_of(tool_call, "id")),
                 )
             )
-        done_reason = str_or_none(_field(part, "done_reason"))
+        done_reason = str_or_none(field_of(part, "done_reason"))
         if done_reason:
             self.done_reason = done_reason
         for name in ("prompt_eval_count", "eval_count"):
-            value = _int(_field(part, name))
+            value = int_or_none(field_of(part, name))
             if value is not None:
                 setattr(self, name, value)
 
@@ -216,12 +207,7 @@ def reply_extraction(call: GenAICall, reply: OllamaReply) -> Extraction:
         prompt=call.prompt,
         reasoning_text=reply.thinking,
     )
-    parts: list[dict[str, Any]] = []
-    if reply.thinking:
-        parts.append({"type": "reasoning", "content": reply.thinking})
-    if reply.text:
-        parts.append(text_part(reply.text))
-    parts.extend(tool_call_part(tc.call_id, tc.name, tc.arguments) for tc in reply.tool_calls)
+    parts = output_parts(reply.text, reply.tool_calls, reasoning=reply.thinking)
     # Ollama answers done_reason "stop" when the model calls tools; the conventions call that tool_call.
     finish = "tool_call" if reply.tool_calls and reply.done_reason in (None, "stop") else reply.done_reason
     return Extraction(attributes=attributes, content=content, output_messages=[output_message(parts, finish)])

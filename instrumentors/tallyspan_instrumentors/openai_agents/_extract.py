@@ -7,16 +7,19 @@ OpenAI client the model called (see ``_processor``); the shapes read here are th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 from tallyspan.plugin import ModelContent, ToolCallContent
-from tallyspan_instrumentors._common import (
-    Extraction,
+from tallyspan_instrumentors._calls import Extraction
+from tallyspan_instrumentors._parts import (
+    field_of,
+    int_or_none,
     output_message,
+    output_parts,
     text_part,
     tool_call_part,
     tool_call_response_part,
@@ -25,28 +28,20 @@ from tallyspan_instrumentors._common import (
 __all__ = ["chat_input_messages", "generation_extraction", "last_user_text", "response_extraction"]
 
 
-def _get(item: Any, name: str) -> Any:
-    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _usage_attributes(usage: Any) -> dict[str, AttributeValue]:
     attributes: dict[str, AttributeValue] = {}
     if usage is None:
         return attributes
-    input_tokens = _int(_get(usage, "input_tokens"))
-    output_tokens = _int(_get(usage, "output_tokens"))
+    input_tokens = int_or_none(field_of(usage, "input_tokens"))
+    output_tokens = int_or_none(field_of(usage, "output_tokens"))
     if input_tokens is not None:
         attributes[semconv.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
     if output_tokens is not None:
         attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
-    cached = _int(_get(_get(usage, "input_tokens_details") or {}, "cached_tokens"))
+    cached = int_or_none(field_of(field_of(usage, "input_tokens_details") or {}, "cached_tokens"))
     if cached:
         attributes[semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached
-    reasoning = _int(_get(_get(usage, "output_tokens_details") or {}, "reasoning_tokens"))
+    reasoning = int_or_none(field_of(field_of(usage, "output_tokens_details") or {}, "reasoning_tokens"))
     if reasoning:
         attributes[semconv.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = reasoning
     return attributes
@@ -57,7 +52,7 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence):
-        texts = [_get(part, "text") for part in content]
+        texts = [field_of(part, "text") for part in content]
         return "".join(text for text in texts if isinstance(text, str))
     return ""
 
@@ -69,8 +64,8 @@ def last_user_text(messages: Any) -> str | None:
     if not isinstance(messages, Sequence):
         return None
     for message in reversed(messages):
-        if _get(message, "role") == "user":
-            return _text_of(_get(message, "content")) or None
+        if field_of(message, "role") == "user":
+            return _text_of(field_of(message, "content")) or None
     return None
 
 
@@ -80,20 +75,20 @@ def chat_input_messages(messages: Any) -> list[dict[str, Any]] | None:
         return None
     converted = []
     for message in messages:
-        role = _get(message, "role") or "user"
-        content = _get(message, "content")
+        role = field_of(message, "role") or "user"
+        content = field_of(message, "content")
         if role == "tool":
-            parts = [tool_call_response_part(_get(message, "tool_call_id"), content)]
+            parts = [tool_call_response_part(field_of(message, "tool_call_id"), content)]
         else:
             text = _text_of(content)
             parts = [text_part(text)] if text else []
-        for call in _get(message, "tool_calls") or ():
-            function = _get(call, "function") or {}
-            arguments = _get(function, "arguments")
-            name = _get(function, "name")
+        for call in field_of(message, "tool_calls") or ():
+            function = field_of(call, "function") or {}
+            arguments = field_of(function, "arguments")
+            name = field_of(function, "name")
             parts.append(
                 tool_call_part(
-                    _get(call, "id"),
+                    field_of(call, "id"),
                     name if isinstance(name, str) else "",
                     arguments if isinstance(arguments, str) else "",
                 )
@@ -105,11 +100,9 @@ def chat_input_messages(messages: Any) -> list[dict[str, Any]] | None:
 def _content(
     text: str, calls: list[ToolCallContent], prompt: str | None, finish_reason: str | None
 ) -> tuple[ModelContent, list[dict[str, Any]]]:
-    parts = [text_part(text)] if text else []
-    parts.extend(tool_call_part(call.call_id, call.name, call.arguments) for call in calls)
     return (
         ModelContent(output_text=text, tool_calls=tuple(calls), prompt=prompt),
-        [output_message(parts, finish_reason)],
+        [output_message(output_parts(text, calls), finish_reason)],
     )
 
 
@@ -119,14 +112,16 @@ def generation_extraction(output: Any, usage: Any, prompt: str | None) -> Extrac
     texts: list[str] = []
     calls: list[ToolCallContent] = []
     for message in output if isinstance(output, Sequence) and not isinstance(output, str) else ():
-        texts.append(_text_of(_get(message, "content")))
-        for call in _get(message, "tool_calls") or ():
-            function = _get(call, "function") or {}
-            name = _get(function, "name")
+        texts.append(_text_of(field_of(message, "content")))
+        for call in field_of(message, "tool_calls") or ():
+            function = field_of(call, "function") or {}
+            name = field_of(function, "name")
             if isinstance(name, str):
-                arguments = _get(function, "arguments")
+                arguments = field_of(function, "arguments")
                 calls.append(
-                    ToolCallContent(name, arguments if isinstance(arguments, str) else "", _get(call, "id"))
+                    ToolCallContent(
+                        name, arguments if isinstance(arguments, str) else "", field_of(call, "id")
+                    )
                 )
     if output is None:
         return Extraction(attributes=attributes)
@@ -136,26 +131,26 @@ def generation_extraction(output: Any, usage: Any, prompt: str | None) -> Extrac
 
 def response_extraction(response: Any, usage: Any, prompt: str | None) -> tuple[Extraction, str | None]:
     """A Responses API call: the response's id, model, usage and output; returns the model too."""
-    attributes = _usage_attributes(_get(response, "usage") or usage)
+    attributes = _usage_attributes(field_of(response, "usage") or usage)
     if response is None:
         return Extraction(attributes=attributes), None
-    response_id = _get(response, "id")
-    model = _get(response, "model")
+    response_id = field_of(response, "id")
+    model = field_of(response, "model")
     if isinstance(response_id, str):
         attributes[semconv.GEN_AI_RESPONSE_ID] = response_id
     if isinstance(model, str):
         attributes[semconv.GEN_AI_RESPONSE_MODEL] = model
     texts: list[str] = []
     calls: list[ToolCallContent] = []
-    for item in _get(response, "output") or ():
-        kind = _get(item, "type")
+    for item in field_of(response, "output") or ():
+        kind = field_of(item, "type")
         if kind == "message":
-            texts.append(_text_of(_get(item, "content")))
+            texts.append(_text_of(field_of(item, "content")))
         elif kind == "function_call":
-            name = _get(item, "name")
+            name = field_of(item, "name")
             if isinstance(name, str):
-                arguments = _get(item, "arguments")
-                call_id = _get(item, "call_id")
+                arguments = field_of(item, "arguments")
+                call_id = field_of(item, "call_id")
                 calls.append(ToolCallContent(name, arguments if isinstance(arguments, str) else "", call_id))
     content, messages = _content("".join(texts), calls, prompt, "tool_calls" if calls else "stop")
     return Extraction(attributes=attributes, content=content, output_messages=messages), (

@@ -39,9 +39,9 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from tallyspan import semconv
-from tallyspan.plugin import count, swallowed
-from tallyspan_instrumentors._common import GenAICall, messages_json, parse_arguments, start_genai_call
-from tallyspan_instrumentors._tool_span import end_tool_span
+from tallyspan.plugin import count, end_tool_span, swallowed
+from tallyspan_instrumentors._calls import GenAICall, start_genai_call
+from tallyspan_instrumentors._parts import messages_json, parse_arguments
 from tallyspan_instrumentors.openai_agents._extract import (
     chat_input_messages,
     generation_extraction,
@@ -126,13 +126,7 @@ class TallyspanTracingProcessor:
             name = getattr(trace, "name", None) or "workflow"
             parent = otel_context.get_current()
             span = self._start_span(
-                semconv.OPERATION_INVOKE_WORKFLOW,
-                name,
-                parent,
-                {
-                    semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_INVOKE_WORKFLOW,
-                    semconv.GEN_AI_WORKFLOW_NAME: name,
-                },
+                semconv.OPERATION_INVOKE_WORKFLOW, name, parent, {semconv.GEN_AI_WORKFLOW_NAME: name}
             )
             entry = _Entry(kind="trace", context=trace_api.set_span_in_context(span, parent), span=span)
             self._remember(_trace_key(trace.trace_id), entry)
@@ -238,24 +232,14 @@ class TallyspanTracingProcessor:
         if is_instrumentation_enabled():
             if kind == "agent":
                 entry.span = self._start_span(
-                    semconv.OPERATION_INVOKE_AGENT,
-                    data.name,
-                    parent,
-                    {
-                        semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_INVOKE_AGENT,
-                        semconv.GEN_AI_AGENT_NAME: data.name,
-                    },
+                    semconv.OPERATION_INVOKE_AGENT, data.name, parent, {semconv.GEN_AI_AGENT_NAME: data.name}
                 )
             elif kind == "function":
                 entry.span = self._start_span(
                     semconv.OPERATION_EXECUTE_TOOL,
                     data.name,
                     parent,
-                    {
-                        semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_EXECUTE_TOOL,
-                        semconv.GEN_AI_TOOL_NAME: data.name,
-                        semconv.GEN_AI_TOOL_TYPE: "function",
-                    },
+                    {semconv.GEN_AI_TOOL_NAME: data.name, semconv.GEN_AI_TOOL_TYPE: "function"},
                 )
             elif kind in ("generation", "response") and not _model_call_recorded_elsewhere(data):
                 entry.call = self._start_model_call(data, parent)
@@ -271,7 +255,7 @@ class TallyspanTracingProcessor:
             semconv.span_name(operation, target),
             context=parent,
             kind=SpanKind.INTERNAL,
-            attributes=attributes,
+            attributes={semconv.GEN_AI_OPERATION_NAME: operation, **attributes},
         )
 
     def _start_model_call(self, data: Any, parent: otel_context.Context) -> GenAICall:
@@ -328,13 +312,14 @@ class TallyspanTracingProcessor:
     def _end_tool(self, data: Any, span: Span, arguments: Any, error: Any) -> None:
         attributes = getattr(span, "attributes", None) or {}
         # An MCP call inside the tool may already have marked it failed (isError); keep that.
-        already_failed = attributes.get(semconv.TOOL_OUTCOME) == semconv.OUTCOME_FAILED
+        failed = error is not None or attributes.get(semconv.TOOL_OUTCOME) == semconv.OUTCOME_FAILED
         if arguments is None and isinstance(data.input, str):
             arguments = parse_arguments(data.input)
         end_tool_span(
             span,
-            failed=error is not None or already_failed,
-            error_type=attributes.get(semconv.ERROR_TYPE) or semconv.ERROR_TYPE_TOOL_ERROR,
+            error_type=(attributes.get(semconv.ERROR_TYPE) or semconv.ERROR_TYPE_TOOL_ERROR)
+            if failed
+            else None,
             description=_error_message(error) if error is not None else None,
             arguments=arguments,
             result=data.output,

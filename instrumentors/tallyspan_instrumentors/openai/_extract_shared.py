@@ -3,28 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan_instrumentors._common import server_attributes
+from tallyspan_instrumentors._parts import given, int_or_none, server_attributes
 
 __all__ = [
+    "Request",
     "as_dict",
-    "given",
+    "last_user_text",
     "number",
+    "request_start",
     "sequence",
-    "server_attributes",
     "set_if",
     "text_of_content",
     "usage_attributes",
 ]
 
 
-def given(value: Any) -> bool:
-    """False for None and the SDK's ``NOT_GIVEN`` / ``omit`` sentinels."""
-    return value is not None and type(value).__name__ not in ("NotGiven", "Omit")
+@dataclass(frozen=True)
+class Request:
+    """What the span needs from a request, read before the call."""
+
+    model: str | None
+    attributes: dict[str, AttributeValue]
+    prompt: str | None
+    content_attributes: dict[str, str]
 
 
 def number(value: Any) -> int | float | None:
@@ -40,6 +47,43 @@ def set_if(attributes: dict[str, AttributeValue], key: str, value: Any) -> None:
         attributes[key] = value
     elif isinstance(value, (list, tuple)) and value and all(isinstance(item, str) for item in value):
         attributes[key] = list(value)
+
+
+def request_start(
+    resource: Any, kwargs: Mapping[str, Any], operation: str, parameters: tuple[tuple[str, str], ...] = ()
+) -> tuple[str | None, dict[str, AttributeValue]]:
+    """The requested model and the attributes every request's span starts with.
+
+    Args:
+        resource: the SDK resource the call was made on (it knows the server).
+        kwargs: the call's arguments.
+        operation: a ``gen_ai.operation.name`` value.
+        parameters: ``(attribute, argument)`` pairs: the attribute is set when the app gave the argument.
+    """
+    model = kwargs.get("model")
+    model = model if isinstance(model, str) else None
+    attributes: dict[str, AttributeValue] = {
+        semconv.GEN_AI_OPERATION_NAME: operation,
+        semconv.GEN_AI_PROVIDER_NAME: semconv.PROVIDER_OPENAI,
+    }
+    set_if(attributes, semconv.GEN_AI_REQUEST_MODEL, model)
+    for key, argument in parameters:
+        value = kwargs.get(argument)
+        if given(value):
+            set_if(attributes, key, value)
+    attributes.update(server_attributes(resource))
+    return model, attributes
+
+
+def last_user_text(messages: Any) -> str | None:
+    """The prompt for the checks: ``messages`` itself if it is text, else its last user message's text."""
+    if isinstance(messages, str):
+        return messages
+    for message in reversed(sequence(messages)):
+        message_dict = as_dict(message)
+        if message_dict.get("role") == "user":
+            return text_of_content(message_dict.get("content"))
+    return None
 
 
 def sequence(value: Any) -> list[Any] | tuple[Any, ...]:
@@ -78,7 +122,7 @@ def _int_at(obj: Any, *path: str) -> int | None:
         obj = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
         if obj is None:
             return None
-    return obj if isinstance(obj, int) and not isinstance(obj, bool) else None
+    return int_or_none(obj)
 
 
 def usage_attributes(

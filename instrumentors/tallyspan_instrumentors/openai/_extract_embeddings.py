@@ -8,30 +8,23 @@ from typing import Any
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan_instrumentors._common import Extraction, GenAICall
-from tallyspan_instrumentors.openai._chat import ChatRequest
-from tallyspan_instrumentors.openai._shared import given, number, server_attributes, set_if
+from tallyspan_instrumentors._calls import Extraction, GenAICall
+from tallyspan_instrumentors._parts import given
+from tallyspan_instrumentors.openai._extract_shared import Request, number, request_start, set_if
 
 __all__ = ["embeddings_request", "extract_embeddings"]
 
 
-def embeddings_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: bool) -> ChatRequest:
+def embeddings_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: bool) -> Request:
     """Read the request attributes of an ``embeddings.create`` call."""
-    model = kwargs.get("model")
-    model = model if isinstance(model, str) else None
-    attributes: dict[str, AttributeValue] = {
-        semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_EMBEDDINGS,
-        semconv.GEN_AI_PROVIDER_NAME: semconv.PROVIDER_OPENAI,
-    }
-    set_if(attributes, semconv.GEN_AI_REQUEST_MODEL, model)
+    model, attributes = request_start(resource, kwargs, semconv.OPERATION_EMBEDDINGS)
     encoding_format = kwargs.get("encoding_format")
     if given(encoding_format) and isinstance(encoding_format, str):
         attributes[semconv.GEN_AI_REQUEST_ENCODING_FORMATS] = [encoding_format]
     dimensions = kwargs.get("dimensions")
     if given(dimensions):
         set_if(attributes, semconv.GEN_AI_EMBEDDINGS_DIMENSION_COUNT, dimensions)
-    attributes.update(server_attributes(resource))
-    return ChatRequest(model, attributes, None, {})
+    return Request(model, attributes, None, {})
 
 
 def extract_embeddings(response: Any, call: GenAICall) -> Extraction:

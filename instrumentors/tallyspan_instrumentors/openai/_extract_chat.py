@@ -10,65 +10,48 @@ from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 from tallyspan.plugin import ModelContent, ToolCallContent
-from tallyspan_instrumentors._common import (
-    Extraction,
-    GenAICall,
+from tallyspan_instrumentors._calls import Extraction, GenAICall
+from tallyspan_instrumentors._parts import (
+    given,
     messages_json,
     output_message,
+    reasoning_part,
     str_or_none,
     text_part,
     tool_call_part,
     tool_call_response_part,
 )
-from tallyspan_instrumentors.openai._shared import (
+from tallyspan_instrumentors.openai._extract_shared import (
+    Request,
     as_dict,
-    given,
+    last_user_text,
+    request_start,
     sequence,
-    server_attributes,
     set_if,
-    text_of_content,
     usage_attributes,
 )
 
-__all__ = ["ChatRequest", "ChatStreamAccumulator", "chat_request", "extract_chat_completion"]
+__all__ = ["ChatStreamAccumulator", "chat_request", "extract_chat_completion"]
 
 _OUTPUT_TYPES = {"json_schema": "json", "json_object": "json", "text": "text"}
+#: Request attributes and the arguments that set them.
+_PARAMETERS = (
+    (semconv.GEN_AI_REQUEST_TEMPERATURE, "temperature"),
+    (semconv.GEN_AI_REQUEST_TOP_P, "top_p"),
+    (semconv.GEN_AI_REQUEST_SEED, "seed"),
+    (semconv.GEN_AI_REQUEST_FREQUENCY_PENALTY, "frequency_penalty"),
+    (semconv.GEN_AI_REQUEST_PRESENCE_PENALTY, "presence_penalty"),
+    (semconv.OPENAI_REQUEST_SERVICE_TIER, "service_tier"),
+)
 
 
-@dataclass(frozen=True)
-class ChatRequest:
-    """What the span needs from a chat request, read before the call."""
-
-    model: str | None
-    attributes: dict[str, AttributeValue]
-    prompt: str | None
-    content_attributes: dict[str, str]
-
-
-def chat_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: bool) -> ChatRequest:
+def chat_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: bool) -> Request:
     """Read the request attributes (and, when capturing, the input messages) of a chat call."""
-    model = kwargs.get("model")
-    model = model if isinstance(model, str) else None
-    attributes: dict[str, AttributeValue] = {
-        semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_CHAT,
-        semconv.GEN_AI_PROVIDER_NAME: semconv.PROVIDER_OPENAI,
-    }
-    set_if(attributes, semconv.GEN_AI_REQUEST_MODEL, model)
+    model, attributes = request_start(resource, kwargs, semconv.OPERATION_CHAT, _PARAMETERS)
     max_tokens = kwargs.get("max_completion_tokens")
     if not given(max_tokens):
         max_tokens = kwargs.get("max_tokens")
     set_if(attributes, semconv.GEN_AI_REQUEST_MAX_TOKENS, max_tokens)
-    for key, argument in (
-        (semconv.GEN_AI_REQUEST_TEMPERATURE, "temperature"),
-        (semconv.GEN_AI_REQUEST_TOP_P, "top_p"),
-        (semconv.GEN_AI_REQUEST_SEED, "seed"),
-        (semconv.GEN_AI_REQUEST_FREQUENCY_PENALTY, "frequency_penalty"),
-        (semconv.GEN_AI_REQUEST_PRESENCE_PENALTY, "presence_penalty"),
-        (semconv.OPENAI_REQUEST_SERVICE_TIER, "service_tier"),
-    ):
-        value = kwargs.get(argument)
-        if given(value):
-            set_if(attributes, key, value)
     stop = kwargs.get("stop")
     set_if(attributes, semconv.GEN_AI_REQUEST_STOP_SEQUENCES, [stop] if isinstance(stop, str) else stop)
     choices = kwargs.get("n")
@@ -79,7 +62,6 @@ def chat_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: b
     output_type = _output_type(kwargs.get("response_format"))
     if output_type:
         attributes[semconv.GEN_AI_OUTPUT_TYPE] = output_type
-    attributes.update(server_attributes(resource))
     messages = kwargs.get("messages")
     message_list = sequence(messages)
     content_attributes = {}
@@ -87,7 +69,7 @@ def chat_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: b
         content_attributes[semconv.GEN_AI_INPUT_MESSAGES] = messages_json(
             [_input_message(as_dict(message)) for message in message_list]
         )
-    return ChatRequest(model, attributes, _last_user_text(message_list), content_attributes)
+    return Request(model, attributes, last_user_text(message_list), content_attributes)
 
 
 def _output_type(response_format: Any) -> str | None:
@@ -95,14 +77,6 @@ def _output_type(response_format: Any) -> str | None:
         return "json"
     kind = as_dict(response_format).get("type") if given(response_format) else None
     return _OUTPUT_TYPES.get(kind) if isinstance(kind, str) else None
-
-
-def _last_user_text(messages: list[Any] | tuple[Any, ...]) -> str | None:
-    for message in reversed(messages):
-        message_dict = as_dict(message)
-        if message_dict.get("role") == "user":
-            return text_of_content(message_dict.get("content"))
-    return None
 
 
 def _input_message(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -241,7 +215,7 @@ def _extraction(summary: _Completion, call: GenAICall) -> Extraction:
     for choice in ordered:
         parts: list[dict[str, Any]] = []
         if choice.reasoning:
-            parts.append({"type": "reasoning", "content": "".join(choice.reasoning)})
+            parts.append(reasoning_part("".join(choice.reasoning)))
         if choice.has_text:
             parts.append(text_part("".join(choice.text)))
         elif choice.refusal:

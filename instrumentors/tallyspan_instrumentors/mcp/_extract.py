@@ -1,4 +1,4 @@
-"""Span start and end for MCP ``tools/call``, on both sides, per the MCP semantic conventions.
+"""Reading MCP ``tools/call`` requests and results, on both sides, per the MCP semantic conventions.
 
 The conventions name MCP spans ``{mcp.method.name} {target}``; we name them ``execute_tool {tool}``
 (the GenAI form the conventions call compatible) so the checks, the ledger and every dashboard find MCP
@@ -10,13 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry.trace import Span
-
 from tallyspan import semconv
-from tallyspan_instrumentors._common import error_type
-from tallyspan_instrumentors._tool_span import end_tool_span
 
-__all__ = ["fail_from_exception", "finish_from_result", "is_error_result", "result_text", "tool_attributes"]
+__all__ = ["is_error_result", "result_text", "tool_attributes"]
 
 
 def tool_attributes(name: str, protocol_version: Any = None, session_id: Any = None) -> dict[str, Any]:
@@ -63,23 +59,3 @@ def result_text(result: Any) -> Any:
 def is_error_result(result: Any) -> bool:
     """Whether a CallToolResult (model or wire dict) says the tool failed (``isError``)."""
     return _field(result, "is_error", "isError") is True
-
-
-def finish_from_result(span: Span, result: Any, arguments: Any, *, capture_content: bool) -> None:
-    """End a tool span from the call's result: ``isError`` true means the tool failed."""
-    failed = is_error_result(result)
-    end_tool_span(
-        span,
-        failed=failed,
-        error_type=semconv.ERROR_TYPE_TOOL_ERROR if failed else None,
-        arguments=arguments,
-        result=result_text(result),
-        capture_content=capture_content,
-    )
-
-
-def fail_from_exception(span: Span, exc: BaseException, arguments: Any, *, capture_content: bool) -> None:
-    """End a tool span whose call raised: the JSON-RPC error code when there is one, else the class."""
-    code = getattr(getattr(exc, "error", None), "code", None)
-    kind = str(code) if isinstance(code, int) and not isinstance(code, bool) else error_type(exc)
-    end_tool_span(span, failed=True, error_type=kind, arguments=arguments, capture_content=capture_content)

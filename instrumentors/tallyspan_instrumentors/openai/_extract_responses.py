@@ -9,21 +9,22 @@ from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 from tallyspan.plugin import ModelContent, ToolCallContent
-from tallyspan_instrumentors._common import (
-    Extraction,
-    GenAICall,
+from tallyspan_instrumentors._calls import Extraction, GenAICall
+from tallyspan_instrumentors._parts import (
+    given,
     messages_json,
     output_message,
+    output_parts,
     text_part,
     tool_call_part,
     tool_call_response_part,
 )
-from tallyspan_instrumentors.openai._chat import ChatRequest
-from tallyspan_instrumentors.openai._shared import (
+from tallyspan_instrumentors.openai._extract_shared import (
+    Request,
     as_dict,
-    given,
+    last_user_text,
+    request_start,
     sequence,
-    server_attributes,
     set_if,
     text_of_content,
     usage_attributes,
@@ -31,30 +32,22 @@ from tallyspan_instrumentors.openai._shared import (
 
 __all__ = ["ResponsesStreamAccumulator", "extract_response", "responses_request"]
 
+#: Request attributes and the arguments that set them.
+_PARAMETERS = (
+    (semconv.GEN_AI_REQUEST_MAX_TOKENS, "max_output_tokens"),
+    (semconv.GEN_AI_REQUEST_TEMPERATURE, "temperature"),
+    (semconv.GEN_AI_REQUEST_TOP_P, "top_p"),
+    (semconv.OPENAI_REQUEST_SERVICE_TIER, "service_tier"),
+)
 _INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _FINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 #: Events carrying a response snapshot (asking other events for one costs pydantic an exception each).
 _SNAPSHOT_EVENTS = _FINAL_EVENTS | {"response.created", "response.queued", "response.in_progress"}
 
 
-def responses_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: bool) -> ChatRequest:
+def responses_request(resource: Any, kwargs: Mapping[str, Any], *, capture_content: bool) -> Request:
     """Read the request attributes (and, when capturing, the input) of a ``responses.create`` call."""
-    model = kwargs.get("model")
-    model = model if isinstance(model, str) else None
-    attributes: dict[str, AttributeValue] = {
-        semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_CHAT,
-        semconv.GEN_AI_PROVIDER_NAME: semconv.PROVIDER_OPENAI,
-    }
-    set_if(attributes, semconv.GEN_AI_REQUEST_MODEL, model)
-    for key, argument in (
-        (semconv.GEN_AI_REQUEST_MAX_TOKENS, "max_output_tokens"),
-        (semconv.GEN_AI_REQUEST_TEMPERATURE, "temperature"),
-        (semconv.GEN_AI_REQUEST_TOP_P, "top_p"),
-        (semconv.OPENAI_REQUEST_SERVICE_TIER, "service_tier"),
-    ):
-        value = kwargs.get(argument)
-        if given(value):
-            set_if(attributes, key, value)
+    model, attributes = request_start(resource, kwargs, semconv.OPERATION_CHAT, _PARAMETERS)
     if kwargs.get("stream") is True:
         attributes[semconv.GEN_AI_REQUEST_STREAM] = True
     conversation = kwargs.get("conversation")
@@ -63,7 +56,6 @@ def responses_request(resource: Any, kwargs: Mapping[str, Any], *, capture_conte
     text_format = as_dict(as_dict(kwargs.get("text")).get("format")).get("type")
     if text_format in ("json_schema", "json_object") or given(kwargs.get("text_format")):
         attributes[semconv.GEN_AI_OUTPUT_TYPE] = "json"
-    attributes.update(server_attributes(resource))
     messages = _input_messages(kwargs.get("input"))
     content_attributes: dict[str, str] = {}
     if capture_content:
@@ -72,18 +64,7 @@ def responses_request(resource: Any, kwargs: Mapping[str, Any], *, capture_conte
         instructions = kwargs.get("instructions")
         if isinstance(instructions, str) and instructions:
             content_attributes[semconv.GEN_AI_SYSTEM_INSTRUCTIONS] = messages_json([text_part(instructions)])
-    return ChatRequest(model, attributes, _last_user_text(kwargs.get("input")), content_attributes)
-
-
-def _last_user_text(input_value: Any) -> str | None:
-    if isinstance(input_value, str):
-        return input_value
-    if isinstance(input_value, (list, tuple)):
-        for item in reversed(input_value):
-            item_dict = as_dict(item)
-            if item_dict.get("role") == "user":
-                return text_of_content(item_dict.get("content"))
-    return None
+    return Request(model, attributes, last_user_text(kwargs.get("input")), content_attributes)
 
 
 def _input_messages(input_value: Any) -> list[dict[str, Any]]:
@@ -191,12 +172,7 @@ def _build(
             reasoning=("output_tokens_details", "reasoning_tokens"),
         )
     )
-    parts: list[dict[str, Any]] = []
-    if reasoning:
-        parts.append({"type": "reasoning", "content": "".join(reasoning)})
-    if text:
-        parts.append(text_part(text))
-    parts.extend(tool_call_part(tc.call_id, tc.name, tc.arguments) for tc in tool_calls)
+    parts = output_parts(text, tool_calls, reasoning="".join(reasoning))
     content = ModelContent(
         output_text=text, tool_calls=tuple(tool_calls), prompt=call.prompt, reasoning_text="".join(reasoning)
     )

@@ -6,11 +6,12 @@
 * ``BaseChatModel._generate_with_cache`` / ``_agenerate_with_cache``: every ``invoke`` / ``ainvoke`` /
   ``generate`` of a chat model (streamed or not) reaches the provider client through them, with the run
   manager of the run the handler opened a ``chat`` span for. Around that call the ``chat`` span is made
-  current and the framework-model-call key of ``_common`` is set, so the OpenAI / Anthropic / Ollama
+  current and the framework-model-call key of ``_calls`` is set, so the OpenAI / Anthropic / Ollama
   wrappers open no second span. The attach and its detach sit in the same frame, so nothing leaks.
 * ``BaseChatModel.stream`` / ``astream``: the model starts its run inside the first ``next()``, after
   our frame would have attached anything. The wrapper therefore gives the run a known id (``run_id`` in
-  the config, unless the caller set one) and, around each ``next()``, sets the key to a marker that is
+  the config, unless the caller set one) and, around each step of the stream (``next()`` or
+  ``anext()``), sets the key to a marker that is
   true once the handler holds a span for that id: the provider call is skipped exactly when LangChain's
   span stands for it. (The chat span is not made current on this path; nothing of ours nests under it.)
 """
@@ -19,21 +20,21 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from tallyspan.plugin import swallowed
-from tallyspan_instrumentors._common import framework_model_call_context
+from tallyspan_instrumentors._base import Wrapper
+from tallyspan_instrumentors._calls import framework_model_call_context
 from tallyspan_instrumentors.langchain._handler import TallyspanCallbackHandler
 
-__all__ = ["Wrapper", "async_generate_wrapper", "generate_wrapper", "manager_init_wrapper", "stream_wrapper"]
+__all__ = ["async_generate_wrapper", "generate_wrapper", "manager_init_wrapper", "stream_wrapper"]
 
 _logger = logging.getLogger(__name__)
-
-Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 
 
 def manager_init_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
@@ -84,20 +85,32 @@ def _model_call_context(
         return None
 
 
+class _Attached:
+    """``context`` current inside the block (nothing changes for None): attached and detached in one frame."""
+
+    __slots__ = ("context", "token")
+
+    def __init__(self, context: otel_context.Context | None) -> None:
+        self.context = context
+        self.token: object = None
+
+    def __enter__(self) -> None:
+        if self.context is not None:
+            self.token = otel_context.attach(self.context)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.token is not None:
+            otel_context.detach(self.token)  # type: ignore[arg-type]  # the token attach() gave
+
+
 def generate_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
     """Wrap ``BaseChatModel._generate_with_cache``: the chat span is current around the provider call."""
 
     def wrapper(
         wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        context = _model_call_context(handler, args, kwargs)
-        if context is None:
+        with _Attached(_model_call_context(handler, args, kwargs)):
             return wrapped(*args, **kwargs)
-        token = otel_context.attach(context)
-        try:
-            return wrapped(*args, **kwargs)
-        finally:
-            otel_context.detach(token)
 
     return wrapper
 
@@ -109,14 +122,8 @@ def async_generate_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
         wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         async def run() -> Any:
-            context = _model_call_context(handler, args, kwargs)
-            if context is None:
+            with _Attached(_model_call_context(handler, args, kwargs)):
                 return await wrapped(*args, **kwargs)
-            token = otel_context.attach(context)
-            try:
-                return await wrapped(*args, **kwargs)
-            finally:
-                otel_context.detach(token)
 
         return run()
 
@@ -142,7 +149,7 @@ def _with_run_id(
 
 
 def stream_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
-    """Wrap ``BaseChatModel.stream``: provider spans are skipped while LangChain's chat span stands."""
+    """Wrap ``BaseChatModel.stream`` / ``astream``: provider spans are skipped while LangChain's chat span stands."""
 
     def wrapper(
         wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -155,59 +162,28 @@ def stream_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
         except Exception:  # unusual arguments: stream untouched
             swallowed(_logger, "langchain.stream", "tallyspan could not prepare a LangChain stream")
             return wrapped(*args, **kwargs)
-        return _marked_stream(wrapped(*args, **kwargs), context)
+        return _MarkedStream(wrapped(*args, **kwargs), context)
 
     return wrapper
 
 
-def _marked_stream(stream: Iterator[Any], context: otel_context.Context) -> Iterator[Any]:
-    try:
-        while True:
-            token = otel_context.attach(context)
-            try:
-                item = next(stream)
-            except StopIteration:
-                return
-            finally:
-                otel_context.detach(token)
-            yield item
-    finally:
-        close = getattr(stream, "close", None)
-        if close is not None:
-            close()
+class _MarkedStream(wrapt.ObjectProxy[Any]):
+    """A chat model's stream (sync or async) whose every step runs in the marked context."""
 
+    def __init__(self, stream: Any, context: otel_context.Context) -> None:
+        super().__init__(stream)
+        self._self_context = context
 
-def astream_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
-    """Wrap ``BaseChatModel.astream``, the async twin of :func:`stream_wrapper`."""
+    def __iter__(self) -> _MarkedStream:
+        return self
 
-    def wrapper(
-        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        if not handler.enabled:
-            return wrapped(*args, **kwargs)
-        try:
-            args, kwargs, run_id = _with_run_id(args, kwargs)
-            context = framework_model_call_context(_RunSpanMarker(handler, run_id))
-        except Exception:  # unusual arguments: stream untouched
-            swallowed(_logger, "langchain.stream", "tallyspan could not prepare a LangChain stream")
-            return wrapped(*args, **kwargs)
-        return _marked_astream(wrapped(*args, **kwargs), context)
+    def __next__(self) -> Any:
+        with _Attached(self._self_context):
+            return next(self.__wrapped__)
 
-    return wrapper
+    def __aiter__(self) -> _MarkedStream:
+        return self
 
-
-async def _marked_astream(stream: AsyncIterator[Any], context: otel_context.Context) -> AsyncIterator[Any]:
-    try:
-        while True:
-            token = otel_context.attach(context)
-            try:
-                item = await stream.__anext__()
-            except StopAsyncIteration:
-                return
-            finally:
-                otel_context.detach(token)
-            yield item
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
+    async def __anext__(self) -> Any:
+        with _Attached(self._self_context):
+            return await self.__wrapped__.__anext__()

@@ -1,0 +1,228 @@
+"""Stream proxies: the app iterates the SDK's stream through them, the span ends exactly once.
+
+A provider wraps the stream a call returns in :class:`SyncStreamProxy` / :class:`AsyncStreamProxy` (SDK
+streams) or :class:`SyncGeneratorProxy` / :class:`AsyncGeneratorProxy` (plain generators) with a
+:class:`StreamAccumulator` of its own; the proxy ends the call's span on exhaustion, error, ``close()``,
+``with`` exit or garbage collection, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Protocol
+
+import wrapt
+
+from tallyspan import semconv
+from tallyspan.plugin import swallowed
+from tallyspan_instrumentors._calls import Extraction, GenAICall
+
+__all__ = [
+    "AsyncGeneratorProxy",
+    "AsyncStreamProxy",
+    "StreamAccumulator",
+    "SyncGeneratorProxy",
+    "SyncStreamProxy",
+    "finalize_if_proxy",
+]
+
+_logger = logging.getLogger(__name__)
+
+#: How an iterator says it has no more items: the stream ended, it did not fail.
+_END_OF_ITEMS = (StopIteration, StopAsyncIteration)
+
+
+class StreamAccumulator(Protocol):
+    """Collects a stream's items; a provider module implements one per stream kind."""
+
+    def add(self, item: Any) -> None:
+        """Take one chunk or event."""
+
+    def extraction(self, call: GenAICall) -> Extraction:
+        """What the items so far say, for the span (also called for streams cut short)."""
+
+
+class _Reading:
+    """Around each read of the stream: its end, or an error it raises, ends the span (the error goes on)."""
+
+    __slots__ = ("proxy",)
+
+    def __init__(self, proxy: _StreamProxy) -> None:
+        self.proxy = proxy
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
+        if exc is not None:
+            self.proxy._tallyspan_finalize(None if isinstance(exc, _END_OF_ITEMS) else exc)
+
+
+class _StreamProxy(wrapt.ObjectProxy[Any]):
+    """The finalize-once logic shared by the sync and async proxies (state in ``_self_*``: wrapt's rule)."""
+
+    def __init__(self, stream: Any, call: GenAICall, accumulator: StreamAccumulator) -> None:
+        super().__init__(stream)
+        self._self_call = call
+        self._self_accumulator: StreamAccumulator | None = accumulator
+        self._self_finalized = False
+        self._self_first_item_at: float | None = None
+
+    def _tallyspan_observe(self, item: Any) -> None:
+        accumulator = self._self_accumulator
+        if accumulator is None:  # the span has ended: later items are the app's alone
+            return
+        try:
+            if self._self_first_item_at is None:
+                self._self_first_item_at = time.monotonic()
+            accumulator.add(item)
+        except Exception:  # a chunk we cannot read still reaches the app
+            swallowed(_logger, "stream.chunk", "tallyspan could not read a stream chunk")
+
+    def _tallyspan_finalize(self, error: BaseException | None = None) -> None:
+        if self._self_finalized:
+            return
+        self._self_finalized = True
+        call = self._self_call
+        accumulator, self._self_accumulator = self._self_accumulator, None
+        # Dropped here, not with the proxy: an app keeping its stream object must not keep every chunk.
+        try:
+            extraction = accumulator.extraction(call) if accumulator is not None else None
+            if extraction is not None and self._self_first_item_at is not None:
+                extraction.attributes[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = (
+                    self._self_first_item_at - call.started_at
+                )
+        except Exception:  # a stream we cannot summarise still ends its span
+            swallowed(_logger, "stream.finish", "tallyspan could not summarise a stream")
+            extraction = None
+        if error is not None:
+            call.fail(error, extraction.attributes if extraction is not None else None)
+        else:
+            call.finish(extraction)
+
+    def __del__(self) -> None:
+        # Abandoned streams (dropped unread) are finalized when collected, so no span is left open.
+        try:
+            if not getattr(self, "_self_finalized", True):
+                self._tallyspan_finalize()
+        except Exception:  # nothing may escape __del__; a half-built proxy has nothing to end
+            swallowed(_logger, "stream.collect", "tallyspan could not end an abandoned stream's span")
+
+
+def _exit_error(exc: Any) -> BaseException | None:
+    """The exception that ends a ``with`` block early: the stream was cut short, the call failed."""
+    return exc if isinstance(exc, BaseException) else None
+
+
+class _SyncIterationProxy(_StreamProxy):
+    """Iteration through the proxy: each item is observed, the end of the items ends the span."""
+
+    def __iter__(self) -> _SyncIterationProxy:
+        return self
+
+    def __next__(self) -> Any:
+        with _Reading(self):
+            item = next(self.__wrapped__)
+        self._tallyspan_observe(item)
+        return item
+
+
+class SyncStreamProxy(_SyncIterationProxy):
+    """Wraps an SDK stream: the app sees the same object, the span ends exactly once."""
+
+    def __enter__(self) -> SyncStreamProxy:
+        self.__wrapped__.__enter__()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> Any:
+        try:
+            return self.__wrapped__.__exit__(exc_type, exc, traceback)
+        finally:
+            self._tallyspan_finalize(_exit_error(exc))
+
+    def close(self) -> None:
+        """Close the underlying stream and end the span."""
+        try:
+            self.__wrapped__.close()
+        finally:
+            self._tallyspan_finalize()
+
+
+class SyncGeneratorProxy(_SyncIterationProxy):
+    """Wraps a generator of items (ollama's streams): ``close()`` ends the span too.
+
+    A generator is no context manager: ``with`` fails with the TypeError it gives the bare generator
+    (wrapt's proxy would forward ``__enter__`` and fail with AttributeError instead).
+    """
+
+    def __enter__(self) -> Any:
+        raise TypeError(
+            f"'{type(self.__wrapped__).__name__}' object does not support the context manager protocol"
+        )
+
+    def close(self) -> None:
+        """Close the generator and end the span."""
+        try:
+            self.__wrapped__.close()
+        finally:
+            self._tallyspan_finalize()
+
+
+class _AsyncIterationProxy(_StreamProxy):
+    """The async twin of :class:`_SyncIterationProxy`."""
+
+    def __aiter__(self) -> _AsyncIterationProxy:
+        return self
+
+    async def __anext__(self) -> Any:
+        with _Reading(self):
+            item = await self.__wrapped__.__anext__()
+        self._tallyspan_observe(item)
+        return item
+
+
+class AsyncStreamProxy(_AsyncIterationProxy):
+    """The async twin of :class:`SyncStreamProxy`."""
+
+    async def __aenter__(self) -> AsyncStreamProxy:
+        await self.__wrapped__.__aenter__()
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, traceback: Any) -> Any:
+        try:
+            return await self.__wrapped__.__aexit__(exc_type, exc, traceback)
+        finally:
+            self._tallyspan_finalize(_exit_error(exc))
+
+    async def close(self) -> None:
+        """Close the underlying stream and end the span."""
+        try:
+            await self.__wrapped__.close()
+        finally:
+            self._tallyspan_finalize()
+
+
+class AsyncGeneratorProxy(_AsyncIterationProxy):
+    """Wraps an async generator of items: ``aclose()`` ends the span too; like it, no context manager."""
+
+    async def __aenter__(self) -> Any:
+        raise TypeError(
+            f"'{type(self.__wrapped__).__name__}' object does not support the asynchronous context manager protocol"
+        )
+
+    async def aclose(self) -> None:
+        """Close the generator and end the span."""
+        try:
+            await self.__wrapped__.aclose()
+        finally:
+            self._tallyspan_finalize()
+
+
+def finalize_if_proxy(stream: Any, error: BaseException | None = None) -> None:
+    """End the span of ``stream`` if it is one of our proxies (SDK helpers close streams behind them).
+
+    With ``error`` (an exception that left a ``with`` block early), the span is marked failed by it.
+    """
+    if isinstance(stream, _StreamProxy):
+        stream._tallyspan_finalize(error)
