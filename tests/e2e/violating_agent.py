@@ -99,19 +99,21 @@ def run_weekly_agent(
         span_processors=list(span_processors),
     )
     try:
-        with OpenAICompatibleServer(replies=list(_REPLIES)) as server:
-            client = openai.OpenAI(base_url=server.base_url, api_key="test-key")
-            with tallyspan.run(AGENT_NAME):
-                with tallyspan.stage(REPORT_STAGE):
-                    for _ in range(2):
-                        client.chat.completions.create(
-                            model="m", messages=[{"role": "user", "content": "今週の週報を書いてください"}]
-                        )
-                with tallyspan.stage(SUMMARY_STAGE):
+        with (
+            OpenAICompatibleServer(replies=list(_REPLIES)) as server,
+            openai.OpenAI(base_url=server.base_url, api_key="test-key") as client,  # closed: no socket left
+            tallyspan.run(AGENT_NAME),
+        ):
+            with tallyspan.stage(REPORT_STAGE):
+                for _ in range(2):
                     client.chat.completions.create(
-                        model="m", messages=[{"role": "user", "content": "Summarise."}]
+                        model="m", messages=[{"role": "user", "content": "今週の週報を書いてください"}]
                     )
-                send_mail("boss@example.com")
+            with tallyspan.stage(SUMMARY_STAGE):
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "Summarise."}]
+                )
+            send_mail("boss@example.com")
         instrumentation.force_flush()
     finally:
         tallyspan.uninstrument()
