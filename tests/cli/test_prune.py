@@ -86,3 +86,12 @@ def test_a_bad_age_is_a_usage_error_naming_the_option(filled: Filled, text: str)
     result = CliRunner().invoke(main, ["prune", "--older-than", text])
     assert result.exit_code == 2
     assert "--older-than" in result.output
+
+
+@pytest.mark.parametrize("text", ["99999999999999999999d", "73001d", "1" + "0" * 400 + "w"])
+def test_an_age_too_long_is_a_usage_error_not_an_overflow(filled: Filled, text: str) -> None:
+    result = CliRunner().invoke(main, ["prune", "--older-than", text])
+    assert result.exit_code == 2, result.output
+    assert "--older-than" in result.output
+    assert "longer than 200 years" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -15,18 +15,27 @@ __all__ = ["command", "parse_age"]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+#: The longest age taken: 200 years reaches back before any span, and keeps the cutoff within SQLite's
+#: 64-bit integers (a longer one overflowed them).
+MAX_AGE_SECONDS = 200 * 365 * 86400
 
 
 def parse_age(text: str) -> float:
     """Seconds in an age such as ``90m``, ``36h``, ``7d`` or ``2w``.
 
     Raises:
-        click.BadParameter: the text is not a number followed by one of s, m, h, d, w.
+        click.BadParameter: the text is not a number followed by one of s, m, h, d, w, or is longer
+            than 200 years.
     """
     match = _AGE.fullmatch(text.strip())
     if match is None:
         raise click.BadParameter(f"{text!r} is not an age like 90m, 36h, 7d or 2w", param_hint="--older-than")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if not seconds <= MAX_AGE_SECONDS:  # also catches inf (a number too long for a float)
+        raise click.BadParameter(
+            f"{text!r} is longer than {MAX_AGE_SECONDS // (365 * 86400)} years", param_hint="--older-than"
+        )
+    return seconds
 
 
 @click.command("prune")
