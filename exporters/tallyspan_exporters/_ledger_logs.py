@@ -7,39 +7,53 @@ Usage::
 
     sink = OTLPLedgerSink(InMemoryLogRecordExporter())   # default: OTLPLogExporter from the OTEL_* env
     sink = OTLPLedgerSink(protocol="grpc")               # OTLP over gRPC (the tallyspan[grpc] extra)
+    sink = OTLPLedgerSink(settings=ExportSettings(spool_path=Path("spool.db")))   # spooled on disk
 
 Each entry is a log record with event name ``tallyspan.ledger.entry`` (trace id of the run, span id of
 the span the entry came from, ``tallyspan.ledger.run_span_id``, side, seq, call id, tool, outcome), and
 each reconciled run one ``tallyspan.ledger.reconciliation`` (span id of the run span; balanced,
 protocol_ok, discrepancy types and counts as attributes; the discrepancies as a list in the body).
+Every record carries ``tallyspan.ledger.record_id``, the same on every delivery.
 ``tallyspan.instrument()`` adds this sink when OTLP log export is requested, and the store sink when
 there is a store (``ledger_sinks_component``, entry point ``ledger_sinks``).
+
+Every record is durable: it goes through the spool of ``settings`` (``_delivery.Outbox``) and leaves it
+only once the backend accepted it, across restarts; a failed export is retried, and every record lost
+is counted (``dropped.otlp.logs.<cause>``).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry import trace
 from opentelemetry._logs import SeverityNumber
+from opentelemetry.context import Context
 from opentelemetry.instrumentation.utils import suppress_instrumentation
-from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import (
-    BatchLogRecordProcessor,
-    LogRecordExporter,
-    SimpleLogRecordProcessor,
-)
+from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor, ReadableLogRecord, ReadWriteLogRecord
+from opentelemetry.sdk._logs.export import LogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.util.types import AnyValue, AttributeValue
 
 from tallyspan import semconv
 from tallyspan.ledger import LedgerEntry, LedgerRecord, LedgerSink
-from tallyspan.plugin import OTLPProtocol, Settings, __version__, otlp_logs_protocol, swallowed
+from tallyspan.plugin import (
+    ExportSettings,
+    OTLPProtocol,
+    Settings,
+    ShutdownBudget,
+    __version__,
+    otlp_logs_protocol,
+    swallowed,
+)
+from tallyspan_exporters._codec import decode_log_record, encode_log_record
+from tallyspan_exporters._delivery import Codec, Outbox
 from tallyspan_exporters._ledger_store import SQLiteLedgerSink
-from tallyspan_exporters._otlp import otlp_log_exporter
+from tallyspan_exporters._otlp import ObservedSession, observed_session, open_spool, otlp_log_exporter
 
 __all__ = ["OTLPLedgerSink", "ledger_sinks_component"]
 
@@ -57,16 +71,57 @@ def _attributes(pairs: Mapping[str, AttributeValue | None]) -> dict[str, Attribu
     return {key: value for key, value in pairs.items() if value is not None}
 
 
+def _run_id(trace_id: int, run_span_id: int) -> str:
+    return f"{trace_id:032x}/{run_span_id:016x}"
+
+
+def _record_id(record: ReadableLogRecord) -> str:
+    value = (record.log_record.attributes or {}).get(semconv.LEDGER_RECORD_ID)
+    return value if isinstance(value, str) else ""
+
+
+LOG_CODEC: Final = Codec(encode=encode_log_record, decode=decode_log_record, record_id=_record_id)
+
+
+class _ToOutbox(LogRecordProcessor):
+    """Hands each emitted record to the outbox, as an OpenTelemetry log exporter would receive it."""
+
+    def __init__(self, outbox: Outbox[ReadableLogRecord]) -> None:
+        self._outbox = outbox
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        api_record = copy.copy(log_record.log_record)
+        api_record.context = Context()  # the record keeps its ids; the context need not outlive the call
+        readable = ReadableLogRecord(
+            log_record=api_record,
+            resource=log_record.resource if log_record.resource is not None else Resource.create({}),
+            instrumentation_scope=log_record.instrumentation_scope,
+            limits=log_record.limits,
+        )
+        self._outbox.submit(readable, durable=True)
+
+    def shutdown(self) -> None:
+        self._outbox.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._outbox.force_flush(timeout_millis)
+
+
 class OTLPLedgerSink:
     """Write ledger entries and reconciliations as OpenTelemetry log records.
 
     Args:
-        exporter: the log exporter; default an ``OTLPLogExporter`` configured by the ``OTEL_*`` variables.
+        exporter: the log exporter; default an ``OTLPLogExporter`` configured by the ``OTEL_*`` variables
+            (with the timeout of ``settings``).
         protocol: the transport of the default exporter, ``http/protobuf`` or ``grpc``; default
             ``OTEL_EXPORTER_OTLP_LOGS_PROTOCOL``, else ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``http/protobuf``.
-        batch: export through a ``BatchLogRecordProcessor`` (default); False exports each record at once.
+        batch: deliver from threads of its own, through the spool (default); False exports each record
+            at once on the calling thread, without retries.
         resource: the resource of the records; default ``service.name`` from ``service_name``.
         service_name: used for the default resource.
+        settings: the spool (None in the default ``ExportSettings``: records wait in memory), its
+            limits, the export timeout and the retry limit.
+        budget: the shutdown budget; default its own.
 
     Raises:
         ConfigError: ``grpc`` without its exporter installed (``pip install 'tallyspan[grpc]'``).
@@ -80,13 +135,32 @@ class OTLPLedgerSink:
         batch: bool = True,
         resource: Resource | None = None,
         service_name: str | None = None,
+        settings: ExportSettings | None = None,
+        budget: ShutdownBudget | None = None,
     ) -> None:
+        settings = settings or ExportSettings()
+        session: ObservedSession | None = None
         if exporter is None:
-            exporter = otlp_log_exporter(protocol or otlp_logs_protocol())
+            protocol = protocol or otlp_logs_protocol()
+            session = observed_session("logs", protocol)
+            exporter = otlp_log_exporter(protocol, timeout_s=settings.export_timeout_s, session=session)
         if resource is None:
             resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
         self._provider = LoggerProvider(resource=resource)
-        processor = BatchLogRecordProcessor(exporter) if batch else SimpleLogRecordProcessor(exporter)
+        processor: LogRecordProcessor
+        if batch:
+            outbox: Outbox[ReadableLogRecord] = Outbox(
+                exporter,
+                signal="logs",
+                codec=LOG_CODEC,
+                spool=open_spool(settings),
+                settings=settings,
+                budget=budget or ShutdownBudget(),
+                attempts=session,
+            )
+            processor = _ToOutbox(outbox)
+        else:
+            processor = SimpleLogRecordProcessor(exporter)
         self._provider.add_log_record_processor(processor)
         self._logger = self._provider.get_logger(semconv.INSTRUMENTATION_SCOPE, __version__)
 
@@ -104,6 +178,9 @@ class OTLPLedgerSink:
                         body=None,
                         attributes=_attributes(
                             {
+                                semconv.LEDGER_RECORD_ID: (
+                                    f"{_run_id(entry.trace_id, entry.run_span_id)}/entry/{entry.seq}"
+                                ),
                                 semconv.LEDGER_RUN_SPAN_ID: format(entry.run_span_id, "016x"),
                                 semconv.LEDGER_SIDE: entry.side,
                                 semconv.LEDGER_SEQ: entry.seq,
@@ -143,6 +220,7 @@ class OTLPLedgerSink:
                     event_name=semconv.EVENT_LEDGER_RECONCILIATION,
                     body={"discrepancies": discrepancies},
                     attributes={
+                        semconv.LEDGER_RECORD_ID: f"{_run_id(record.trace_id, record.run_span_id)}/reconciliation",
                         semconv.LEDGER_RUN_SPAN_ID: format(record.run_span_id, "016x"),
                         semconv.RUN_NAME: record.run_name,
                         semconv.LEDGER_BALANCED: result.balanced,
@@ -182,10 +260,15 @@ def ledger_sinks_component(settings: Settings) -> Sequence[LedgerSink]:
     if settings.otlp_logs:
         try:
             sinks.append(
-                OTLPLedgerSink(protocol=settings.otlp_logs_protocol, service_name=settings.service_name)
+                OTLPLedgerSink(
+                    protocol=settings.otlp_logs_protocol,
+                    service_name=settings.service_name,
+                    settings=settings.export,
+                    budget=settings.shutdown_budget,
+                )
             )
         except Exception:  # a bad OTLP setting must not stop the app; the other sinks still work
             swallowed(_logger, "ledger_logs.exporter", "could not create the OTLP ledger log exporter")
     if settings.db_path is not None:
-        sinks.append(SQLiteLedgerSink(settings.db_path))
+        sinks.append(SQLiteLedgerSink(settings.db_path, budget=settings.shutdown_budget))
     return sinks

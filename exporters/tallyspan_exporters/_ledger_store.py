@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from tallyspan.ledger import LedgerEntry, LedgerRecord
-from tallyspan.plugin import BUSY_TIMEOUT_MS, LEDGER_ENTRIES, LEDGER_RECONCILIATIONS
+from tallyspan.plugin import BUSY_TIMEOUT_MS, LEDGER_ENTRIES, LEDGER_RECONCILIATIONS, ShutdownBudget
 from tallyspan_exporters._writer import Rows, StoreWriter, WriterThread, insert_sql, span_hex, trace_hex
 
 __all__ = ["LOST_LEDGER_ROWS", "MALFORMED_PREFIX", "SQLiteLedgerSink"]
@@ -54,9 +54,17 @@ class SQLiteLedgerSink:
     Args:
         path: the SQLite file (created and migrated if needed).
         busy_timeout_millis: how long a write waits for another connection's lock.
+        budget: bounds ``shutdown``; default 30 s.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_millis: int = BUSY_TIMEOUT_MS) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout_millis: int = BUSY_TIMEOUT_MS,
+        budget: ShutdownBudget | None = None,
+    ) -> None:
+        self._budget = budget
         writer = StoreWriter(
             path,
             name="ledger_store",
@@ -117,4 +125,4 @@ class SQLiteLedgerSink:
 
     def shutdown(self) -> None:
         """Write what is queued (one last wait for a lock), close the connection; later exports fail."""
-        self._thread.shutdown()
+        self._thread.shutdown(30000 if self._budget is None else self._budget.remaining_millis())

@@ -3,29 +3,63 @@
 Usage::
 
     from tallyspan_exporters import otlp_component
-    link = otlp_component((), settings)   # BatchSpanProcessor(OTLPSpanExporter), or None
+    link = otlp_component((), settings)   # an OTLPSpanProcessor over the SDK's OTLPSpanExporter, or None
 
 ``tallyspan.instrument()`` finds ``otlp_component`` through the ``otlp`` entry point of
 ``tallyspan.components``, like every other link; the ledger's log records go through
 ``OTLPLedgerSink`` (``_ledger_logs``), which takes its exporter from here too. Which signals go out,
 and over which protocol, is configuration the core resolves (``Settings.otlp_*``): it also drops a gRPC
 signal whose exporter (the ``tallyspan[grpc]`` extra) is not installed, with one warning.
+
+The exporters are OpenTelemetry's own. Each is made with a timeout (``TALLYSPAN_EXPORT_TIMEOUT_S``, 5 s,
+unless ``OTEL_EXPORTER_OTLP[_TRACES|_LOGS]_TIMEOUT`` says otherwise) that bounds one export, its own
+retries included; over HTTP it gets a session that notes what each request met (the status, a refused
+connection, a timeout, ``Retry-After``), so failures are counted by cause and the spool's retries wait
+as long as the backend asks. Delivery itself (spool, retries, counted losses) is ``_delivery.Outbox``.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Sequence
-from typing import Final, cast
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timezone
+from email.utils import parsedate_to_datetime
+from typing import Any, Final, cast
 
+import requests
 from opentelemetry.sdk._logs.export import LogRecordExporter
-from opentelemetry.sdk.trace import SpanProcessor
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.trace import StatusCode
 
-from tallyspan.plugin import GRPC_INSTALL_HINT, ConfigError, OTLPProtocol, Settings, swallowed
+from tallyspan import semconv
+from tallyspan.plugin import (
+    GRPC_INSTALL_HINT,
+    ConfigError,
+    ExportSettings,
+    OTLPProtocol,
+    Settings,
+    ShutdownBudget,
+    swallowed,
+)
+from tallyspan_exporters._codec import decode_span, encode_span
+from tallyspan_exporters._delivery import Attempt, Codec, Outbox
+from tallyspan_exporters._spool import Spool
 
-__all__ = ["otlp_component", "otlp_log_exporter", "otlp_span_exporter"]
+__all__ = [
+    "OTLPSpanProcessor",
+    "ObservedSession",
+    "carries_verdict",
+    "observed_session",
+    "open_spool",
+    "otlp_component",
+    "otlp_log_exporter",
+    "otlp_span_exporter",
+]
 
 _logger = logging.getLogger(__name__)
 
@@ -38,9 +72,92 @@ _LOG_EXPORTERS: Final = {
     "grpc": ("opentelemetry.exporter.otlp.proto.grpc._log_exporter", "OTLPLogExporter"),
     "http/protobuf": ("opentelemetry.exporter.otlp.proto.http._log_exporter", "OTLPLogExporter"),
 }
+#: The exporters' own timeout variables: when the user set one, it wins over ours.
+_TIMEOUT_ENV: Final = {
+    "traces": ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"),
+    "logs": ("OTEL_EXPORTER_OTLP_LOGS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"),
+}
+#: A credential provider hands the HTTP exporter a session of its own: then we do not give it ours.
+_CREDENTIAL_ENV: Final = {
+    "traces": (
+        "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+        "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+    ),
+    "logs": (
+        "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+        "OTEL_PYTHON_EXPORTER_OTLP_HTTP_LOGS_CREDENTIAL_PROVIDER",
+    ),
+}
 
 
-def _exporter(signal: str, protocol: str, exporters: dict[str, tuple[str, str]]) -> object:
+def _retry_after(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header asks for (delay-seconds or an HTTP date), or None."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        return max(0.0, when.timestamp() - time.time())
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+class ObservedSession(requests.Session):
+    """A ``requests`` session that notes what its last request met: the OTLP/HTTP exporter is given one,
+    so a failed export is counted by cause and the spool honours the backend's ``Retry-After``.
+
+    Used by one sender thread at a time (each exporter has its own outbox).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._attempt = Attempt()
+
+    def reset(self) -> None:
+        """Forget the last request (before an export)."""
+        self._attempt = Attempt()
+
+    def last(self) -> Attempt:
+        """What the last request met, or an empty ``Attempt`` when none was made since :meth:`reset`."""
+        return self._attempt
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        try:
+            response = super().send(request, **kwargs)
+        except requests.exceptions.Timeout:
+            self._attempt = Attempt("timeout")
+            raise
+        except requests.exceptions.ConnectionError:
+            self._attempt = Attempt("connection")
+            raise
+        except Exception:
+            self._attempt = Attempt("failed")
+            raise
+        status = response.status_code
+        self._attempt = Attempt(
+            f"http_{status}",
+            _retry_after(response.headers.get("retry-after")) if status in (429, 503) else None,
+        )
+        return response
+
+
+def _configured(names: Sequence[str]) -> bool:
+    return any(os.environ.get(name, "").strip() for name in names)
+
+
+def _exporter(
+    signal: str,
+    protocol: str,
+    exporters: Mapping[str, tuple[str, str]],
+    timeout_s: float | None,
+    session: ObservedSession | None,
+) -> object:
     """A new exporter of ``signal`` over ``protocol``, configured by the ``OTEL_EXPORTER_OTLP_*`` variables."""
     if protocol not in exporters:
         raise ConfigError(f"protocol must be 'grpc' or 'http/protobuf', not {protocol!r}")
@@ -53,43 +170,150 @@ def _exporter(signal: str, protocol: str, exporters: dict[str, tuple[str, str]])
         raise ConfigError(
             f"OTLP {signal} over gRPC need opentelemetry-exporter-otlp-proto-grpc: {GRPC_INSTALL_HINT}"
         ) from error
-    return getattr(module, class_name)()
+    arguments: dict[str, Any] = {}
+    if timeout_s is not None and not _configured(_TIMEOUT_ENV[signal]):
+        arguments["timeout"] = timeout_s
+    if session is not None and protocol != "grpc":
+        arguments["session"] = session
+    return getattr(module, class_name)(**arguments)
 
 
-def otlp_span_exporter(protocol: OTLPProtocol) -> SpanExporter:
+def observed_session(signal: str, protocol: OTLPProtocol) -> ObservedSession | None:
+    """A session for the HTTP exporter of ``signal``; None over gRPC, or when a credential provider
+    (``OTEL_PYTHON_EXPORTER_OTLP_HTTP_*CREDENTIAL_PROVIDER``) gives the exporter its own."""
+    if protocol == "grpc" or _configured(_CREDENTIAL_ENV[signal]):
+        return None
+    return ObservedSession()
+
+
+def otlp_span_exporter(
+    protocol: OTLPProtocol, *, timeout_s: float | None = None, session: ObservedSession | None = None
+) -> SpanExporter:
     """An OTLP span exporter over ``protocol``, configured by the ``OTEL_EXPORTER_OTLP_*`` variables.
 
+    Args:
+        protocol: ``http/protobuf`` or ``grpc``.
+        timeout_s: the longest one export may take (its own retries included), unless
+            ``OTEL_EXPORTER_OTLP[_TRACES]_TIMEOUT`` is set; default the exporter's own (10 s).
+        session: for HTTP, the session that sends the requests.
+
     Raises:
         ConfigError: ``grpc`` without its exporter installed, or an unknown protocol.
     """
-    return cast(SpanExporter, _exporter("traces", protocol, _SPAN_EXPORTERS))
+    return cast(SpanExporter, _exporter("traces", protocol, _SPAN_EXPORTERS, timeout_s, session))
 
 
-def otlp_log_exporter(protocol: OTLPProtocol) -> LogRecordExporter:
+def otlp_log_exporter(
+    protocol: OTLPProtocol, *, timeout_s: float | None = None, session: ObservedSession | None = None
+) -> LogRecordExporter:
     """An OTLP log record exporter over ``protocol``, configured by the ``OTEL_EXPORTER_OTLP_*`` variables.
 
+    Args:
+        protocol: ``http/protobuf`` or ``grpc``.
+        timeout_s: the longest one export may take (its own retries included), unless
+            ``OTEL_EXPORTER_OTLP[_LOGS]_TIMEOUT`` is set; default the exporter's own (10 s).
+        session: for HTTP, the session that sends the requests.
+
     Raises:
         ConfigError: ``grpc`` without its exporter installed, or an unknown protocol.
     """
-    return cast(LogRecordExporter, _exporter("logs", protocol, _LOG_EXPORTERS))
+    return cast(LogRecordExporter, _exporter("logs", protocol, _LOG_EXPORTERS, timeout_s, session))
+
+
+def carries_verdict(span: ReadableSpan) -> bool:
+    """True for a span whose loss would hide a finding: violated, an unbalanced ledger, or status ERROR."""
+    if span.status.status_code is StatusCode.ERROR:
+        return True
+    attributes = span.attributes or {}
+    return (
+        attributes.get(semconv.VIOLATED) is True
+        or attributes.get(semconv.LEDGER_BALANCED) is False
+        or bool(attributes.get(semconv.VIOLATION_TYPES))
+    )
+
+
+def _span_id(span: ReadableSpan) -> str:
+    context = span.context
+    return "" if context is None else f"{context.trace_id:032x}/{context.span_id:016x}"
+
+
+SPAN_CODEC: Final = Codec(encode=encode_span, decode=decode_span, record_id=_span_id)
+
+
+def open_spool(settings: ExportSettings) -> Spool | None:
+    """The spool the settings name, or None when it is turned off."""
+    if settings.spool_path is None:
+        return None
+    return Spool(settings.spool_path, max_bytes=settings.spool_max_bytes, max_age_s=settings.spool_max_age_s)
+
+
+class OTLPSpanProcessor(SpanProcessor):
+    """Send the spans it is given to an OTLP backend; the spans with a verdict go through the spool.
+
+    A span that is violated, has an unbalanced ledger or status ERROR is written to the spool before
+    it is sent and leaves it only once the backend accepted it, across restarts; a clean span waits in
+    memory (at most ``queue_size``; beyond it the oldest is dropped and counted). See ``_delivery``.
+
+    Args:
+        exporter: the span exporter (the SDK's ``OTLPSpanExporter`` in ``instrument()``).
+        settings: the spool and its limits, the retry limit, the memory queue size.
+        budget: the shutdown budget; default its own (``TALLYSPAN_SHUTDOWN_TIMEOUT_S``'s default).
+        session: the exporter's observed HTTP session, for failure causes and ``Retry-After``.
+    """
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        *,
+        settings: ExportSettings | None = None,
+        budget: ShutdownBudget | None = None,
+        session: ObservedSession | None = None,
+    ) -> None:
+        settings = settings or ExportSettings()
+        self._outbox: Outbox[ReadableSpan] = Outbox(
+            exporter,
+            signal="traces",
+            codec=SPAN_CODEC,
+            spool=open_spool(settings),
+            settings=settings,
+            budget=budget or ShutdownBudget(),
+            attempts=session,
+        )
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context is not None and not span.context.trace_flags.sampled:
+            return  # recorded but not sampled: not exported, like the SDK's own batch processor
+        self._outbox.submit(span, durable=carries_verdict(span))
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._outbox.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self._outbox.shutdown()
 
 
 def otlp_component(downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor | None:
-    """The ``otlp`` link of ``instrument()``'s chain: the enriched spans to the OTLP endpoint, batched.
+    """The ``otlp`` link of ``instrument()``'s chain: the enriched spans to the OTLP endpoint.
 
     Returns None when trace export is not requested (``settings.otlp_traces``), or when the exporter
     cannot be made (a missing certificate file, ...): that is logged once, and the app goes on.
 
     Args:
         downstream: unused; OTLP export is a sink.
-        settings: ``otlp_traces`` and ``otlp_traces_protocol`` say whether and how to export.
+        settings: ``otlp_traces`` and ``otlp_traces_protocol`` say whether and how to export; ``export``
+            the spool and the timeouts; ``shutdown_budget`` bounds the shutdown.
     """
     del downstream
     if not settings.otlp_traces:
         return None
+    session = observed_session("traces", settings.otlp_traces_protocol)
     try:
-        exporter = otlp_span_exporter(settings.otlp_traces_protocol)
+        exporter = otlp_span_exporter(
+            settings.otlp_traces_protocol, timeout_s=settings.export.export_timeout_s, session=session
+        )
     except Exception:  # a bad OTLP setting must not stop the app; the other links still work
         swallowed(_logger, "otlp.traces", "could not create the OTLP span exporter; traces are not exported")
         return None
-    return BatchSpanProcessor(exporter)
+    return OTLPSpanProcessor(
+        exporter, settings=settings.export, budget=settings.shutdown_budget, session=session
+    )

@@ -31,6 +31,7 @@ from tallyspan.plugin import (
     SPANS,
     VIOLATIONS,
     Settings,
+    ShutdownBudget,
     ViolationType,
     count,
     is_run_span,
@@ -145,12 +146,18 @@ class StoreProcessor(SpanProcessor):
     Args:
         path: the database file; default ``TALLYSPAN_DB`` or ``./.tallyspan/tallyspan.db``.
         busy_timeout_millis: how long a write waits for another connection's lock.
+        budget: bounds ``shutdown``; default 30 s.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, *, busy_timeout_millis: int = BUSY_TIMEOUT_MS
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        busy_timeout_millis: int = BUSY_TIMEOUT_MS,
+        budget: ShutdownBudget | None = None,
     ) -> None:
         writer = _span_writer(path, busy_timeout_millis)
+        self._budget = budget
         self._thread: WriterThread[ReadableSpan] = WriterThread(
             writer, lambda spans: span_rows(spans, writer), name="tallyspan-store"
         )
@@ -164,7 +171,7 @@ class StoreProcessor(SpanProcessor):
         return self._thread.flush(timeout_millis)
 
     def shutdown(self) -> None:
-        self._thread.shutdown()
+        self._thread.shutdown(30000 if self._budget is None else self._budget.remaining_millis())
 
 
 def store_component(downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor | None:
@@ -175,7 +182,9 @@ def store_component(downstream: Sequence[SpanProcessor], settings: Settings) -> 
         settings: ``settings.db_path`` is the database; None means the user asked for no store.
     """
     del downstream
-    return None if settings.db_path is None else StoreProcessor(settings.db_path)
+    if settings.db_path is None:
+        return None
+    return StoreProcessor(settings.db_path, budget=settings.shutdown_budget)
 
 
 def span_rows(spans: Iterable[ReadableSpan], writer: StoreWriter) -> Rows:

@@ -31,13 +31,20 @@ import os
 import sqlite3
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Generic, TypeVar
 
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
-from tallyspan.plugin import BUSY_TIMEOUT_MS, connect, count, is_locked, renew_lock_after_fork, swallowed
+from tallyspan.plugin import (
+    BUSY_TIMEOUT_MS,
+    after_fork_in_child,
+    connect,
+    count,
+    is_locked,
+    renew_lock_after_fork,
+    swallowed,
+)
 
 __all__ = [
     "DEFAULT_BATCH_ITEMS",
@@ -331,11 +338,9 @@ class WriterThread(Generic[T]):
         self._pid = os.getpid()
         self._dropped = 0  # items dropped before they reached the writer (queue full, not preparable)
         self._losses_at_flush = 0  # the writer's and our losses when the last flush answered
-        if hasattr(os, "register_at_fork"):
-            # The thread does not survive fork(): the child gets a fresh lock and queue, and a thread
-            # of its own on its first submit. What the parent had queued is the parent's to write.
-            self_ref = weakref.ref(self)
-            os.register_at_fork(after_in_child=lambda: _reset_after_fork(self_ref))
+        # The thread does not survive fork(): the child gets a fresh lock and queue, and a thread of
+        # its own on its first submit. What the parent had queued is the parent's to write.
+        after_fork_in_child(self, WriterThread._reset_after_fork)
 
     def submit(self, item: T, size: int = 1) -> bool:
         """Queue ``item`` (``size`` items, for the limit and the count of losses); False if dropped."""
@@ -455,9 +460,3 @@ class WriterThread(Generic[T]):
         self._condition = threading.Condition()
         self._queue, self._queued_items, self._flushes = [], 0, []
         self._thread = None
-
-
-def _reset_after_fork(self_ref: weakref.ref[WriterThread[Any]]) -> None:
-    writer_thread = self_ref()
-    if writer_thread is not None:
-        writer_thread._reset_after_fork()

@@ -14,17 +14,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from tallyspan.plugin import Content, Settings, content_buffer, count, swallowed
+from tallyspan.plugin import (
+    Content,
+    Settings,
+    ShutdownBudget,
+    after_fork_in_child,
+    content_buffer,
+    count,
+    swallowed,
+)
 from tallyspan_processors._content import take_content
 from tallyspan_processors._wrapping import WrappingProcessor, flush_all, hand
 
@@ -67,6 +73,8 @@ class OffThreadProcessor(WrappingProcessor):
         downstream: the processors to run on the worker (usually one ``WrappingProcessor`` chain).
         max_queue_size: spans waiting at most; more are dropped and counted.
         shutdown_timeout_millis: how long ``shutdown`` waits for the queued spans to be forwarded.
+        budget: the instrumentation's shutdown budget, shared with the links below; when given, it
+            bounds ``shutdown`` instead of ``shutdown_timeout_millis``.
     """
 
     def __init__(
@@ -75,12 +83,14 @@ class OffThreadProcessor(WrappingProcessor):
         *,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         shutdown_timeout_millis: int = DEFAULT_SHUTDOWN_TIMEOUT_MILLIS,
+        budget: ShutdownBudget | None = None,
     ) -> None:
         if max_queue_size < 1:
             raise ValueError("max_queue_size must be at least 1")
         super().__init__(downstream)
         self._max_queue_size = max_queue_size
         self._shutdown_timeout_s = max(0, shutdown_timeout_millis) / 1000
+        self._budget = budget
         self._queue: queue.Queue[object] = queue.Queue(max_queue_size)
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
@@ -88,10 +98,8 @@ class OffThreadProcessor(WrappingProcessor):
         # Set once shutdown stops waiting: the worker then discards (and counts) what is still queued.
         self._stopping = False
         self._drained_at_shutdown = True
-        if hasattr(os, "register_at_fork"):
-            # The worker thread does not survive fork(): give the child a fresh queue and worker.
-            self_ref = weakref.ref(self)
-            os.register_at_fork(after_in_child=lambda: _reset_after_fork(self_ref))
+        # The worker thread does not survive fork(): give the child a fresh queue and worker.
+        after_fork_in_child(self, OffThreadProcessor._reset_after_fork)
 
     def on_end(self, span: ReadableSpan) -> None:
         # On the app's thread: only enqueue; the worker takes the content.
@@ -139,7 +147,8 @@ class OffThreadProcessor(WrappingProcessor):
             if self._is_shutdown:
                 return
             self._is_shutdown = True
-        deadline = time.monotonic() + self._shutdown_timeout_s
+        budget = self._budget
+        deadline = budget.start() if budget is not None else time.monotonic() + self._shutdown_timeout_s
         self._drained_at_shutdown = self._drain(deadline)
         self._stopping = True
         worker = self._worker
@@ -246,12 +255,6 @@ class OffThreadProcessor(WrappingProcessor):
         self._worker = None
 
 
-def _reset_after_fork(self_ref: weakref.ref[OffThreadProcessor]) -> None:
-    processor = self_ref()
-    if processor is not None:
-        processor._reset_after_fork()
-
-
 def worker_component(downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor:
     """The ``worker`` entry point of ``tallyspan.components``: the head of the chain."""
-    return OffThreadProcessor(downstream)
+    return OffThreadProcessor(downstream, budget=settings.shutdown_budget)

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
-__all__ = ["Borrowed", "adopt", "give_back"]
+from tallyspan._config import ShutdownBudget
+from tallyspan._selfstats import count, swallowed
+
+__all__ = ["Borrowed", "Guarded", "adopt", "count_batch_drops", "give_back", "remove"]
 
 _logger = logging.getLogger(__name__)
 
@@ -56,6 +60,85 @@ def _multi(provider: TracerProvider) -> tuple[Any, threading.Lock] | None:
         _logger.debug("tracer provider of an unknown shape: its span processors are not adopted")
         return None
     return multi, lock
+
+
+def remove(provider: TracerProvider, processor: SpanProcessor) -> bool:
+    """Take ``processor`` off the provider; False when it is not there or the provider has another shape."""
+    found = _multi(provider)
+    if found is None:
+        return False
+    multi, lock = found
+    with lock:
+        current: tuple[SpanProcessor, ...] = multi._span_processors
+        kept = tuple(item for item in current if item is not processor)
+        multi._span_processors = kept
+    return len(kept) < len(current)
+
+
+class _CountingMetrics:
+    """Stands in for an SDK batch processor's metrics to count what it drops (``drop_items``): the SDK
+    itself only logs one line per 20 s. Everything is passed on to the metrics it replaces."""
+
+    def __init__(self, inner: Any, signal: str) -> None:
+        self.inner = inner
+        self._key = f"dropped.batch_processor.{signal}."
+
+    def register_queue_size(self, get_queue_size: Callable[[], int]) -> None:
+        self.inner.register_queue_size(get_queue_size)
+
+    def drop_items(self, number: int, error_type: str = "queue_full") -> None:
+        count(self._key + error_type, number)
+        self.inner.drop_items(number, error_type)
+
+    def finish_items(self, number: int) -> None:
+        self.inner.finish_items(number)
+
+
+def count_batch_drops(processor: object, signal: str) -> bool:
+    """Count the drops of an SDK ``BatchSpanProcessor`` / ``BatchLogRecordProcessor`` in
+    ``tallyspan.stats()`` (``dropped.batch_processor.<signal>.queue_full``); False when ``processor`` is
+    not one, or of an SDK version whose internals differ (then nothing is counted)."""
+    batch = getattr(processor, "_batch_processor", None)
+    metrics = getattr(batch, "_metrics", None)
+    if batch is None or not callable(getattr(metrics, "drop_items", None)):
+        return False
+    if not isinstance(metrics, _CountingMetrics):
+        batch._metrics = _CountingMetrics(metrics, signal)
+    return True
+
+
+class Guarded(SpanProcessor):
+    """A processor of the app's behind our chain (adopted, or given in ``span_processors``): its drops
+    are counted when it is an SDK batch processor, and its shutdown, run on a thread of its own, waits
+    at most for the shutdown budget (an SDK batch processor exporting to a hanging backend would hold
+    the app's exit for its own 30 s, and then its exporter's timeout)."""
+
+    def __init__(self, processor: SpanProcessor, budget: ShutdownBudget) -> None:
+        self.processor = processor
+        self._budget = budget
+        count_batch_drops(processor.processor if isinstance(processor, Borrowed) else processor, "spans")
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.processor.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.processor.on_end(span)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.processor.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        def run() -> None:
+            try:
+                self.processor.shutdown()
+            except Exception:  # the app's processor failing to stop must not stop ours
+                swallowed(_logger, "shutdown", "a span processor failed to shut down")
+
+        worker = threading.Thread(target=run, name="tallyspan-app-processor-shutdown", daemon=True)
+        worker.start()
+        worker.join(self._budget.remaining())
+        if worker.is_alive():
+            count("errors.app_processor.shutdown_timeout")
 
 
 def adopt(provider: TracerProvider, keep: type[SpanProcessor]) -> tuple[Borrowed, ...]:

@@ -10,7 +10,8 @@ import logging
 import os
 import sys
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
@@ -24,7 +25,14 @@ if TYPE_CHECKING:  # types only: loading the settings must not import the check 
 __all__ = [
     "DEFAULT_CONTRACTS_MAX_BYTES",
     "DEFAULT_DB_PATH",
+    "DEFAULT_EXPORT_TIMEOUT_S",
     "DEFAULT_OTLP_PROTOCOL",
+    "DEFAULT_OTLP_QUEUE_SIZE",
+    "DEFAULT_RETRY_MAX_S",
+    "DEFAULT_SHUTDOWN_TIMEOUT_S",
+    "DEFAULT_SPOOL_MAX_AGE_S",
+    "DEFAULT_SPOOL_MAX_BYTES",
+    "DEFAULT_SPOOL_PATH",
     "ENV_CAPTURE_MESSAGE_CONTENT",
     "ENV_CONTRACTS_MAX_BYTES",
     "ENV_DB",
@@ -34,10 +42,20 @@ __all__ = [
     "ENV_EXPORTER_OTLP_PROTOCOL",
     "ENV_EXPORTER_OTLP_TRACES_ENDPOINT",
     "ENV_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "ENV_EXPORT_TIMEOUT",
+    "ENV_OTLP_QUEUE_SIZE",
+    "ENV_RETRY_MAX",
     "ENV_SERVICE_NAME",
+    "ENV_SHUTDOWN_TIMEOUT",
+    "ENV_SPOOL",
+    "ENV_SPOOL_MAX_AGE",
+    "ENV_SPOOL_MAX_BYTES",
     "GRPC_INSTALL_HINT",
+    "ExportSettings",
     "OTLPProtocol",
     "Settings",
+    "ShutdownBudget",
+    "export_settings",
     "otlp_logs_protocol",
     "otlp_logs_requested",
     "otlp_traces_protocol",
@@ -45,6 +63,8 @@ __all__ = [
     "resolve_capture_content",
     "resolve_contracts_max_bytes",
     "resolve_db_path",
+    "resolve_shutdown_timeout",
+    "resolve_spool_path",
     "warn_once",
 ]
 
@@ -75,7 +95,46 @@ ENV_EXPORTER_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 ENV_EXPORTER_OTLP_LOGS_PROTOCOL = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL"
 """The OTLP transport of logs (the ledger records); wins over ``OTEL_EXPORTER_OTLP_PROTOCOL``."""
 
+ENV_SPOOL = "TALLYSPAN_SPOOL"
+"""Path of the OTLP spool, the SQLite file where ledger records and spans with a verdict wait until the
+backend accepts them; ``off`` keeps them in memory only. Default: beside the store
+(``tallyspan.db`` -> ``tallyspan.spool.db``), or ``./.tallyspan/tallyspan.spool.db`` without a store."""
+
+ENV_SPOOL_MAX_BYTES = "TALLYSPAN_SPOOL_MAX_BYTES"
+"""Largest size of the spool's records together, in bytes; default 64 MiB. The oldest records beyond it
+are evicted and counted (``dropped.otlp.<signal>.spool_full``)."""
+
+ENV_SPOOL_MAX_AGE = "TALLYSPAN_SPOOL_MAX_AGE_S"
+"""Seconds a record may wait in the spool; default 7 days. Older ones are evicted and counted
+(``dropped.otlp.<signal>.spool_expired``)."""
+
+ENV_EXPORT_TIMEOUT = "TALLYSPAN_EXPORT_TIMEOUT_S"
+"""Seconds one OTLP export may take, the OpenTelemetry exporter's own retries included; default 5.
+``OTEL_EXPORTER_OTLP[_TRACES|_LOGS]_TIMEOUT``, when set, wins (it is the exporter's own setting)."""
+
+ENV_RETRY_MAX = "TALLYSPAN_EXPORT_RETRY_MAX_S"
+"""Longest wait between two export attempts while the backend is down (the wait doubles from 0.5 s up
+to it); default 30. A ``Retry-After`` from the backend is honoured up to 10 minutes."""
+
+ENV_SHUTDOWN_TIMEOUT = "TALLYSPAN_SHUTDOWN_TIMEOUT_S"
+"""The shutdown budget: seconds ``uninstrument()``, the provider's shutdown and interpreter exit spend
+on tallyspan altogether; default 3. What is not delivered by then stays in the spool for the next start."""
+
+ENV_OTLP_QUEUE_SIZE = "TALLYSPAN_OTLP_QUEUE_SIZE"
+"""Spans without a verdict kept in memory for OTLP export while the backend is slow or down; default
+2048. Beyond it the oldest are dropped and counted (``dropped.otlp.traces.queue_full``)."""
+
 DEFAULT_DB_PATH = Path(".tallyspan") / "tallyspan.db"
+DEFAULT_SPOOL_PATH = Path(".tallyspan") / "tallyspan.spool.db"
+"""The spool without a store (``store=None``); with one, the spool sits beside it."""
+DEFAULT_SPOOL_MAX_BYTES: Final = 64 << 20
+DEFAULT_SPOOL_MAX_AGE_S: Final = 7 * 86400.0
+DEFAULT_EXPORT_TIMEOUT_S: Final = 5.0
+"""Half the OpenTelemetry exporters' own default (10 s): one export should not hold a sender longer."""
+DEFAULT_RETRY_MAX_S: Final = 30.0
+DEFAULT_SHUTDOWN_TIMEOUT_S: Final = 3.0
+DEFAULT_OTLP_QUEUE_SIZE: Final = 2048
+_SPOOL_OFF: Final = frozenset({"off", "none", "false", "0"})
 DEFAULT_CONTRACTS_MAX_BYTES: Final = 1 << 20
 """1 MiB: a contracts file is a few kilobytes; parsing 1 MiB of YAML takes about a second."""
 
@@ -112,6 +171,92 @@ def resolve_db_path(argument: str | os.PathLike[str] | None = None) -> Path:
         return Path(argument)
     raw = os.environ.get(ENV_DB, "").strip()
     return Path(raw) if raw else DEFAULT_DB_PATH
+
+
+def resolve_spool_path(db_path: Path | None) -> Path | None:
+    """Path of the OTLP spool: ``TALLYSPAN_SPOOL`` (``off``: None), else beside the store, else the default."""
+    raw = os.environ.get(ENV_SPOOL, "").strip()
+    if raw:
+        return None if raw.lower() in _SPOOL_OFF else Path(raw)
+    if db_path is None or os.fspath(db_path) == ":memory:":
+        return DEFAULT_SPOOL_PATH
+    return db_path.with_name(f"{db_path.stem}.spool{db_path.suffix or '.db'}")
+
+
+def _positive_env(name: str, default: float, kind: type[int] | type[float]) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw) if len(raw) < 30 else -1
+    except ValueError:
+        value = -1
+    if not value > 0 or value == float("inf"):
+        warn_once((name, raw), "%s=%r is not a positive number; using %s", name, raw[:40], default)
+        return default
+    return value
+
+
+class ShutdownBudget:
+    """One deadline for everything tallyspan does while shutting down (``TALLYSPAN_SHUTDOWN_TIMEOUT_S``).
+
+    The first link to shut down (or the exit hook) starts the clock; every link after it spends what is
+    left, so the chain's shutdown takes the budget altogether, not once per link. Thread-safe enough:
+    the deadline is one float, set once.
+    """
+
+    def __init__(self, seconds: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
+        self.seconds = max(0.0, seconds)
+        self._deadline: float | None = None
+
+    def start(self) -> float:
+        """Start the clock (once) and return the deadline, in ``time.monotonic()`` seconds."""
+        if self._deadline is None:
+            self._deadline = time.monotonic() + self.seconds
+        return self._deadline
+
+    @property
+    def started(self) -> bool:
+        """Whether shutting down has begun."""
+        return self._deadline is not None
+
+    def remaining(self) -> float:
+        """Seconds left (starting the clock if it has not started); never negative."""
+        return max(0.0, self.start() - time.monotonic())
+
+    def remaining_millis(self) -> int:
+        """:meth:`remaining` in whole milliseconds."""
+        return int(self.remaining() * 1000)
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """How OTLP export copes with a slow or failing backend (see the ``TALLYSPAN_*`` variables above)."""
+
+    spool_path: Path | None = None
+    """The spool file; None keeps the records that wait for the backend in memory only."""
+    spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
+    spool_max_age_s: float = DEFAULT_SPOOL_MAX_AGE_S
+    export_timeout_s: float = DEFAULT_EXPORT_TIMEOUT_S
+    retry_max_s: float = DEFAULT_RETRY_MAX_S
+    queue_size: int = DEFAULT_OTLP_QUEUE_SIZE
+
+
+def export_settings(db_path: Path | None) -> ExportSettings:
+    """The ``TALLYSPAN_*`` export settings from the environment (a bad value warns once and defaults)."""
+    return ExportSettings(
+        spool_path=resolve_spool_path(db_path),
+        spool_max_bytes=int(_positive_env(ENV_SPOOL_MAX_BYTES, DEFAULT_SPOOL_MAX_BYTES, int)),
+        spool_max_age_s=_positive_env(ENV_SPOOL_MAX_AGE, DEFAULT_SPOOL_MAX_AGE_S, float),
+        export_timeout_s=_positive_env(ENV_EXPORT_TIMEOUT, DEFAULT_EXPORT_TIMEOUT_S, float),
+        retry_max_s=_positive_env(ENV_RETRY_MAX, DEFAULT_RETRY_MAX_S, float),
+        queue_size=int(_positive_env(ENV_OTLP_QUEUE_SIZE, DEFAULT_OTLP_QUEUE_SIZE, int)),
+    )
+
+
+def resolve_shutdown_timeout() -> float:
+    """The shutdown budget in seconds: ``TALLYSPAN_SHUTDOWN_TIMEOUT_S``, else 3."""
+    return _positive_env(ENV_SHUTDOWN_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT_S, float)
 
 
 def resolve_contracts_max_bytes() -> int:
@@ -234,3 +379,7 @@ class Settings:
     otlp_logs: bool = False
     otlp_traces_protocol: OTLPProtocol = DEFAULT_OTLP_PROTOCOL
     otlp_logs_protocol: OTLPProtocol = DEFAULT_OTLP_PROTOCOL
+    export: ExportSettings = field(default_factory=ExportSettings)
+    """The spool, its limits, and the timeouts of OTLP export."""
+    shutdown_budget: ShutdownBudget = field(default_factory=ShutdownBudget, compare=False, repr=False)
+    """The one deadline of this instrumentation's shutdown, shared by every link of its chain."""

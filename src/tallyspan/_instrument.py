@@ -36,23 +36,26 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 from tallyspan import semconv
-from tallyspan._adopt import Borrowed, adopt, give_back
+from tallyspan._adopt import Borrowed, Guarded, adopt, give_back, remove
 from tallyspan._config import (
     DEFAULT_OTLP_PROTOCOL,
     ENV_SERVICE_NAME,
     GRPC_INSTALL_HINT,
     OTLPProtocol,
     Settings,
+    ShutdownBudget,
+    export_settings,
     otlp_logs_protocol,
     otlp_logs_requested,
     otlp_traces_protocol,
     otlp_traces_requested,
     resolve_capture_content,
     resolve_db_path,
+    resolve_shutdown_timeout,
     warn_once,
 )
 from tallyspan._errors import ConfigError
-from tallyspan._fork import renew_lock_after_fork
+from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
 from tallyspan._ledger_api import LedgerSink
 from tallyspan._selfstats import swallowed
 from tallyspan._state import RunningState, set_active
@@ -138,7 +141,10 @@ class Instrumentation:
         return self.processor.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
-        """Flush and stop our chain (the tracer provider itself is left to its owner)."""
+        """Flush and stop our chain within the shutdown budget (``TALLYSPAN_SHUTDOWN_TIMEOUT_S``, 3 s):
+        what the backend has not accepted by then stays in the spool for the next start. The tracer
+        provider itself is left to its owner."""
+        self.settings.shutdown_budget.start()
         self.processor.shutdown()
 
 
@@ -210,11 +216,14 @@ def instrument(
         if _current is not None:
             _logger.warning("tallyspan.instrument() was called again; keeping the first instrumentation")
             return _current
+        db_path = (
+            None if store is None else resolve_db_path(None if isinstance(store, _DefaultStore) else store)
+        )
         settings = Settings(
             capture_content=resolve_capture_content(capture_content),
-            db_path=None
-            if store is None
-            else resolve_db_path(None if isinstance(store, _DefaultStore) else store),
+            db_path=db_path,
+            export=export_settings(db_path),
+            shutdown_budget=ShutdownBudget(resolve_shutdown_timeout()),
             contracts=_load_contracts(contracts),
             service_name=service_name,
             mark_error_status=mark_error_status,
@@ -224,7 +233,10 @@ def instrument(
         settings = _with_otlp(settings)
         provider = _resolve_provider(tracer_provider, service_name)
         adopted = adopt(provider, keep=_Switch) if adopt_processors else ()
-        chain, names = _build_chain(settings, (*span_processors, *adopted), ledger_sinks)
+        guarded = tuple(
+            Guarded(processor, settings.shutdown_budget) for processor in (*span_processors, *adopted)
+        )
+        chain, names = _build_chain(settings, guarded, ledger_sinks)
         head = _Switch(chain)
         provider.add_span_processor(head)
         enabled = _instrument_libraries(instrumentors, provider, settings)
@@ -242,7 +254,8 @@ def instrument(
 
 
 def uninstrument() -> None:
-    """Undo ``instrument()``: unpatch the libraries, flush and stop our processors. Safe to call twice."""
+    """Undo ``instrument()``: unpatch the libraries, take our processors off the provider (giving the
+    app's back), flush and stop them within the shutdown budget. Safe to call twice."""
     global _current
     with _lock:
         current, _current = _current, None
@@ -255,6 +268,9 @@ def uninstrument() -> None:
         except Exception:  # unpatching one library must not keep the others patched
             swallowed(_logger, "uninstrument", f"{type(instrumentor).__name__} failed to uninstrument")
     try:
+        if current._head is not None:
+            # Off the provider, not just switched off: a thousand cycles must leave nothing behind.
+            remove(current.tracer_provider, current._head)
         give_back(current.tracer_provider, current._adopted)
     except Exception:  # the app's processors stay fed by our (stopped) chain: log it, go on
         swallowed(_logger, "uninstrument.give_back", "could not give the app's span processors back")
@@ -468,10 +484,50 @@ def _entry_point_name(name: str) -> str:
 
 @atexit.register
 def _flush_at_exit() -> None:
-    # A provider the app owns may never be shut down: do not lose the spans still queued in our worker.
+    """At interpreter exit, and in a ``multiprocessing`` worker before it leaves with ``os._exit``:
+    deliver what is queued and stop, all within the shutdown budget.
+
+    A provider the app owns may never be shut down: the spans still queued in our worker must not be
+    lost. What the backend has not accepted stays in the spool; the provider's own shutdown, if it
+    comes later, finds our chain stopped.
+    """
     current = _current
-    if current is not None:
-        try:
-            current.force_flush(5000)
-        except Exception:  # at exit there is nobody left to tell but the log
-            swallowed(_logger, "atexit", "flushing tallyspan at exit failed")
+    if current is None:
+        return
+    try:
+        budget = current.settings.shutdown_budget
+        budget.start()
+        current.force_flush(budget.remaining_millis())
+        current.shutdown()
+    except Exception:  # at exit there is nobody left to tell but the log
+        swallowed(_logger, "atexit", "flushing tallyspan at exit failed")
+
+
+class _PoolWorkerHook:
+    """Registered with ``multiprocessing.util.register_after_fork`` (which holds it weakly)."""
+
+
+_POOL_WORKER_HOOK: Final = _PoolWorkerHook()
+
+
+def _flush_in_pool_workers(module: object) -> None:
+    """In a forked child: if it turns out to be a ``multiprocessing`` worker, flush before it exits.
+
+    Such a worker leaves with ``os._exit`` (no atexit hooks) after running the finalizers of
+    ``multiprocessing.util``; ``_bootstrap`` clears those inherited from the parent first, then runs the
+    after-fork hooks: so the hook registers our finalizer there, in the child.
+    """
+    del module
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None and _current is not None:
+        mp_util.register_after_fork(_POOL_WORKER_HOOK, _register_exit_finalizer)
+
+
+def _register_exit_finalizer(hook: object) -> None:
+    del hook
+    mp_util = sys.modules["multiprocessing.util"]
+    # exitpriority >= 0 runs in the worker's _exit_function; a high one runs before the others.
+    mp_util.Finalize(None, _flush_at_exit, exitpriority=100)
+
+
+after_fork_in_child(sys.modules[__name__], _flush_in_pool_workers)

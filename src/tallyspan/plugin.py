@@ -16,12 +16,14 @@ Groups:
   content for the ledger), and :func:`json_text` for tool arguments and results as attributes;
 - **runs**: :func:`is_run_span`, :func:`declares_run`, :func:`is_local_root`;
 - **checks**: :func:`check`, :class:`CheckResult`, :class:`Contract`, :class:`ContractSet`;
-- **components**: :class:`Settings` (what a ``tallyspan.components`` factory is given),
+- **components**: :class:`Settings` (what a ``tallyspan.components`` factory is given), with its
+  :class:`ExportSettings` and :class:`ShutdownBudget`,
   :func:`resolve_db_path`, the OTLP protocol helpers, :class:`ConfigError`;
 - **the store's schema**: table names, :func:`connect`, :func:`is_locked`, migrations;
 - **metrics**: :func:`record_violations`, :func:`record_run` (through the app's meter provider);
 - **never break the host app**: :func:`count` and :func:`swallowed` (every caught error logged once and
-  counted), :func:`renew_lock_after_fork` (every lock a plugin owns).
+  counted), :func:`renew_lock_after_fork` (every lock a plugin owns) and :func:`after_fork_in_child`
+  (every thread a plugin starts).
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from __future__ import annotations
 from tallyspan._checks import CheckResult, check
 from tallyspan._config import (
     GRPC_INSTALL_HINT,
+    ExportSettings,
     OTLPProtocol,
     Settings,
+    ShutdownBudget,
     otlp_logs_protocol,
     otlp_traces_protocol,
     resolve_capture_content,
@@ -47,7 +51,7 @@ from tallyspan._content import (
 )
 from tallyspan._contracts import Contract, ContractSet
 from tallyspan._errors import ConfigError
-from tallyspan._fork import renew_lock_after_fork
+from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
 from tallyspan._metrics import record_run, record_violations
 from tallyspan._runs import declares_run, is_local_root, is_run_span
 from tallyspan._selfstats import count, swallowed
@@ -85,15 +89,18 @@ __all__ = [
     "ContentBuffer",
     "Contract",
     "ContractSet",
+    "ExportSettings",
     "ModelContent",
     "OTLPProtocol",
     "RunningState",
     "Settings",
+    "ShutdownBudget",
     "ToolCallContent",
     "ToolContent",
     "ViolationType",
     "__version__",
     "active",
+    "after_fork_in_child",
     "check",
     "connect",
     "content_buffer",

@@ -198,6 +198,12 @@ LEDGER_MALFORMED: Final = "tallyspan.ledger.malformed"
 LEDGER_DISCREPANCY_COUNT: Final = "tallyspan.ledger.discrepancy_count"
 LEDGER_DROPPED_ENTRIES: Final = "tallyspan.ledger.dropped_entries"
 """int, on run spans: entries the bounded ledger buffer dropped (the balance is then unreliable)."""
+LEDGER_RECORD_ID: Final = "tallyspan.ledger.record_id"
+"""string, on ledger log records: the record's stable id (``<trace id>/<run span id>/entry/<seq>`` or
+``.../reconciliation``), the same on every delivery, so a receiver can tell a repeat from a new record."""
+LEDGER_UNOBSERVED: Final = "unobserved"
+"""Stands, with content capture off, for a tool name or call id the agent claimed that matches nothing
+observed in its run: the agent's own words never leave the process unless they name an observed call."""
 
 LEDGER_SIDE_OBSERVED: Final = "observed"
 LEDGER_SIDE_CLAIMED: Final = "claimed"

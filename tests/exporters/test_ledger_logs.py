@@ -88,6 +88,7 @@ def test_each_entry_is_a_log_record_with_trace_and_span_ids(
         (TRACE_ID, LOG_SPAN_ID, 3_000),
     ]
     assert dict(records[1].attributes or {}) == {
+        semconv.LEDGER_RECORD_ID: "0af7651916cd43dd8448eb211c80319c/00f067aa0ba902b7/entry/1",
         semconv.LEDGER_RUN_SPAN_ID: "00f067aa0ba902b7",
         semconv.LEDGER_SIDE: "claimed",
         semconv.LEDGER_SEQ: 1,
@@ -111,6 +112,7 @@ def test_reconciliation_is_one_log_record_on_the_run_span(
     assert (record.trace_id, record.span_id, record.timestamp) == (TRACE_ID, RUN_SPAN_ID, 4_000)
     assert record.severity_number is SeverityNumber.WARN
     assert dict(record.attributes or {}) == {
+        semconv.LEDGER_RECORD_ID: "0af7651916cd43dd8448eb211c80319c/00f067aa0ba902b7/reconciliation",
         semconv.LEDGER_RUN_SPAN_ID: "00f067aa0ba902b7",
         semconv.RUN_NAME: "support",
         semconv.LEDGER_BALANCED: False,

@@ -8,13 +8,12 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 import tallyspan
 from tallyspan import ConfigError
 from tallyspan._config import ENV_EXPORTER_OTLP_TRACES_ENDPOINT, Settings
 from tallyspan_exporters import otlp_component
-from tallyspan_exporters._otlp import otlp_log_exporter, otlp_span_exporter
+from tallyspan_exporters._otlp import OTLPSpanProcessor, otlp_log_exporter, otlp_span_exporter
 
 
 def test_the_component_adds_nothing_unless_trace_export_is_requested() -> None:
@@ -27,7 +26,7 @@ def test_the_component_sends_the_spans_it_is_given_to_the_otlp_endpoint(
 ) -> None:
     monkeypatch.setenv(ENV_EXPORTER_OTLP_TRACES_ENDPOINT, f"{otlp_receiver.endpoint}/v1/traces")
     link = otlp_component((), Settings(otlp_traces=True, otlp_traces_protocol="http/protobuf"))
-    assert isinstance(link, BatchSpanProcessor)
+    assert isinstance(link, OTLPSpanProcessor)
     provider = TracerProvider()
     provider.add_span_processor(link)
     provider.get_tracer("test").start_span("chat qwen3").end()
