@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -26,6 +28,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from tallyspan import semconv
 from tallyspan.plugin import (
     BUSY_TIMEOUT_MS,
+    COUNTERS,
     FAILURE_CLASS_OF,
     RUNS,
     SPANS,
@@ -36,6 +39,7 @@ from tallyspan.plugin import (
     count,
     is_run_span,
     resolve_db_path,
+    stats,
     swallowed,
 )
 from tallyspan_exporters._writer import (
@@ -76,6 +80,34 @@ _INSERT_SPAN: Final = insert_sql(SPANS, _SPAN_COLUMNS, verb="INSERT OR REPLACE")
 _INSERT_RUN: Final = insert_sql(RUNS, _RUN_COLUMNS, verb="INSERT OR REPLACE")
 _INSERT_VIOLATION: Final = insert_sql(VIOLATIONS, _VIOLATION_COLUMNS)
 _DELETE_VIOLATIONS: Final = f"DELETE FROM {VIOLATIONS} WHERE trace_id = ? AND span_id = ?"
+_UPSERT_COUNTER: Final = insert_sql(
+    COUNTERS, ("process", "key", "value", "updated_unix_nano"), verb="INSERT OR REPLACE"
+)
+
+
+class CounterSnapshot:
+    """The rows that bring this process's ``tallyspan.stats()`` up to date in the store's ``counters``
+    table (only the keys that changed since the last snapshot). A forked child is a process of its own."""
+
+    def __init__(self) -> None:
+        self._pid = -1
+        self._process = ""
+        self._written: dict[str, int] = {}
+
+    def rows(self) -> Rows:
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._process = f"{socket.gethostname()}:{self._pid}:{time.time_ns()}"
+            self._written = {}
+        changed = {key: value for key, value in stats().items() if self._written.get(key) != value}
+        rows = Rows()
+        if changed:
+            now = time.time_ns()
+            rows.add(
+                _UPSERT_COUNTER, [(self._process, key, value, now) for key, value in sorted(changed.items())]
+            )
+            self._written.update(changed)
+        return rows
 
 
 def _span_writer(path: str | os.PathLike[str] | None, busy_timeout_millis: int) -> StoreWriter:
@@ -136,6 +168,9 @@ class StoreProcessor(SpanProcessor):
     """The embedded store as a span processor: ``on_end`` queues the span, and a thread of its own
     turns the queued spans into rows and writes them, one transaction per batch.
 
+    With every batch, and at each flush and at shutdown, it also writes this process's counters of
+    losses and failures (``tallyspan.stats()``) into the ``counters`` table.
+
     A batch writer, not a simple one, even though the chain already runs on a worker: SQLite pays per
     commit, so one transaction per batch keeps the store cheap under load, and disk latency or another
     connection's lock never holds up the checks of the spans behind it. ``force_flush`` stays exact: it
@@ -158,8 +193,15 @@ class StoreProcessor(SpanProcessor):
     ) -> None:
         writer = _span_writer(path, busy_timeout_millis)
         self._budget = budget
-        self._thread: WriterThread[ReadableSpan] = WriterThread(
-            writer, lambda spans: span_rows(spans, writer), name="tallyspan-store"
+        counters = CounterSnapshot()
+
+        def prepare(items: list[ReadableSpan | None]) -> Rows:
+            spans = [item for item in items if item is not None]
+            return Rows.joined([span_rows(spans, writer), counters.rows()])
+
+        # None in the queue asks for the counters alone (a flush, the shutdown).
+        self._thread: WriterThread[ReadableSpan | None] = WriterThread(
+            writer, prepare, name="tallyspan-store"
         )
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -168,9 +210,11 @@ class StoreProcessor(SpanProcessor):
         self._thread.submit(span)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self._thread.submit(None, 0)
         return self._thread.flush(timeout_millis)
 
     def shutdown(self) -> None:
+        self._thread.submit(None, 0)
         self._thread.shutdown(30000 if self._budget is None else self._budget.remaining_millis())
 
 

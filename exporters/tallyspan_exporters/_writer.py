@@ -453,8 +453,9 @@ class WriterThread(Generic[T]):
 
     def _drop(self, size: int) -> None:
         """Count ``size`` items lost before they reached the writer (under the condition)."""
-        self._dropped += size
-        count(self._writer.lost_key, size)
+        if size:
+            self._dropped += size
+            count(self._writer.lost_key, size)
 
     def _reset_after_fork(self) -> None:
         self._condition = threading.Condition()

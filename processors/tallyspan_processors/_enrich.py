@@ -17,10 +17,12 @@ def enriched_copy(
     attributes: Mapping[str, AttributeValue] | None = None,
     events: Sequence[Event] = (),
     status: Status | None = None,
+    own_events: Sequence[Event] | None = None,
 ) -> ReadableSpan:
     """Return a copy of ``span`` with ``attributes`` merged over its own, ``events`` appended and ``status`` set.
 
     Identity (context, parent, times, resource, scope) is kept, so backends see the same span.
+    ``own_events``, when given, stands for the span's own events (rewritten ones, e.g. redacted).
     """
     merged = dict(span.attributes or {})
     if attributes:
@@ -31,7 +33,7 @@ def enriched_copy(
         parent=span.parent,
         resource=span.resource,
         attributes=merged,
-        events=(*span.events, *events),
+        events=(*(span.events if own_events is None else own_events), *events),
         links=span.links,
         kind=span.kind,
         status=status if status is not None else span.status,

@@ -18,6 +18,14 @@ gives ``seq``. Buffers are bounded (drops counted in ``tallyspan.stats()``) and 
 (``_content``: the ContentBuffer, else ``gen_ai.tool.call.arguments`` / ``gen_ai.output.messages`` when
 another instrumentation captured them).
 
+**Privacy.** What the agent claims is its own free text. With content capture off, a claimed tool name
+or call id leaves the process (in the sinks' records, the run span's entry and discrepancy events, and
+the ``tallyspan.ledger.claim`` events of ``claim()``) only when it names a tool or call observed in the
+run; otherwise it is replaced by ``unobserved`` before the books are reconciled, which pairs and flags
+the claims exactly as the raw words would (a word matching nothing observed pairs with nothing).
+Outcomes are normalised to ``succeeded``/``failed``/``rejected`` or reported malformed, and summaries
+are kept only with capture on.
+
 **At the run's end.** ``reconcile()``; the run span is forwarded with ``tallyspan.ledger.balanced``,
 ``protocol_ok``, the counts, ``discrepancy_types`` (absent when there are none, like
 ``tallyspan.violation_types``), one ``tallyspan.ledger.entry`` event per entry (both columns, capped
@@ -29,6 +37,7 @@ only when something was entered for it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections import OrderedDict
@@ -188,6 +197,8 @@ class LedgerProcessor(WrappingProcessor):
             run_id = known if known is not None else span_id
         for entry in entries_of(span, content, self._spec):
             self._enter(run_id, context.trace_id, entry)
+        if not self._capture_content:
+            span = self._redact_claim_events(span, run_id)
         own_count, own_types = _verdicts(span)
         if run_id != span_id:
             if own_count:
@@ -230,6 +241,56 @@ class LedgerProcessor(WrappingProcessor):
                     while len(self._closed_runs) > _MAX_CLOSED_RUNS:
                         self._closed_runs.popitem(last=False)
         super().forget(span)
+
+    def _redact_claim_events(self, span: ReadableSpan, run_id: int) -> ReadableSpan:
+        """``span`` with the free text of its ``tallyspan.ledger.claim`` events replaced where it names
+        nothing observed in its run so far (capture off)."""
+        if not any(event.name == semconv.EVENT_LEDGER_CLAIM for event in span.events):
+            return span
+        with self._lock:
+            books = self._runs.get(run_id)
+            names, ids = self._observed(books.entries if books is not None else ())
+        events = []
+        for event in span.events:
+            attributes = event.attributes or {}
+            if event.name == semconv.EVENT_LEDGER_CLAIM:
+                attributes = dict(attributes)
+                for key, known in ((semconv.LEDGER_TOOL_NAME, names), (semconv.LEDGER_CALL_ID, ids)):
+                    value = attributes.get(key)
+                    if value is not None and value not in known:
+                        attributes[key] = semconv.LEDGER_UNOBSERVED
+                event = Event(event.name, attributes, timestamp=event.timestamp)
+            events.append(event)
+        return enriched_copy(span, own_events=events)
+
+    def _observed(self, entries: Iterable[RawEntry]) -> tuple[set[str], set[str]]:
+        """The tool names (and the log tool's) and call ids observed among ``entries``."""
+        names = {self._spec.tool}
+        ids: set[str] = set()
+        for entry in entries:
+            if entry.side == semconv.LEDGER_SIDE_OBSERVED:
+                if entry.tool_name:
+                    names.add(entry.tool_name)
+                if entry.call_id is not None:
+                    ids.add(entry.call_id)
+        return names, ids
+
+    def _redacted(self, entries: list[RawEntry]) -> list[RawEntry]:
+        """``entries`` with each claim's tool name and call id replaced by ``unobserved`` unless observed."""
+        names, ids = self._observed(entries)
+        placeholder = semconv.LEDGER_UNOBSERVED
+        return [
+            entry
+            if entry.side == semconv.LEDGER_SIDE_OBSERVED
+            else dataclasses.replace(
+                entry,
+                tool_name=entry.tool_name
+                if entry.tool_name is None or entry.tool_name in names
+                else placeholder,
+                call_id=entry.call_id if entry.call_id is None or entry.call_id in ids else placeholder,
+            )
+            for entry in entries
+        ]
 
     def _open_books(self, run_id: int, trace_id: int, late_key: str) -> _Books | None:
         """The books of ``run_id`` (opened if new), or None when the run was already closed (counted)."""
@@ -294,6 +355,8 @@ class LedgerProcessor(WrappingProcessor):
     ) -> None:
         # Stable sort: entries at the same instant keep the order in which their spans ended.
         ordered = sorted(books.entries, key=lambda entry: entry.time_unix_nano)
+        if not self._capture_content:
+            ordered = self._redacted(ordered)
         observed: list[Observed] = []
         claims: list[Claim] = []
         for seq, entry in enumerate(ordered):

@@ -35,7 +35,8 @@ def claim(call_id: str | None, tool_name: str, claimed_outcome: str, summary: st
     belongs to the run of the current span and is reconciled with the calls observed in it. Values
     are recorded as given; one that does not parse (an unknown outcome) is reported as
     ``malformed_log``, never raised. The summary, and an outcome outside the vocabulary (the agent's
-    own words), are kept only when message content is captured.
+    own words), are kept only when message content is captured; so are a tool name and a call id
+    that match no call observed in the run (without capture they are exported as ``unobserved``).
 
     Args:
         call_id: the id of the tool call the agent reports, or None to pair by tool name.

@@ -24,7 +24,15 @@ from typing import Any
 
 from tallyspan import semconv
 from tallyspan._errors import TallyspanError
-from tallyspan._store_schema import LEDGER_ENTRIES, LEDGER_RECONCILIATIONS, RUNS, SPANS, VIOLATIONS, connect
+from tallyspan._store_schema import (
+    COUNTERS,
+    LEDGER_ENTRIES,
+    LEDGER_RECONCILIATIONS,
+    RUNS,
+    SPANS,
+    VIOLATIONS,
+    connect,
+)
 
 __all__ = [
     "DEFAULT_BOOKS_LIMIT",
@@ -41,6 +49,7 @@ __all__ = [
     "StageSummary",
     "StoreNotFoundError",
     "ViolationCount",
+    "counter_totals",
     "ledger_books",
     "ledger_runs",
     "list_spans",
@@ -483,3 +492,13 @@ def prune(db: sqlite3.Connection, before_unix_nano: int) -> dict[str, int]:
         }
         db.execute("DROP TABLE _prune_traces")
     return deleted
+
+
+def counter_totals(db: sqlite3.Connection, prefix: str = "") -> dict[str, int]:
+    """What every process that wrote the store counted (``tallyspan.stats()``: ``dropped.*`` losses and
+    ``errors.*`` failures, by cause), summed over the processes; only keys starting with ``prefix``."""
+    rows = db.execute(
+        f"SELECT key, SUM(value) FROM {COUNTERS} WHERE substr(key, 1, ?) = ? GROUP BY key ORDER BY key",
+        (len(prefix), prefix),
+    )
+    return {str(key): int(total) for key, total in rows}

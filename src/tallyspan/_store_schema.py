@@ -31,6 +31,9 @@ Schema (every id is lower-case hex: trace ids 32 characters, span ids 16; times 
                                                                  array), discrepancies (JSON array of
                                                                  {type, call_id, detail}), observed_count,
                                                                  claimed_count, time_unix_nano
+    counters                ``tallyspan.stats()`` key of one     process (host:pid:start), key (``dropped.*``,
+                            process (its losses and swallowed    ``errors.*``), value, updated_unix_nano
+                            errors, by cause)
     _tallyspan_migrations   applied migration                    name, applied_at
 
 The two ledger tables have exactly the columns above (no surrogate key; SQLite's rowid keeps the order
@@ -57,6 +60,7 @@ from typing import Final
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
+    "COUNTERS",
     "LEDGER_ENTRIES",
     "LEDGER_RECONCILIATIONS",
     "MIGRATIONS",
@@ -76,6 +80,7 @@ SPANS: Final = "spans"
 VIOLATIONS: Final = "violations"
 LEDGER_ENTRIES: Final = "ledger_entries"
 LEDGER_RECONCILIATIONS: Final = "ledger_reconciliations"
+COUNTERS: Final = "counters"
 MIGRATIONS_TABLE: Final = "_tallyspan_migrations"
 
 BUSY_TIMEOUT_MS: Final = 5000
@@ -305,3 +310,15 @@ def m002_run_balance_only_in_reconciliations(db: sqlite3.Connection) -> None:
     )
     db.execute(f"DROP TABLE {RUNS}")
     db.execute(f"ALTER TABLE {RUNS}_m002 RENAME TO {RUNS}")
+
+
+@migration
+def m003_counters(db: sqlite3.Connection) -> None:
+    """``counters``: each process's ``tallyspan.stats()`` (what it lost and swallowed, by cause), written
+    by the span store with its spans, so losses are on record beside what was kept."""
+    db.execute(
+        f"""CREATE TABLE {COUNTERS} (
+            process TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
+            updated_unix_nano INTEGER NOT NULL, PRIMARY KEY (process, key)
+        )"""
+    )

@@ -21,8 +21,8 @@ Groups:
   :func:`resolve_db_path`, the OTLP protocol helpers, :class:`ConfigError`;
 - **the store's schema**: table names, :func:`connect`, :func:`is_locked`, migrations;
 - **metrics**: :func:`record_violations`, :func:`record_run` (through the app's meter provider);
-- **never break the host app**: :func:`count` and :func:`swallowed` (every caught error logged once and
-  counted), :func:`renew_lock_after_fork` (every lock a plugin owns) and :func:`after_fork_in_child`
+- **never break the host app**: :func:`count`, :func:`swallowed` (every caught error logged once and
+  counted) and :func:`stats`, :func:`renew_lock_after_fork` (every lock a plugin owns) and :func:`after_fork_in_child`
   (every thread a plugin starts).
 """
 
@@ -54,11 +54,12 @@ from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
 from tallyspan._metrics import record_run, record_violations
 from tallyspan._runs import declares_run, is_local_root, is_run_span
-from tallyspan._selfstats import count, swallowed
+from tallyspan._selfstats import count, stats, swallowed
 from tallyspan._stage import current_stage
 from tallyspan._state import RunningState, active
 from tallyspan._store_schema import (
     BUSY_TIMEOUT_MS,
+    COUNTERS,
     LEDGER_ENTRIES,
     LEDGER_RECONCILIATIONS,
     MIGRATIONS,
@@ -75,6 +76,7 @@ from tallyspan._version import __version__
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
+    "COUNTERS",
     "FAILURE_CLASS_OF",
     "GRPC_INSTALL_HINT",
     "LEDGER_ENTRIES",
@@ -120,6 +122,7 @@ __all__ = [
     "renew_lock_after_fork",
     "resolve_capture_content",
     "resolve_db_path",
+    "stats",
     "swallowed",
     "warn_once",
 ]

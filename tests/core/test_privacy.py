@@ -53,6 +53,9 @@ TOOL_ARGUMENT = "PRVtoolarg6H4"
 TOOL_RESULT = "PRVresult2M8"
 SUMMARY = "PRVsummary9D3"
 CLAIMED_OUTCOME = "PRVoutcome7F1"
+#: The agent's own words in its log: a tool it names and a call id it gives that match nothing observed.
+CLAIMED_TOOL = "PRVclaimtool5R3"
+CLAIM_CALL_ID = "PRVcallid8S2"
 ERROR_BODY = "PRVerrbody1W6"
 
 API_KEY = "sk-PRVSECRETkey0T5-0123456789abcdef"
@@ -72,6 +75,8 @@ CONTENT_MARKERS = {
     "tool_result": TOOL_RESULT,
     "summary": SUMMARY,
     "claimed_outcome": CLAIMED_OUTCOME,
+    "claimed_tool": CLAIMED_TOOL,
+    "claim_call_id": CLAIM_CALL_ID,
     "error_body": ERROR_BODY,
 }
 SECRET_MARKERS = {
@@ -124,12 +129,18 @@ def _log_call(call_id: str, outcome: str, log_id: str) -> ScriptedToolCall:
     return ScriptedToolCall("log_action", arguments, call_id=log_id)
 
 
-#: The tool-calling turn: a real call whose arguments carry a marker, its log, and a log whose
-#: claimed outcome is the model's own words (malformed: the reconciliation must not quote them).
+#: The tool-calling turn: a real call whose arguments carry a marker, its log, a log whose claimed
+#: outcome is the model's own words (malformed: the reconciliation must not quote them), and a log of a
+#: call never made, in the agent's words (phantom: neither the tool nor the id may be quoted).
 TOOL_TURN_CALLS = [
     ScriptedToolCall("lookup", {"query": TOOL_ARGUMENT}, call_id="c1"),
     _log_call("c1", "succeeded", "L1"),
     _log_call("c1", f"done {CLAIMED_OUTCOME}", "L2"),
+    ScriptedToolCall(
+        "log_action",
+        {"call_id": CLAIM_CALL_ID, "tool_name": CLAIMED_TOOL, "claimed_outcome": "succeeded"},
+        call_id="L3",
+    ),
 ]
 #: For frameworks that run the tools: a tool that fails with a message echoing its argument.
 FAILING_CALL = ScriptedToolCall("broken", {"query": TOOL_ARGUMENT}, call_id="c3")
@@ -230,7 +241,17 @@ CHAT_MESSAGES: list[Any] = [
     {"role": "tool", "tool_call_id": "c0", "content": f"found {TOOL_RESULT}"},
 ]
 ALL_MODEL_CONTENT = frozenset(
-    {"prompt", "system", "answer", "reasoning", "tool_argument", "tool_result", "summary"}
+    {
+        "prompt",
+        "system",
+        "answer",
+        "reasoning",
+        "tool_argument",
+        "tool_result",
+        "summary",
+        "claimed_tool",
+        "claim_call_id",
+    }
 )
 
 
@@ -571,6 +592,7 @@ def run_tallyspan_tool() -> None:
             broken(TOOL_ARGUMENT, tool_call_id="c2")
         tallyspan.ledger.claim("c1", "lookup", "succeeded", summary=SUMMARY)
         tallyspan.ledger.claim("c2", "broken", f"done {CLAIMED_OUTCOME}", summary=SUMMARY)
+        tallyspan.ledger.claim(CLAIM_CALL_ID, CLAIMED_TOOL, "succeeded")
     with pytest.raises(ValueError, match=ERROR_BODY), tallyspan.run("failing_agent"):
         raise ValueError(f"{ERROR_BODY}: the agent gave up on {PROMPT}")
 
@@ -586,7 +608,12 @@ CASES = [
     Case("langchain", run_langchain, ALL_MODEL_CONTENT - {"reasoning"}, 1),
     Case("mcp", run_mcp, frozenset({"tool_argument", "tool_result"}), 0),
     Case("openai_agents", run_openai_agents, ALL_MODEL_CONTENT, 2),
-    Case("tallyspan_tool", run_tallyspan_tool, frozenset({"tool_argument", "tool_result", "summary"}), 0),
+    Case(
+        "tallyspan_tool",
+        run_tallyspan_tool,
+        frozenset({"tool_argument", "tool_result", "summary", "claimed_tool", "claim_call_id"}),
+        0,
+    ),
 ]
 
 
