@@ -15,7 +15,9 @@ The exporters are OpenTelemetry's own. Each is made with a timeout (``TALLYSPAN_
 unless ``OTEL_EXPORTER_OTLP[_TRACES|_LOGS]_TIMEOUT`` says otherwise) that bounds one export, its own
 retries included; over HTTP it gets a session that notes what each request met (the status, a refused
 connection, a timeout, ``Retry-After``), so failures are counted by cause and the spool's retries wait
-as long as the backend asks. Delivery itself (spool, retries, counted losses) is ``_delivery.Outbox``.
+as long as the backend asks, and that makes an unreachable backend fail the export at once (the
+exporter's own retries would sleep through the shutdown budget; the spool retries instead).
+Delivery itself (spool, retries, counted losses) is ``_delivery.Outbox``.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from tallyspan_exporters._delivery import Attempt, Codec, Outbox
 from tallyspan_exporters._spool import Spool
 
 __all__ = [
+    "BackendUnreachableError",
     "OTLPSpanProcessor",
     "ObservedSession",
     "carries_verdict",
@@ -108,11 +111,18 @@ def _retry_after(value: str | None) -> float | None:
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
+class BackendUnreachableError(Exception):
+    """The backend could not be reached (refused, reset, timed out): raised by :class:`ObservedSession`
+    in place of the ``requests`` error, so the exporter gives up at once instead of sleeping through
+    retries of its own; the spool retries, on its own schedule, and a shutdown never waits for them."""
+
+
 class ObservedSession(requests.Session):
     """A ``requests`` session that notes what its last request met: the OTLP/HTTP exporter is given one,
     so a failed export is counted by cause and the spool honours the backend's ``Retry-After``.
 
-    Used by one sender thread at a time (each exporter has its own outbox).
+    A connection that fails is reported to the exporter as :class:`BackendUnreachableError`, which it does
+    not retry. Used by one sender thread at a time (each exporter has its own outbox).
     """
 
     def __init__(self) -> None:
@@ -130,12 +140,12 @@ class ObservedSession(requests.Session):
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         try:
             response = super().send(request, **kwargs)
-        except requests.exceptions.Timeout:
+        except requests.exceptions.Timeout as error:
             self._attempt = Attempt("timeout")
-            raise
-        except requests.exceptions.ConnectionError:
+            raise BackendUnreachableError(f"timed out: {error}") from error
+        except requests.exceptions.ConnectionError as error:
             self._attempt = Attempt("connection")
-            raise
+            raise BackendUnreachableError(f"connection failed: {error}") from error
         except Exception:
             self._attempt = Attempt("failed")
             raise
