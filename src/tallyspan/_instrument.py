@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
 import logging
 import os
 import sys
@@ -364,9 +365,20 @@ def _with_otlp(settings: Settings) -> Settings:
     )
 
 
+def _group(group: str) -> tuple[EntryPoint, ...]:
+    """The entry points of ``group``; scanning every installed distribution costs about 20 ms, so it is
+    done once per ``sys.path`` (a path added later, with distributions on it, is scanned afresh)."""
+    return _scanned(group, tuple(sys.path))
+
+
+@functools.lru_cache(maxsize=8)
+def _scanned(group: str, path: tuple[str, ...]) -> tuple[EntryPoint, ...]:
+    del path  # the cache key: what entry_points() would find depends on it
+    return tuple(entry_points(group=group))
+
+
 def _component_entry_point(name: str) -> EntryPoint | None:
-    found = entry_points(group=COMPONENT_GROUP, name=name)
-    return next(iter(found), None)
+    return next((entry_point for entry_point in _group(COMPONENT_GROUP) if entry_point.name == name), None)
 
 
 def _component_factory(name: str) -> Any:
@@ -432,7 +444,7 @@ def _instrument_libraries(
     wanted = None if names is None else {_entry_point_name(name) for name in names}
     found: set[str] = set()
     enabled: list[BaseInstrumentor] = []
-    for entry_point in entry_points(group=INSTRUMENTOR_GROUP):
+    for entry_point in _group(INSTRUMENTOR_GROUP):
         if wanted is None:
             if not entry_point.value.startswith(_OWN_INSTRUMENTORS_PACKAGE):
                 continue
@@ -461,7 +473,7 @@ def _instrument_libraries(
     for unknown in sorted((wanted or set()) - found):
         known = sorted(
             entry_point.name
-            for entry_point in entry_points(group=INSTRUMENTOR_GROUP)
+            for entry_point in _group(INSTRUMENTOR_GROUP)
             if entry_point.value.startswith(_OWN_INSTRUMENTORS_PACKAGE)
         )
         warn_once(
@@ -476,10 +488,10 @@ def _instrument_libraries(
 
 def _entry_point_name(name: str) -> str:
     """``anthropic`` means our ``tallyspan_anthropic`` when no entry point has the bare name."""
-    if any(True for _ in entry_points(group=INSTRUMENTOR_GROUP, name=name)):
+    if any(entry_point.name == name for entry_point in _group(INSTRUMENTOR_GROUP)):
         return name
     own = f"tallyspan_{name}"
-    return own if any(True for _ in entry_points(group=INSTRUMENTOR_GROUP, name=own)) else name
+    return own if any(entry_point.name == own for entry_point in _group(INSTRUMENTOR_GROUP)) else name
 
 
 @atexit.register
