@@ -190,6 +190,7 @@ class Outbox(Generic[T]):
         self._outstanding: set[int] = set()
         self._next_ticket = 1
         self._flushes: list[_Flush] = []
+        self._in_flight: set[int] = set()  # tickets of the memory records being exported now
         self._losses = 0
         self._losses_at_flush = 0
         self._failures = 0
@@ -383,14 +384,21 @@ class Outbox(Generic[T]):
             self._condition.notify_all()
 
     def _bound_memory(self) -> None:
-        dropped = []
-        while len(self._clean) + len(self._durable) > self._queue_size:
-            if self._clean:
-                dropped.append(self._clean.popleft().ticket)
-                self._lose(1, "queue_full")
-            else:
-                dropped.append(self._durable.popleft().ticket)
-                self._lose(1, "unspooled")
+        """Drop the oldest records beyond the queue size: clean ones first, never one being sent."""
+        excess = len(self._clean) + len(self._durable) - self._queue_size
+        if excess <= 0:
+            return
+        dropped: list[int] = []
+        for queue, cause in ((self._clean, "queue_full"), (self._durable, "unspooled")):
+            kept: deque[_Item[T]] = deque()
+            for item in queue:
+                if len(dropped) < excess and item.ticket not in self._in_flight:
+                    dropped.append(item.ticket)
+                    self._lose(1, cause)
+                else:
+                    kept.append(item)
+            queue.clear()
+            queue.extend(kept)
         if dropped:
             self._resolve(dropped)
 
@@ -488,16 +496,26 @@ class Outbox(Generic[T]):
                 if len(batch) >= limit or not (spool_drained or item.ticket < newest):
                     break
                 batch.append(_Entry(item.ticket, item.record, 0))
+            self._in_flight = {entry.ticket for entry in batch if not entry.seq}
         if not batch:
             return
         batch.sort(key=_TICKET)
-        outcome = self._export([entry.record for entry in batch])
+        outcome = "failed"
+        try:
+            outcome = self._export([entry.record for entry in batch])
+        finally:
+            if outcome == "failed" or (outcome == "rejected" and len(batch) > 1):
+                with self._condition:
+                    self._in_flight = set()  # retried later (a rejected batch in smaller pieces)
         if outcome == "failed" or (outcome == "rejected" and len(batch) > 1):
-            return  # retried later (a rejected batch in smaller pieces)
+            return
         seqs = [entry.seq for entry in batch if entry.seq]
         if seqs and self._spool is not None and not self._spool.delete(seqs):
+            with self._condition:
+                self._in_flight = set()
             return  # still spooled: sent again later (the receiver tells a repeat by its id)
         with self._condition:
+            self._in_flight = set()
             if outcome == "rejected":
                 self._lose(1, "rejected")
             delivered = {entry.ticket for entry in batch if not entry.seq}

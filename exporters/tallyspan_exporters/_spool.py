@@ -135,7 +135,7 @@ class Spool:
 
         def write(db: sqlite3.Connection) -> list[int]:
             self._evict_expired(db, now_ns)
-            incoming = sum(len(body) for _, body in records)
+            incoming = sum(len(body) for _, body in records if len(body) <= self._max_bytes)
             self._evict_for(db, incoming)
             seqs = []
             for record_id, body in records:

@@ -82,11 +82,13 @@ class _CountingMetrics:
     def __init__(self, inner: Any, signal: str) -> None:
         self.inner = inner
         self._key = f"dropped.batch_processor.{signal}."
+        self.dropped = 0
 
     def register_queue_size(self, get_queue_size: Callable[[], int]) -> None:
         self.inner.register_queue_size(get_queue_size)
 
     def drop_items(self, number: int, error_type: str = "queue_full") -> None:
+        self.dropped += number
         count(self._key + error_type, number)
         self.inner.drop_items(number, error_type)
 
@@ -94,29 +96,32 @@ class _CountingMetrics:
         self.inner.finish_items(number)
 
 
-def count_batch_drops(processor: object, signal: str) -> bool:
+def count_batch_drops(processor: object, signal: str) -> _CountingMetrics | None:
     """Count the drops of an SDK ``BatchSpanProcessor`` / ``BatchLogRecordProcessor`` in
-    ``tallyspan.stats()`` (``dropped.batch_processor.<signal>.queue_full``); False when ``processor`` is
-    not one, or of an SDK version whose internals differ (then nothing is counted)."""
+    ``tallyspan.stats()`` (``dropped.batch_processor.<signal>.queue_full``); the counter, or None when
+    ``processor`` is not one, or of an SDK version whose internals differ (then nothing is counted)."""
     batch = getattr(processor, "_batch_processor", None)
     metrics = getattr(batch, "_metrics", None)
     if batch is None or not callable(getattr(metrics, "drop_items", None)):
-        return False
+        return None
     if not isinstance(metrics, _CountingMetrics):
-        batch._metrics = _CountingMetrics(metrics, signal)
-    return True
+        metrics = batch._metrics = _CountingMetrics(metrics, signal)
+    return metrics
 
 
 class Guarded(SpanProcessor):
     """A processor of the app's behind our chain (adopted, or given in ``span_processors``): its drops
     are counted when it is an SDK batch processor, and its shutdown, run on a thread of its own, waits
     at most for the shutdown budget (an SDK batch processor exporting to a hanging backend would hold
-    the app's exit for its own 30 s, and then its exporter's timeout)."""
+    the app's exit for its own 30 s, and then its exporter's timeout). Its ``force_flush`` answers False
+    when the processor dropped spans since the last flush."""
 
     def __init__(self, processor: SpanProcessor, budget: ShutdownBudget) -> None:
         self.processor = processor
         self._budget = budget
-        count_batch_drops(processor.processor if isinstance(processor, Borrowed) else processor, "spans")
+        inner = processor.processor if isinstance(processor, Borrowed) else processor
+        self._drops = count_batch_drops(inner, "spans")
+        self._drops_at_flush = 0
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         self.processor.on_start(span, parent_context=parent_context)
@@ -125,7 +130,13 @@ class Guarded(SpanProcessor):
         self.processor.on_end(span)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.processor.force_flush(timeout_millis)
+        flushed = self.processor.force_flush(timeout_millis)
+        if self._drops is None:
+            return flushed
+        dropped = self._drops.dropped
+        nothing_lost = dropped == self._drops_at_flush
+        self._drops_at_flush = dropped
+        return flushed and nothing_lost
 
     def shutdown(self) -> None:
         def run() -> None:

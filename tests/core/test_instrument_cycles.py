@@ -53,7 +53,9 @@ def test_a_thousand_cycles_leave_nothing_on_the_provider_and_spans_cost_what_the
 
     assert _on_provider(provider) == (app_processor,)  # given back, first in line as before
     after = _seconds_per_span(provider)
-    assert after < 2 * before, f"{after * 1e6:.1f} µs per span after {CYCLES} cycles, {before * 1e6:.1f} before"
+    assert after < 2 * before, (
+        f"{after * 1e6:.1f} µs per span after {CYCLES} cycles, {before * 1e6:.1f} before"
+    )
     deadline = time.monotonic() + 5
     while threading.active_count() > threads_before and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -30,7 +30,9 @@ def _job(number: int) -> int:
     return os.getpid()
 
 
-def test_a_fork_pool_closed_and_joined_stores_every_run(tracer_provider: TracerProvider, db_path: Path) -> None:
+def test_a_fork_pool_closed_and_joined_stores_every_run(
+    tracer_provider: TracerProvider, db_path: Path
+) -> None:
     instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=[])
     context = multiprocessing.get_context("fork")
     with warnings.catch_warnings():

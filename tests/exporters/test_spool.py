@@ -1,0 +1,304 @@
+"""The spool and the outbox on their own: records read back as they were written, the limits evict and
+count, rows belong to one live process at a time, a rejected record is isolated and dropped alone, and
+every loss is counted in ``tallyspan.stats()``, in the store and in ``force_flush()``'s answer."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.sdk._logs import ReadableLogRecord
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+
+import tallyspan
+from tallyspan import semconv
+from tallyspan._config import ExportSettings, ShutdownBudget
+from tallyspan._store_queries import counter_totals, open_store
+from tallyspan_exporters._codec import decode_log_record, decode_span, encode_log_record, encode_span
+from tallyspan_exporters._delivery import Attempt, Outbox
+from tallyspan_exporters._otlp import SPAN_CODEC
+from tallyspan_exporters._spool import Spool
+
+TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
+
+
+def _span(span_id: int, *, error: bool = False, name: str = "chat qwen3") -> ReadableSpan:
+    context = SpanContext(
+        TRACE_ID, span_id, is_remote=False, trace_flags=TraceFlags(1), trace_state=TraceState([("k", "v")])
+    )
+    return ReadableSpan(
+        name=name,
+        context=context,
+        parent=SpanContext(TRACE_ID, 0x42, is_remote=True),
+        resource=Resource({"service.name": "agent", "deployment.environment": "test"}, "https://schema"),
+        attributes={
+            semconv.VIOLATION_TYPES: ("refusal", "too_short"),
+            semconv.VIOLATION_COUNT: 2,
+            "ratio": 0.5,
+            semconv.VIOLATED: True,
+            "flags": (True, False),
+        },
+        events=[Event(semconv.EVENT_VIOLATION, {semconv.VIOLATION_TYPE: "refusal"}, timestamp=5)],
+        links=[Link(SpanContext(TRACE_ID, 0x77, is_remote=False), {"why": "retry"})],
+        kind=SpanKind.CLIENT,
+        status=Status(
+            StatusCode.ERROR if error else StatusCode.UNSET, "tallyspan: refusal" if error else None
+        ),
+        start_time=1_000,
+        end_time=2_000,
+        instrumentation_scope=InstrumentationScope("tallyspan", "1.2.3", None, {"a": "b"}),
+    )
+
+
+def test_a_span_reads_back_as_it_was_written() -> None:
+    span = _span(0x1234, error=True)
+    back = decode_span(encode_span(span))
+    assert back.to_json() == span.to_json()
+    assert back.instrumentation_scope == span.instrumentation_scope
+    assert back.resource.schema_url == "https://schema"
+
+
+def test_a_ledger_log_record_reads_back_as_it_was_written() -> None:
+    from tallyspan_exporters import OTLPLedgerSink
+    from tallyspan_exporters._ledger_logs import LOG_CODEC
+
+    kept: list[ReadableLogRecord] = []
+
+    class Keep:
+        def export(self, batch: Sequence[ReadableLogRecord]) -> Any:
+            kept.extend(batch)
+            from opentelemetry.sdk._logs.export import LogRecordExportResult
+
+            return LogRecordExportResult.SUCCESS
+
+        def shutdown(self) -> None:
+            pass
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True
+
+    from tests.exporters.test_ledger_logs import _record
+
+    sink = OTLPLedgerSink(Keep(), batch=False, service_name="agent")  # type: ignore[arg-type]
+    assert sink.export_reconciliation(_record())
+    (record,) = kept
+    back = decode_log_record(encode_log_record(record))
+    assert back.to_json() == record.to_json()
+    assert back.log_record.severity_number is SeverityNumber.WARN
+    assert LOG_CODEC.record_id(back) == f"{TRACE_ID:032x}/00f067aa0ba902b7/reconciliation"
+    sink.shutdown()
+
+
+def test_an_unreadable_record_is_refused() -> None:
+    with pytest.raises(ValueError, match="known format"):
+        decode_span('{"v": 99}')
+
+
+# --- the spool ---------------------------------------------------------------------------------------
+
+
+def test_rows_are_claimed_oldest_first_and_leave_only_when_deleted(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "s.db", max_bytes=1 << 20, max_age_s=3600)
+    seqs = spool.append("traces", [("a", "one"), ("b", "two"), ("c", "three")])
+    assert seqs is not None
+    assert [row.body for row in spool.claim("traces", 2) or []] == ["one", "two"]
+    assert spool.claim("logs", 5) == []
+    assert spool.delete(seqs[:2])
+    assert [row.record_id for row in spool.claim("traces", 5) or []] == ["c"]
+    assert spool.pending("traces") == 1
+    spool.close()
+
+
+def test_the_size_limit_evicts_the_oldest_and_counts_them(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "s.db", max_bytes=100, max_age_s=3600)
+    spool.append("logs", [(str(n), "x" * 30) for n in range(3)])  # 90 bytes
+    spool.append("traces", [("t", "y" * 30)])  # 120 > 100: the oldest log record goes
+    assert [row.record_id for row in spool.claim("logs", 10) or []] == ["1", "2"]
+    assert spool.append("traces", [("huge", "z" * 101)]) == [0]  # larger than the spool: never kept
+    stats = tallyspan.stats()
+    assert stats["dropped.otlp.logs.spool_full"] == 1
+    assert stats["dropped.otlp.traces.spool_full"] == 1
+    spool.close()
+
+
+def test_the_age_limit_evicts_and_counts(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "s.db", max_bytes=1 << 20, max_age_s=0.05)
+    spool.append("logs", [("old", "a"), ("older", "b")])
+    time.sleep(0.1)
+    spool.append("logs", [("new", "c")])
+    assert [row.record_id for row in spool.claim("logs", 10) or []] == ["new"]
+    assert tallyspan.stats()["dropped.otlp.logs.spool_expired"] == 2
+    spool.close()
+
+
+def test_a_live_process_keeps_its_rows_a_released_or_dead_ones_rows_are_taken_over(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    first, second = (
+        Spool(path, max_bytes=1 << 20, max_age_s=3600),
+        Spool(path, max_bytes=1 << 20, max_age_s=3600),
+    )
+    first.append("traces", [("mine", "1")])
+    assert second.claim("traces", 10) == []  # leased to the first, which is alive
+    first.release()
+    assert [row.record_id for row in second.claim("traces", 10) or []] == ["mine"]
+    assert first.claim("traces", 10) == []  # now leased to the second
+    # A process that died without releasing: its rows are taken over at once, not after the lease.
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE records SET owner = ?", (f"{os.uname().nodename}|999999999|gone",))
+    db.close()
+    third = Spool(path, max_bytes=1 << 20, max_age_s=3600)
+    assert [row.record_id for row in third.claim("traces", 10) or []] == ["mine"]
+    for spool in (first, second, third):
+        spool.close()
+
+
+def test_a_spool_that_cannot_be_opened_is_counted_and_the_records_wait_in_memory(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    spool = Spool(blocker / "s.db", max_bytes=1 << 20, max_age_s=3600)
+    assert spool.append("traces", [("a", "b")]) is None
+    assert tallyspan.stats()["errors.spool.append"] == 1
+
+
+# --- the outbox ----------------------------------------------------------------------------------------
+
+
+class Backend(SpanExporter):
+    """An exporter with a say in each export: ``answer(batch)`` returns the cause of failure, or None."""
+
+    def __init__(self) -> None:
+        self.accepted: list[str] = []
+        self.answer: Callable[[Sequence[ReadableSpan]], str | None] = lambda batch: None
+        self.cause: str | None = None
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.cause = self.answer(spans)
+        if self.cause is None:
+            self.accepted.extend(span.name for span in spans)
+            return SpanExportResult.SUCCESS
+        return SpanExportResult.FAILURE
+
+    def reset(self) -> None:
+        self.cause = None
+
+    def last(self) -> Attempt:
+        return Attempt(self.cause)
+
+
+def _outbox(backend: Backend, spool: Spool | None, queue_size: int = 100) -> Outbox[ReadableSpan]:
+    return Outbox(
+        backend,
+        signal="traces",
+        codec=SPAN_CODEC,
+        spool=spool,
+        settings=ExportSettings(retry_max_s=0.05, queue_size=queue_size),
+        budget=ShutdownBudget(1.0),
+        attempts=backend,
+    )
+
+
+def test_a_record_the_backend_rejects_is_isolated_and_dropped_alone(tmp_path: Path) -> None:
+    backend = Backend()
+    backend.answer = lambda batch: "http_400" if any(span.name == "poison" for span in batch) else None
+    outbox = _outbox(backend, Spool(tmp_path / "s.db", max_bytes=1 << 20, max_age_s=3600))
+    names = [f"s{n}" for n in range(10)]
+    for number, name in enumerate(names):
+        outbox.submit(_span(number + 1, name=name), durable=True)
+        if number == 4:
+            outbox.submit(_span(99, name="poison"), durable=True)
+    assert outbox.force_flush(5000) is False  # the poison could never be delivered: said so
+    deadline = time.monotonic() + 5
+    while sorted(backend.accepted) != sorted(names) and time.monotonic() < deadline:
+        outbox.force_flush(1000)
+    assert sorted(backend.accepted) == sorted(names)
+    assert tallyspan.stats()["dropped.otlp.traces.rejected"] == 1
+    assert tallyspan.stats()["errors.otlp.traces.http_400"] >= 1
+    outbox.shutdown()
+
+
+def test_what_only_memory_held_is_counted_at_shutdown_and_the_spool_keeps_the_rest(tmp_path: Path) -> None:
+    backend = Backend()
+    backend.answer = lambda batch: "connection"
+    spool_path = tmp_path / "s.db"
+    outbox = _outbox(backend, Spool(spool_path, max_bytes=1 << 20, max_age_s=3600))
+    for number in range(5):
+        outbox.submit(_span(number + 1), durable=True)
+    for number in range(7):
+        outbox.submit(_span(number + 100, name="clean"), durable=False)
+    assert outbox.force_flush(2000) is False
+    outbox.shutdown()
+    assert tallyspan.stats()["dropped.otlp.traces.shutdown"] == 7
+    assert Spool(spool_path, max_bytes=1 << 20, max_age_s=3600).pending("traces") == 5
+
+
+def test_force_flush_says_false_once_when_clean_spans_were_dropped_under_pressure() -> None:
+    backend = Backend()
+    gate = threading.Event()
+
+    def slow(batch: Sequence[ReadableSpan]) -> str | None:
+        gate.wait(5)
+        return None
+
+    backend.answer = slow
+    outbox = _outbox(backend, None, queue_size=3)
+    for number in range(20):
+        outbox.submit(_span(number + 1, name="clean"), durable=False)
+    time.sleep(0.2)
+    gate.set()
+    assert outbox.force_flush(5000) is False
+    dropped = tallyspan.stats()["dropped.otlp.traces.queue_full"]
+    assert len(backend.accepted) + dropped == 20
+    outbox.submit(_span(500, name="clean"), durable=False)
+    assert outbox.force_flush(5000) is True  # nothing lost since the last answer
+    outbox.shutdown()
+
+
+# --- batch processors of the app, and the store's record of losses -------------------------------------
+
+
+class _Stuck(SpanExporter):
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.exported = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.release.wait(10)
+        self.exported += len(spans)
+        return SpanExportResult.SUCCESS
+
+
+def test_the_drops_of_an_apps_batch_span_processor_are_counted_and_stored(
+    tracer_provider: TracerProvider, db_path: Path
+) -> None:
+    """The SDK drops on a full queue with one log line per 20 s; we count every one."""
+    stuck = _Stuck()
+    processor = BatchSpanProcessor(
+        stuck, max_queue_size=10, max_export_batch_size=5, schedule_delay_millis=10
+    )
+    tracer_provider.add_span_processor(processor)  # the app's own export, adopted behind our chain
+    instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=[])
+    tracer = tracer_provider.get_tracer("app")
+    for _ in range(200):
+        with tracer.start_as_current_span("step"):
+            pass
+    # The SDK's force_flush waits for its export whatever the timeout: let the backend go meanwhile.
+    threading.Timer(0.5, stuck.release.set).start()
+    assert instrumentation.force_flush(10_000) is False  # not all delivered: said so
+    dropped = tallyspan.stats()["dropped.batch_processor.spans.queue_full"]
+    assert dropped > 0
+    assert stuck.exported + dropped == 200
+    assert instrumentation.force_flush(5000)
+    with open_store(db_path) as db:
+        assert counter_totals(db, "dropped.")["dropped.batch_processor.spans.queue_full"] == dropped
