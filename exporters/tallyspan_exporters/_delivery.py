@@ -56,7 +56,10 @@ T = TypeVar("T")
 MAX_BATCH: Final = 512
 """Records per export at most (the OpenTelemetry batch processors' default)."""
 SCHEDULE_DELAY_S: Final = 0.2
-"""How long the sender gathers a batch when records trickle in."""
+"""How long the sender gathers a batch when records trickle in (one request for many records)."""
+INTAKE_GATHER_S: Final = 0.02
+"""How long the intake gathers records before it writes them to the spool (one transaction for many);
+the most a durable record waits in memory before it is on disk."""
 FIRST_RETRY_S: Final = 0.5
 """The first wait after a failed export; it doubles with each failure in a row, up to ``retry_max_s``."""
 RETRY_AFTER_CAP_S: Final = 600.0
@@ -195,6 +198,7 @@ class Outbox(Generic[T]):
         self._losses_at_flush = 0
         self._failures = 0
         self._next_attempt = 0.0
+        self._gather_until = 0.0
         self._retry_after_until = 0.0
         self._batch_limit = MAX_BATCH
         self._failed_while_stopping = False
@@ -340,6 +344,9 @@ class Outbox(Generic[T]):
                 with self._condition:
                     while not self._incoming and not self._stopping:
                         self._condition.wait()
+                    if len(self._incoming) < MAX_BATCH and not (self._stopping or self._flushes):
+                        # A moment to gather what trickles in: one transaction for many records.
+                        self._condition.wait(INTAKE_GATHER_S)
                     items, self._incoming = self._incoming, []
                     stopping = self._stopping
                 try:
@@ -367,6 +374,8 @@ class Outbox(Generic[T]):
                     encoded.append(("", ""))
             seqs = self._spool.append(self._signal, [pair for pair in encoded if pair[1]])
         with self._condition:
+            if not self._pending():
+                self._gather_until = time.monotonic() + SCHEDULE_DELAY_S
             if seqs is not None:
                 written = iter(seqs)
                 for item, (_, body) in zip(durable, encoded, strict=True):
@@ -417,8 +426,11 @@ class Outbox(Generic[T]):
         finally:
             detach(token)
 
+    def _pending(self) -> int:
+        return len(self._spooled) + len(self._durable) + len(self._clean)
+
     def _has_work(self) -> bool:
-        return bool(self._spooled or self._durable or self._clean or self._look_for_orphans)
+        return bool(self._pending() or self._look_for_orphans)
 
     def _wait_for_work(self) -> bool:
         """Wait until a batch should be tried; False when the sender should stop.
@@ -445,9 +457,10 @@ class Outbox(Generic[T]):
                 timeout: float | None = None
                 if self._has_work():
                     forced = bool(self._flushes) and now >= self._retry_after_until
-                    if now >= self._next_attempt or forced:
+                    gathering = now < self._gather_until and 0 < self._pending() < self._batch_limit
+                    if forced or (now >= self._next_attempt and not gathering):
                         return True
-                    timeout = self._next_attempt - now
+                    timeout = max(self._next_attempt, self._gather_until if gathering else 0.0) - now
                     if self._spool is not None and now >= self._next_renew:
                         self._next_renew = now + _RENEW_S
                         renew = True
