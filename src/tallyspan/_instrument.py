@@ -3,7 +3,7 @@ instrumentors, all found through entry points (the core never imports the plugin
 
 The chain it adds to the tracer provider::
 
-    _Switch ─► OffThreadProcessor ─► ChecksProcessor ─► LedgerProcessor ─┬► otlp (BatchSpanProcessor)
+    _Switch ─► OffThreadProcessor ─► ChecksProcessor ─► LedgerProcessor ─┬► otlp (spool, own threads)
                 (worker thread)                                          └► store (SQLite, own thread)
 
 OTLP goes over HTTP (protobuf) or, when ``OTEL_EXPORTER_OTLP[_TRACES|_LOGS]_PROTOCOL=grpc``, over gRPC
