@@ -24,8 +24,11 @@ is counted (``dropped.otlp.logs.<cause>``).
 
 from __future__ import annotations
 
+import atexit
 import copy
+import functools
 import logging
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -146,7 +149,11 @@ class OTLPLedgerSink:
             exporter = otlp_log_exporter(protocol, timeout_s=settings.export_timeout_s, session=session)
         if resource is None:
             resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
-        self._provider = LoggerProvider(resource=resource)
+        # The provider's own atexit hook would keep every sink ever made alive (instrument() cycles):
+        # ours holds the sink weakly, and shutdown() takes it back.
+        self._provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
+        self._at_exit = functools.partial(_shutdown_at_exit, weakref.ref(self))
+        atexit.register(self._at_exit)
         processor: LogRecordProcessor
         if batch:
             outbox: Outbox[ReadableLogRecord] = Outbox(
@@ -248,10 +255,17 @@ class OTLPLedgerSink:
 
     def shutdown(self) -> None:
         """Flush and stop the exporter."""
+        atexit.unregister(self._at_exit)
         try:
             self._provider.shutdown()
         except Exception:  # shutting down is best effort and must not raise into the chain
             swallowed(_logger, "ledger_logs.shutdown", "could not shut the ledger log exporter down")
+
+
+def _shutdown_at_exit(sink_ref: weakref.ref[OTLPLedgerSink]) -> None:
+    sink = sink_ref()
+    if sink is not None:
+        sink.shutdown()
 
 
 def ledger_sinks_component(settings: Settings) -> Sequence[LedgerSink]:

@@ -60,3 +60,64 @@ def test_otlp_export_is_requested_by_endpoint_or_exporter_selection(monkeypatch:
     assert otlp_traces_requested() is False
     monkeypatch.setenv("OTEL_LOGS_EXPORTER", "console,otlp")
     assert otlp_logs_requested() is True
+
+
+def test_the_spool_sits_beside_the_store_or_where_the_environment_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tallyspan._config import DEFAULT_SPOOL_PATH, ENV_SPOOL, resolve_spool_path
+
+    monkeypatch.delenv(ENV_SPOOL, raising=False)
+    assert resolve_spool_path(tmp_path / "app.db") == tmp_path / "app.spool.db"
+    assert resolve_spool_path(None) == DEFAULT_SPOOL_PATH  # no store: the documented default folder
+    monkeypatch.setenv(ENV_SPOOL, str(tmp_path / "elsewhere.db"))
+    assert resolve_spool_path(tmp_path / "app.db") == tmp_path / "elsewhere.db"
+    monkeypatch.setenv(ENV_SPOOL, "off")
+    assert resolve_spool_path(tmp_path / "app.db") is None
+
+
+@pytest.mark.parametrize("raw", ["-1", "0", "lots", "inf", "9" * 40])
+def test_a_bad_export_setting_warns_and_keeps_the_default(
+    raw: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tallyspan import _config
+
+    monkeypatch.setattr(_config, "_warned", set())
+    monkeypatch.setenv(_config.ENV_SPOOL_MAX_BYTES, raw)
+    monkeypatch.setenv(_config.ENV_SHUTDOWN_TIMEOUT, raw)
+    assert _config.export_settings(None).spool_max_bytes == _config.DEFAULT_SPOOL_MAX_BYTES
+    assert _config.resolve_shutdown_timeout() == _config.DEFAULT_SHUTDOWN_TIMEOUT_S
+    assert f"{_config.ENV_SPOOL_MAX_BYTES}=" in caplog.text
+    assert f"{_config.ENV_SHUTDOWN_TIMEOUT}=" in caplog.text
+
+
+def test_export_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tallyspan import _config
+
+    monkeypatch.setenv(_config.ENV_SPOOL_MAX_AGE, "60")
+    monkeypatch.setenv(_config.ENV_EXPORT_TIMEOUT, "0.5")
+    monkeypatch.setenv(_config.ENV_RETRY_MAX, "2")
+    monkeypatch.setenv(_config.ENV_OTLP_QUEUE_SIZE, "10")
+    settings = _config.export_settings(None)
+    assert (
+        settings.spool_max_age_s,
+        settings.export_timeout_s,
+        settings.retry_max_s,
+        settings.queue_size,
+    ) == (
+        60.0,
+        0.5,
+        2.0,
+        10,
+    )
+
+
+def test_the_shutdown_budget_starts_once_and_only_runs_down() -> None:
+    from tallyspan._config import ShutdownBudget
+
+    budget = ShutdownBudget(0.2)
+    assert not budget.started
+    deadline = budget.start()
+    assert budget.start() == deadline
+    assert 0 < budget.remaining() <= 0.2
+    assert ShutdownBudget(0).remaining_millis() == 0
