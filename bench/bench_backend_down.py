@@ -22,12 +22,13 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import openai
+from bench_overhead import _time_calls  # this folder is on sys.path when the script runs
 from opentelemetry.sdk.trace import TracerProvider
 
 import tallyspan
@@ -99,16 +100,6 @@ def _instrumented(endpoint: str | None, folder: str) -> Iterator[None]:
     finally:
         tallyspan.uninstrument()  # within the shutdown budget; not timed
         del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
-
-
-def _time_calls(call: Callable[[], object], count: int) -> list[tuple[float, float]]:
-    """(wall ms, calling-thread CPU ms) per call."""
-    samples = []
-    for _ in range(count):
-        wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
-        call()
-        samples.append(((time.perf_counter_ns() - wall) / 1e6, (time.thread_time_ns() - cpu) / 1e6))
-    return samples
 
 
 def main() -> None:

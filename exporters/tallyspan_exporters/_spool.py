@@ -38,6 +38,7 @@ from typing import Final, TypeVar
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from tallyspan.plugin import count, is_locked, renew_lock_after_fork, swallowed
+from tallyspan_exporters._writer import transaction
 
 __all__ = ["LEASE_S", "Spool", "SpooledRow"]
 
@@ -269,15 +270,9 @@ class Spool:
                 return None
             self._adopt_process()
             try:
-                db = self._db or self._open()
-                db.execute("BEGIN IMMEDIATE")
-                try:
+                # IMMEDIATE: take the write lock first, so a claim cannot race another process's claim.
+                with transaction(self._db or self._open(), "BEGIN IMMEDIATE") as db:
                     result = work(db)
-                    db.execute("COMMIT")
-                except BaseException:
-                    if db.in_transaction:
-                        db.execute("ROLLBACK")
-                    raise
             except sqlite3.OperationalError as error:
                 if is_locked(error):
                     swallowed(

@@ -31,7 +31,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Final, Generic, TypeVar
 
 from opentelemetry.instrumentation.utils import suppress_instrumentation
@@ -58,6 +59,7 @@ __all__ = [
     "insert_sql",
     "span_hex",
     "trace_hex",
+    "transaction",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -74,6 +76,19 @@ DEFAULT_BATCH_ITEMS: Final = 512
 """Items that make a writer thread write at once, without waiting for the schedule delay."""
 RETRY_SECONDS: Final = 1.0
 """How often a writer thread tries again to write rows kept under another connection's lock."""
+
+
+@contextmanager
+def transaction(db: sqlite3.Connection, begin: str = "BEGIN") -> Iterator[sqlite3.Connection]:
+    """Run the block in one transaction of ``db`` (autocommit mode): committed, or rolled back on any error."""
+    db.execute(begin)
+    try:
+        yield db
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
 
 def insert_sql(table: str, columns: Sequence[str], verb: str = "INSERT") -> str:
@@ -237,15 +252,9 @@ class StoreWriter:
             if timeout_millis is not None:
                 busy_millis = min(busy_millis, max(0, timeout_millis))
             db.execute(f"PRAGMA busy_timeout = {int(busy_millis)}")
-            db.execute("BEGIN")
-            try:
+            with transaction(db):
                 for rows in self._pending:
                     rows.write(db)
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
         except sqlite3.OperationalError as error:
             if not is_locked(error):
                 return self._lost()

@@ -305,6 +305,28 @@ _CHILD = textwrap.dedent(
 )
 
 
+def _child_env(receiver: FaultyReceiver, folder: Path, *, fast: bool) -> dict[str, str]:
+    """The environment of an app process: its store in ``folder`` (the spool beside it), OTLP to
+    ``receiver``, and the short settings of these tests when ``fast`` (else the defaults)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "TALLYSPAN_DB": str(folder / "tallyspan.db"),
+    }
+    for name in (ENV_EXPORT_TIMEOUT, ENV_RETRY_MAX, ENV_SHUTDOWN_TIMEOUT, ENV_SPOOL):
+        env.pop(name, None)
+    if fast:
+        env.update(
+            {
+                ENV_EXPORT_TIMEOUT: str(EXPORT_TIMEOUT_S),
+                ENV_RETRY_MAX: str(RETRY_MAX_S),
+                ENV_SHUTDOWN_TIMEOUT: str(SHUTDOWN_S),
+            }
+        )
+    return env
+
+
 def _child(runs: int, out: Path, ending: str, env: dict[str, str], flush_millis: int = 3000) -> float:
     """Run one app process to its end; how long it took."""
     start = time.monotonic()
@@ -322,16 +344,7 @@ def _child(runs: int, out: Path, ending: str, env: dict[str, str], flush_millis:
 def test_a_restart_in_the_middle_sends_what_the_last_process_left_exactly_once(
     ending: str, receiver: FaultyReceiver, tmp_path: Path
 ) -> None:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(sys.path),
-        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-        "TALLYSPAN_DB": str(tmp_path / "tallyspan.db"),
-        ENV_EXPORT_TIMEOUT: str(EXPORT_TIMEOUT_S),
-        ENV_RETRY_MAX: str(RETRY_MAX_S),
-        ENV_SHUTDOWN_TIMEOUT: str(SHUTDOWN_S),
-    }
-    env.pop(ENV_SPOOL, None)
+    env = _child_env(receiver, tmp_path, fast=True)
     receiver.refuse()
     first_time = _child(RUNS, tmp_path / "first.json", ending, env)
     first = json.loads((tmp_path / "first.json").read_text())
@@ -371,14 +384,7 @@ def test_exit_with_a_dead_backend_takes_the_shutdown_budget_not_the_timeouts(
     fault: str, receiver: FaultyReceiver, tmp_path: Path
 ) -> None:
     """Default settings (3 s budget, 5 s export timeout): before, exit took 36-44 s on a hanging backend."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(sys.path),
-        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-        "TALLYSPAN_DB": str(tmp_path / "tallyspan.db"),
-    }
-    for name in (ENV_EXPORT_TIMEOUT, ENV_RETRY_MAX, ENV_SHUTDOWN_TIMEOUT, ENV_SPOOL):
-        env.pop(name, None)
+    env = _child_env(receiver, tmp_path, fast=False)
     # The same process with the backend up: interpreter start, imports, the work.
     baseline = _child(20, tmp_path / "baseline.json", "exit", env, flush_millis=0)
     _fault(fault)(receiver)
