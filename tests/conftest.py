@@ -45,8 +45,10 @@ _OTEL_ENV = (
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test gets its own store, no OTLP export from the environment, zeroed counters."""
+    """Each test gets its own store and OTLP spool, no OTLP export from the environment, zeroed counters."""
     monkeypatch.setenv("TALLYSPAN_DB", str(tmp_path / "tallyspan.db"))
+    # A test with store=None would otherwise spool into ./.tallyspan, and a later test send it.
+    monkeypatch.setenv("TALLYSPAN_SPOOL", str(tmp_path / "tallyspan.spool.db"))
     for name in _OTEL_ENV:
         monkeypatch.delenv(name, raising=False)
     tallyspan.reset_stats()

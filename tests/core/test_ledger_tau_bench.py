@@ -119,7 +119,9 @@ def _mutate(run: Run, mutation: str) -> tuple[list[Log], list[tuple[str, str | N
         return log, [("duplicate_log", target.call_id)]
     if mutation == "invent":
         log.insert(k + 1, Log(k, "call_invented_by_the_agent", "issue_refund", semconv.OUTCOME_SUCCEEDED))
-        return log, [("phantom_log", "call_invented_by_the_agent")]
+        # The id is the agent's own words and names no observed call: with capture off it stays in
+        # the process (the discrepancy carries the placeholder).
+        return log, [("phantom_log", semconv.LEDGER_UNOBSERVED)]
     if mutation == "flip":
         log[k] = replace(target, outcome=semconv.OUTCOME_SUCCEEDED)
         return log, [("mismatched_result", target.call_id)]
