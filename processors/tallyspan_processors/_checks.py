@@ -130,8 +130,11 @@ class ChecksProcessor(WrappingProcessor):
         content: ModelContent | None,
     ) -> CheckResult:
         start, end = span.start_time or 0, span.end_time or 0
-        if content is not None and (content.tool_calls or _requested_tools(attributes)):
-            content = None  # a step of the agent loop: only the non-text checks apply
+        if content is not None and (
+            content.tool_calls or _requested_tools(attributes) or attributes.get(semconv.STREAM_ABANDONED)
+        ):
+            # A step of the agent loop, or an answer the app stopped reading: only the non-text checks.
+            content = None
         prompt = content.prompt if content is not None else None
         output_key = hash(content.output_text.strip()) if content is not None else 0
         with self._lock:
