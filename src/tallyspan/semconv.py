@@ -145,6 +145,9 @@ FAILURE_CLASS: Final = "tallyspan.failure_class"
 """string: the most severe failure class among the violations."""
 VIOLATED: Final = "tallyspan.violated"
 """bool: true when the span has violations (Jaeger cannot search inside arrays)."""
+CHECK_ERRORS: Final = "tallyspan.check_errors"
+"""string[], on checked spans: the checks that could not run to the end (a rule that failed, the
+patterns' time budget); the other checks still ran. Absent when every check ran."""
 STREAM_ABANDONED: Final = "tallyspan.stream.abandoned"
 """bool, on model spans: the app stopped reading the stream before the model finished (no finish reason);
 the text checks do not judge the partial answer."""
