@@ -376,6 +376,22 @@ def test_a_local_root_is_a_run_and_a_child_without_run_operation_is_not(
     ]
 
 
+def test_a_root_whose_parent_is_in_another_process_is_a_run(provider: TracerProvider, db_path: Path) -> None:
+    """An agent called over HTTP: its server span's parent is remote, and it is a run here."""
+    remote_parent = trace.NonRecordingSpan(
+        trace.SpanContext(trace_id=0x1234, span_id=0x5678, is_remote=True, trace_flags=trace.TraceFlags(1))
+    )
+    tracer = provider.get_tracer("test")
+    with (
+        tracer.start_as_current_span("POST /agent", context=trace.set_span_in_context(remote_parent)),
+        tracer.start_as_current_span("chat m"),
+    ):
+        pass
+    assert _rows(db_path, "SELECT name, trace_id FROM runs") == [
+        {"name": "POST /agent", "trace_id": format(0x1234, "032x")}
+    ]
+
+
 def test_exporting_a_span_again_replaces_its_rows(exporter: SQLiteSpanExporter, db_path: Path) -> None:
     collected = _finished_spans(_agent_run)
     assert exporter.export(collected) is SpanExportResult.SUCCESS
