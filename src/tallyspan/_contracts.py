@@ -31,6 +31,8 @@ from typing import Any
 
 import regex
 import yaml
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -42,7 +44,9 @@ from pydantic import (
 )
 
 from tallyspan._errors import ContractError
+from tallyspan._jsonschema import compile_schema
 from tallyspan._language import SUPPORTED_LANGUAGES
+from tallyspan._repetition import DEFAULT_MAX_REPEATED_SHARE
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -93,9 +97,15 @@ class Contract(BaseModel):
     forbidden: list[str | NamedPattern] = Field(default_factory=list)
     """Regexes that must not match anywhere in the output."""
     json_schema: dict[str, Any] | None = None
-    """The output must be JSON valid against this schema (a subset: see ``_jsonschema``)."""
+    """The output must be JSON valid against this JSON Schema (the ``jsonschema`` library, draft 2020-12
+    unless ``$schema`` names another); checked at load."""
     allow_refusal: bool = False
     allow_reasoning: bool = False
+    allow_off_topic: bool = False
+    """When false (the default) and the prompt is known, an answer that ignores it is ``off_topic``."""
+    max_repeated_share: float | None = Field(default=DEFAULT_MAX_REPEATED_SHARE, gt=0, le=1)
+    """Most of the output that may be one unit repeated back to back; more is ``degenerate_repetition``.
+    None turns the check off."""
     claims: Claims | None = None
     """When set, claims not covered by ``claims.allowed`` are ``unearned_claim``."""
     deadline_s: float | None = Field(default=None, gt=0)
@@ -105,6 +115,7 @@ class Contract(BaseModel):
 
     _required: tuple[tuple[str, regex.Pattern[str]], ...] = PrivateAttr(default=())
     _forbidden: tuple[tuple[str, regex.Pattern[str]], ...] = PrivateAttr(default=())
+    _schema_validator: Validator | None = PrivateAttr(default=None)
 
     @field_validator("language")
     @classmethod
@@ -129,12 +140,23 @@ class Contract(BaseModel):
                 raise ValueError(f"invalid regex {pattern!r}: {exc}") from exc
         return value
 
+    @field_validator("json_schema")
+    @classmethod
+    def _schema_is_valid(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                compile_schema(value)
+            except SchemaError as exc:
+                raise ValueError(f"invalid JSON Schema: {exc.message}") from exc
+        return value
+
     @model_validator(mode="after")
     def _compile(self) -> Contract:
         if self.min_chars is not None and self.max_chars is not None and self.min_chars > self.max_chars:
             raise ValueError(f"min_chars {self.min_chars} > max_chars {self.max_chars}")
         self._required = tuple(_compiled(item) for item in self.required)
         self._forbidden = tuple(_compiled(item) for item in self.forbidden)
+        self._schema_validator = compile_schema(self.json_schema) if self.json_schema is not None else None
         return self
 
     @property
@@ -146,6 +168,11 @@ class Contract(BaseModel):
     def forbidden_patterns(self) -> tuple[tuple[str, regex.Pattern[str]], ...]:
         """(name, compiled regex) of each forbidden pattern."""
         return self._forbidden
+
+    @property
+    def schema_validator(self) -> Validator | None:
+        """The compiled ``json_schema`` validator, or None when the contract has no schema."""
+        return self._schema_validator
 
 
 def _compiled(item: str | NamedPattern) -> tuple[str, regex.Pattern[str]]:

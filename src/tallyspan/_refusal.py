@@ -84,12 +84,26 @@ _OPENERS = re.compile(
 )
 
 
+# Harmony (gpt-oss): the analysis channel is the model's scratchpad; the final channel is the answer.
+_HARMONY_ANALYSIS = re.compile(
+    r"(?s)(?:<\|start\|>\s*assistant\s*)?<\|channel\|>\s*analysis\s*<\|message\|>.*?"
+    r"(?:<\|end\|>|(?=<\|start\|>|<\|channel\|>)|\Z)"
+)
+_HARMONY_HEADER = re.compile(
+    r"(?:<\|start\|>\s*assistant\s*)?<\|channel\|>\s*\w+\s*(?:<\|constrain\|>[^<]*)?<\|message\|>"
+    r"|<\|(?:return|end|call)\|>"
+)
+
+
 def strip_reasoning(text: str) -> str:
-    """Return ``text`` without think blocks and anything before a lone closing tag."""
+    """Return ``text`` without think blocks, anything before a lone closing tag, and harmony analysis
+    messages (the final channel's message is kept, without its header)."""
     text = _THINK_BLOCK.sub("", text)
     closing = list(_LONE_CLOSE.finditer(text))
     if closing:
         text = text[closing[-1].end() :]
+    if "<|channel|>" in text:
+        text = _HARMONY_HEADER.sub("", _HARMONY_ANALYSIS.sub("", text))
     return text
 
 

@@ -92,3 +92,8 @@ def other_question_detail(
                 f"matches in-flight prompt #{index} ({other_score:.2f}) better than its own ({own_score:.2f})"
             )
     return None
+
+
+def off_topic_detail(output: str, prompt: str | None) -> str | None:
+    """Placeholder."""
+    return None

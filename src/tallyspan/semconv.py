@@ -147,6 +147,10 @@ VIOLATED: Final = "tallyspan.violated"
 """bool: true when the span has violations (Jaeger cannot search inside arrays)."""
 CONTRACT: Final = "tallyspan.contract"
 """string: the name of the contract the span was checked against."""
+CHECK_ERRORS: Final = "tallyspan.check_errors"
+"""string[]: sorted, unique names of the check rules that failed to run on the span's output (their
+verdict is missing; the other rules still ran): length, required, json_schema, forbidden, refusal,
+reasoning, claims, relevance, repetition, language, strip_reasoning. Absent when every rule ran."""
 
 TOOL_OUTCOME: Final = "tallyspan.tool.outcome"
 """string: succeeded, failed or rejected, on execute_tool spans."""
