@@ -19,16 +19,27 @@ _REFUSAL = re.compile(
     # English
     r"\bI(?:'m| am)\s+(?:sorry|afraid),?\s+(?:but\s+)?I\s+(?:can(?:'|no)t|cannot|am unable to|won't|will not)\b"
     r"|\bI\s+(?:can(?:'|no)t|cannot|won't|will not|am unable to|am not able to)\s+"
-    r"(?:help|assist|provide|fulfil|fulfill|comply|do that|answer|complete|create|write|generate)\b"
+    r"(?:help|assist|provide|fulfil|fulfill|comply|do that|answer|complete|create|write|generate|"
+    r"determine|tell|say|give|share|access|browse|embody|understand|offer|discuss|predict|identify)\b"
     r"|\bas an AI(?: language model)?,?\s+I\s+(?:can(?:'|no)t|cannot|don't|do not|am (?:not|unable))\b"
     r"|\bI\s+must\s+(?:decline|refuse)\b"
-    r"|\bI(?:'m| am)\s+sorry,?\s+(?:but\s+)?I\s+(?:don't|do not)\s+(?:know|understand)\b"
-    # Japanese
-    r"|申し訳(?:ありません|ございません|ない)(?:が|けれど)[^。\n]{0,60}?(?:でき(?:ません|かねます)|いたしかねます|控えさせて)"
+    r"|\bI(?:'m| am)\s+sorry,?\s+(?:but\s+)?I\s+(?:don't|do not)\s+(?:know|understand|have)\b"
+    r"|\bI\s+(?:don't|do not)\s+have\s+(?:enough|sufficient|access|the ability|any information)\b"
+    # Japanese: an apology followed by "cannot", "do not know", "have no information / ability"
+    r"|申し訳(?:ありません|ございません|ない)(?:が|けれど)[^。\n]{0,60}?"
+    r"(?:でき(?:ません|かねます)|いたしかねます|控えさせて|(?:知り|わかり|分かり|存じ)ません|"
+    r"(?:情報|データ|知識|能力|手段|権限|アクセス)(?:が|は|を)[^。\n]{0,12}?"
+    r"(?:ありません|ない|不足|持っていません|持ち合わせていません|(?:提供|与え|記載)されていません))"
     r"|(?:お答え|回答|お手伝い|対応|お応え|ご協力|提供|作成)(?:することは|は|が)?(?:でき(?:ません|かねます)|いたしかねます)"
     r"|(?:AI|人工知能|言語モデル|コンピューター?プログラム)(?:です|であり|である|として|なので|ですので)[^。\n]{0,60}?"
     r"(?:できません|持っていません|ありません)"
     r"|お断り(?:いたします|します|させていただきます)"
+    # Japanese: the premise is rejected ("such a situation cannot exist") or the role declined
+    # ("I have no feelings"), without apology words
+    r"|(?:その|この|そんな|そのような|このような)(?:状況|こと|事態|仮定|前提|質問)(?:は|には)"
+    r"(?:あり得ません|ありえません|起こり得ません|成り立ちません|存在しません|お答えできません|答えられません)"
+    r"|^(?:私|わたし)(?:は|には)[^。\n]{0,40}?(?:感情|意識|気持ち|心|身体|肉体|体|意見|経験)(?:を|は|が)"
+    r"(?:持ちません|持っていません|持たない|ありません)"
     # Chinese
     r"|(?:抱歉|对不起|對不起|很遗憾|很遺憾)[，,、]?\s*我(?:不能|无法|無法|没办法|不可以)"
     r"|作为(?:一个)?(?:AI|人工智能|语言模型)[^。\n]{0,20}?(?:不能|无法)"
@@ -39,19 +50,47 @@ _TEMPLATE = re.compile(r"(?s)<<SYS>>.*?<</SYS>>|<\|[^|<>\n]{1,40}\|>|\[/?INST\]"
 # A first sentence that only says the task cannot be done (no reason clause: "...ので、推測できません" explains).
 _JA_TASK_REFUSAL = re.compile(r"^[^。\n]{0,80}?(?:こと|の)は(?:でき(?:ません|かねます)|いたしかねます)。")
 _JA_REASON = re.compile(r"ので|ため|から")
-# "..., but I can ...": a disclaimer followed by the answer.
+# "..., but I can ...", "..., but if I were ...": a disclaimer followed by the answer.
 _BUT_I_CAN = re.compile(
-    r"(?i)(?:ただし|しかし|但是|不过|\bhowever\b|\bbut\b)[^。.!?\n]{0,60}?(?:できます|\bcan\b|可以)"
+    r"(?i)(?:ただし|しかし|但是|不过|\bhowever\b|\bbut\b|\bthat said\b)[^。.!?\n]{0,60}?"
+    r"(?:できます|\bcan\b|可以|仮に|仮定|想像|もし|としたら|だとしたら|\bif I were\b|\bimagin|\bhypothetical|假设|假如)"
 )
-#: A refusal is a short answer that says no near its start; a long answer with a caveat is an answer.
+_NOT_ASCII_LETTER = bytes(byte for byte in range(128) if not chr(byte).isalpha())
+#: A refusal is a short answer that says no at its start; a long answer with a caveat is an answer.
 _REFUSAL_WINDOW = 240
+#: The refusal is in the first sentence (after a greeting or thanks): at most this much of it before.
+_REFUSAL_LEAD_CHARS = 60
+_SENTENCE_END = re.compile(r"[。.!?！？\n]")
+_GREETING = re.compile(
+    r"(?i)\s*[^。.!?！？\n]{0,30}(?:ありがとう|こんにちは|こんばんは|\bhello\b|\bhi\b|\bthank|\bsure\b)"
+    r"[^。.!?！？\n]{0,20}[。.!?！？\n]\s*"
+)
+# The end of the model's turn: what follows (another "turn" the model made up) is not its answer.
+_END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end)\|>|</s>|\[/INST\]")
+#: Longest refusal, in characters, Latin letters counted a third (an English word says what about
+#: two Japanese characters do).
 _REFUSAL_MAX_CHARS = 400
 
 
+def _length(text: str) -> int:
+    compact = "".join(text.split())
+    letters = len(compact.encode("ascii", "ignore").translate(None, _NOT_ASCII_LETTER))
+    return len(compact) - letters + letters // 3
+
+
+def _first_turn(text: str) -> str:
+    """The text up to the first end-of-turn token that follows some content."""
+    for end in _END_OF_TURN.finditer(text):
+        if _TEMPLATE.sub("", text[: end.start()]).strip():
+            return text[: end.start()]
+    return text
+
+
 def is_refusal(text: str) -> bool:
-    """True when ``text`` is a refusal: a refusal phrase near the start of a short answer."""
-    text = _TEMPLATE.sub("", text)
-    if not text or len("".join(text.split())) > _REFUSAL_MAX_CHARS:
+    """True when ``text`` is a refusal: a short answer that opens by declining, and does not go on to
+    answer ("..., but I can", "..., but if I were ...")."""
+    text = _TEMPLATE.sub("", _first_turn(text))
+    if not text or _length(text) > _REFUSAL_MAX_CHARS:
         return False
     head = text.lstrip()[:_REFUSAL_WINDOW]
     found = _REFUSAL.search(head)
@@ -61,6 +100,12 @@ def is_refusal(text: str) -> bool:
             return False
         end = first.end()
     else:
+        lead = head[: found.start()]
+        greeting = _GREETING.match(lead)
+        if greeting:
+            lead = lead[greeting.end() :]
+        if len(lead) > _REFUSAL_LEAD_CHARS or _SENTENCE_END.search(lead.rstrip()):
+            return False  # an answer came first; a trailing apology does not take it back
         end = found.end()
     return _BUT_I_CAN.search(text, end, end + _REFUSAL_WINDOW) is None
 
