@@ -53,7 +53,8 @@ _JA_REASON = re.compile(r"ので|ため|から")
 # "..., but I can ...", "..., but if I were ...": a disclaimer followed by the answer.
 _BUT_I_CAN = re.compile(
     r"(?i)(?:ただし|しかし|但是|不过|\bhowever\b|\bbut\b|\bthat said\b)[^。.!?\n]{0,60}?"
-    r"(?:できます|\bcan\b|可以|仮に|仮定|想像|推測|もし|としたら|だとしたら|\bif I were\b|\bimagin|\bhypothetical|假设|假如)"
+    r"(?:できます|\bcan\b|可以|仮に|仮定|想像|推測|もし|としたら|だとしたら"
+    r"|\bif I were\b|\bimagin|\bhypothetical|假设|假如)"
 )
 _NOT_ASCII_LETTER = bytes(byte for byte in range(128) if not chr(byte).isalpha())
 #: A refusal is a short answer that says no at its start; a long answer with a caveat is an answer.

@@ -58,6 +58,7 @@ def test_result_to_dict_is_json_ready() -> None:
         "violations": [
             {"type": "too_short", "failure_class": "contract_violation", "detail": "2 chars < min_chars 10"}
         ],
+        "check_errors": [],
     }
 
 

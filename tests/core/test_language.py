@@ -58,7 +58,7 @@ def test_japanese_hard_cases_are_clean(text: str) -> None:
         ("Here is the summary of the quarterly report.", ["not_japanese"]),
         ("The Japanese word 「ありがとう」 means thank you.", ["not_japanese"]),
         ("이 보고서는 3분기 매출 분석 결과를 요약한 것입니다.", ["not_japanese"]),
-        ("```python\nimport os\nprint(os.environ)\n```", ["not_japanese"]),
+        ("```python\nimport os\nprint(os.environ)\n```", []),  # code only: no prose, no language
         ("このprojectのgoalはuserのexperienceをimproveすることです。", ["broken_language_mix"]),
         ("We need to 確認する the data before 提出します to the client.", ["broken_language_mix"]),
     ],
@@ -120,6 +120,11 @@ def test_hanzi_table_is_what_the_build_script_generates() -> None:
     assert frozenset(rare) == RARE_IN_JAPANESE
 
 
+#: Cases whose label the written definitions (labels/DEFINITIONS.md of japanese-mt-bench) now decide
+#: differently: a deliverable that is only code has no prose, hence no language to judge.
+DEFINITION_CHANGES = {"cd02": []}
+
+
 def _lang_cases(shared_data: Path) -> list[dict[str, object]]:
     path = shared_data / "lang-cases" / "cases.jsonl"
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -134,7 +139,7 @@ def test_lang_cases_all_labelled_as_expected(shared_data: Path) -> None:
         expected = case["expected"]
         assert isinstance(expected, dict)
         got = _types(str(case["text"]))
-        if got != sorted(expected["violations"]):
+        if got != sorted(DEFINITION_CHANGES.get(str(case["id"]), expected["violations"])):
             wrong.append((case["id"], expected["violations"], got))
     assert wrong == []
 
