@@ -88,8 +88,8 @@ _MIN_SENTENCE_WORDS = 4
 _MIN_QUOTED_KANA = 10
 #: Kana outside quotes that makes a text Japanese.
 _MIN_KANA = 2
-#: An English text with a few CJK characters (names, a glossed term) is English.
-_CJK_SHARE_OF_WORDS = 0.2
+#: A kana-less text with more Latin words than CJK characters is English (with a few kanji terms).
+_CJK_PER_WORD = 1
 _ENGLISH_REQUEST = re.compile(r"(?i)英語で|英語に|英訳|英文|英作文|\bin english\b|\binto english\b")
 
 
@@ -213,14 +213,18 @@ def _judge_sentences(prose: str, kinds: list[tuple[int, int, str]], found: _Engl
         sentence = prose[sentence_start:sentence_end]
         previous_end = sentence_end
         # Distinct words: a lowercase brand repeated (mixi ... mixi) is one name, not English grammar.
-        function = len({prose[start:end].lower() for start, end, kind in members if kind == "f"})
+        function_words = {prose[start:end] for start, end, kind in members if kind == "f"}
+        function = len({word.lower() for word in function_words})
         ordinary = len({prose[start:end] for start, end, kind in members if kind == "o"})
         if not function and not ordinary:
             continue
         if _CJK.search(sentence) is None:
             if len(members) >= _MIN_SENTENCE_WORDS and function and ordinary:
                 found.sentences += 1
-        elif function >= 2 or function + ordinary >= 3 or _english_phrase(prose, members):
+            continue
+        # Inside a Japanese sentence, capitalised function words belong to titles (The Last of Us).
+        function = len({word for word in function_words if word.islower() or word == "I"})
+        if function >= 2 or function + ordinary >= 3 or _english_phrase(prose, members):
             found.switches += 1
 
 
@@ -255,7 +259,7 @@ def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
         primary = "none"
     elif japanese:
         primary = "ja"
-    elif cjk < _CJK_SHARE_OF_WORDS * english.words:
+    elif cjk < _CJK_PER_WORD * english.words:
         primary = "en"  # a stray kanji or a glossed term in English prose does not make it Japanese
     elif not kana and han:
         primary = (

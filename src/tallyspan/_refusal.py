@@ -34,10 +34,7 @@ _REFUSAL = re.compile(
     r"|(?:AI|人工知能|言語モデル|コンピューター?プログラム)(?:です|であり|である|として|なので|ですので)[^。\n]{0,60}?"
     r"(?:できません|持っていません|ありません)"
     r"|お断り(?:いたします|します|させていただきます)"
-    # Japanese: the premise is rejected ("such a situation cannot exist") or the role declined
-    # ("I have no feelings"), without apology words
-    r"|(?:その|この|そんな|そのような|このような)(?:状況|こと|事態|仮定|前提|質問)(?:は|には)"
-    r"(?:あり得ません|ありえません|起こり得ません|成り立ちません|存在しません|お答えできません|答えられません)"
+    # Japanese: the role is declined ("I have no feelings"), without apology words
     r"|^(?:私|わたし)(?:は|には)[^。\n]{0,40}?(?:感情|意識|気持ち|心|身体|肉体|体|意見|経験)(?:を|は|が)"
     r"(?:持ちません|持っていません|持たない|ありません)"
     # Chinese
@@ -45,6 +42,14 @@ _REFUSAL = re.compile(
     r"|作为(?:一个)?(?:AI|人工智能|语言模型)[^。\n]{0,20}?(?:不能|无法)"
     r"|我(?:无法|無法|不能)(?:提供|回答|帮助|幫助|协助|協助|完成)"
 )
+# The premise rejected ("such a situation cannot exist"): a refusal only when nothing real follows,
+# since "impossible, because ..." can be the answer to a puzzle.
+_PREMISE_REJECTED = re.compile(
+    r"(?:その|この|そんな|そのような|このような)(?:状況|こと|事態|仮定|前提|質問)(?:は|には)"
+    r"(?:あり得ません|ありえません|起こり得ません|成り立ちません|存在しません|お答えできません|答えられません)[。.]?"
+)
+#: What may follow a rejected premise in a refusal ("ご了承ください。").
+_NOTHING_REAL_CHARS = 30
 # Chat-template debris a broken model echoes before its answer (<<SYS>>...<</SYS>>, <|im_end|>, [INST]).
 _TEMPLATE = re.compile(r"(?s)<<SYS>>.*?<</SYS>>|<\|[^|<>\n]{1,40}\|>|\[/?INST\]")
 # A first sentence that only says the task cannot be done (no reason clause: "...ので、推測できません" explains).
@@ -96,6 +101,9 @@ def is_refusal(text: str) -> bool:
     head = text.lstrip()[:_REFUSAL_WINDOW]
     found = _REFUSAL.search(head)
     if found is None:
+        premise = _PREMISE_REJECTED.search(head)
+        if premise is not None and not _SENTENCE_END.search(head[: premise.start()].rstrip()):
+            return len("".join(text.lstrip()[premise.end() :].split())) <= _NOTHING_REAL_CHARS
         first = _JA_TASK_REFUSAL.match(head)
         if first is None or _JA_REASON.search(first.group(0)):
             return False

@@ -55,6 +55,7 @@ _MIN_ANSWER_FEATURES = 20
 #: Off-topic: at most this many bigrams shared with the question and this share of its kanji ...
 _MAX_SHARED = 1
 _MAX_KANJI_COVERAGE = 0.15
+_MAX_HANZI_COVERAGE = 0.3
 #: ... or, with web-text marks, at most these (or no bigram shared at all, whatever the kanji).
 _MAX_SHARED_MARKED = 3
 _MAX_KANJI_COVERAGE_MARKED = 0.25
@@ -64,8 +65,10 @@ _MIN_ANSWER_WORDS = 15
 #: (names, products, years: CEO, JSON, 2021) and a long answer uses none of them.
 _MIN_ANCHORS = 2
 _MIN_ANCHORED_WORDS = 50
-#: An answer with fewer CJK characters than this per space-separated word is judged as English.
+#: A text with fewer CJK characters than this per space-separated word is English; with fewer kana than
+#: this, Chinese.
 _CJK_PER_WORD = 2
+_MIN_KANA = 2
 _KANJI = re.compile(r"[\u4E00-\u9FFF々]")
 _ANCHOR = re.compile(r"[A-Za-z][A-Za-z0-9]{2,}|\d{3,}")
 # A follow-up refers to the conversation instead of stating a topic.
@@ -143,6 +146,19 @@ def web_text_mark(answer: str, prompt: str = "") -> str | None:
     return None
 
 
+def _script(text: str) -> str:
+    """ja (kana), zh (han without kana) or en (mostly Latin words): what bigrams can be compared in."""
+    kana, han, _ = script_counts(text)
+    if kana + han < _CJK_PER_WORD * len(text.split()):
+        return "en"
+    return "ja" if kana >= _MIN_KANA else "zh"
+
+
+@lru_cache(maxsize=4096)
+def _prompt_script(prompt: str) -> str:
+    return _script(prompt)
+
+
 def off_topic_detail(output: str, prompt: str | None) -> str | None:
     """Return a content-free detail when ``output`` does not address ``prompt`` at all, else None."""
     if prompt is None or _FOLLOW_UP.search(prompt):
@@ -155,11 +171,11 @@ def off_topic_detail(output: str, prompt: str | None) -> str | None:
     shared = len(own & features)
     if shared > _MAX_SHARED_MARKED:
         return None  # the common case: an answer repeats its question's terms
+    script = _script(answer)
+    same_script = script != "en" and script == _prompt_script(prompt)
     words = len(answer.split())
-    kana, han, _ = script_counts(answer)
-    english = kana + han < _CJK_PER_WORD * words
-    if (english and (shared or words < _MIN_ANSWER_WORDS)) or (
-        not english and len(features) < _MIN_ANSWER_FEATURES
+    if (same_script and len(features) < _MIN_ANSWER_FEATURES) or (
+        not same_script and (shared or (words < _MIN_ANSWER_WORDS and len(features) < _MIN_ANSWER_FEATURES))
     ):
         return None
     mark = web_text_mark(answer, prompt)
@@ -168,15 +184,19 @@ def off_topic_detail(output: str, prompt: str | None) -> str | None:
         return (
             f"{mark}; shares none of the prompt's {len(own)} topic features" if mark and not shared else None
         )
-    if not english:
+    if same_script:
+        # Chinese writes its grammar in han too: its characters overlap by chance more than Japanese kanji.
+        kanji_cap = _MAX_KANJI_COVERAGE if script == "ja" else _MAX_HANZI_COVERAGE
         kanji = _prompt_kanji(prompt)
         coverage = sum(char in answer for char in kanji) / len(kanji) if kanji else 0.0
         found = f"shares {shared} of the prompt's {len(own)} topic features, {coverage:.0%} of its kanji"
-        if shared <= _MAX_SHARED and coverage < _MAX_KANJI_COVERAGE:
+        if shared <= _MAX_SHARED and coverage < kanji_cap:
             return found
         if mark and (coverage < _MAX_KANJI_COVERAGE_MARKED or not shared):
             return f"{mark}; {found}"
         return None
+    # Another language than the question's (an English or Chinese answer to a Japanese question): no
+    # bigram can be shared; web-text marks, or none of the question's names and numbers, tell.
     if mark:
         return f"{mark}; shares none of the prompt's {len(own)} topic features"
     anchors = _prompt_anchors(prompt)
