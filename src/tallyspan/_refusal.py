@@ -225,6 +225,11 @@ _TRIGGERS: dict[str, tuple[str, ...]] = {
         "業界", "世界", "国内", "日本", "市場", "シェア", "満足度", "行业", "业界", "全球",
     ),
 }  # fmt: skip
+# One alternation per kind: a single compiled scan instead of one substring search per trigger.
+_TRIGGER_PATTERNS: dict[str, re.Pattern[str]] = {
+    kind: re.compile("|".join(re.escape(trigger) for trigger in triggers))
+    for kind, triggers in _TRIGGERS.items()
+}
 # A percentage is a claim only beside what it claims: satisfaction, share, a comparison, an improvement,
 # customers. "目標の 46%", "CPU 97%" or "tests 95% passed" report the work itself and are not claims.
 _PERCENTAGE_CLAIM_CUES: tuple[str, ...] = (
@@ -264,9 +269,7 @@ def find_claims(text: str, allowed: Sequence[str]) -> list[str]:
     has_digit = _DIGIT.search(text) is not None
     found: list[str] = []
     for kind, pattern in _CLAIM_KINDS:
-        if not (kind == "customer" and has_digit) and not any(
-            trigger in lowered for trigger in _TRIGGERS[kind]
-        ):
+        if not (kind == "customer" and has_digit) and _TRIGGER_PATTERNS[kind].search(lowered) is None:
             continue
         for match in pattern.finditer(text):
             sentence = _normalize(_sentence_around(text, match.start(), match.end()))

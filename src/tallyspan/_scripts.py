@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
 
-__all__ = ["KANA", "ChineseEvidence", "chinese_evidence", "script_counts"]
+__all__ = ["KANA", "ChineseEvidence", "ScriptCounts", "chinese_evidence", "script_counts"]
 
 KANA = re.compile(r"[\u3041-\u309F\u30A1-\u30FA\u30FD-\u30FF\u31F0-\u31FF\uFF66-\uFF9D々〆]")
 HAN = re.compile(r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF]")
@@ -29,7 +30,17 @@ HAN = re.compile(r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF]")
 # --- script counts ---------------------------------------------------------------------------------
 # One bit per (high byte, low byte) rule; a code unit is in a script when its high byte's bit and
 # its low byte's bit agree. Each code unit matches at most one rule.
-_KANA_30, _KANA_31, _KANA_HALF, _HAN_ANY, _HAN_4D, _HANGUL_ANY, _HANGUL_31 = (1, 2, 4, 8, 16, 32, 64)
+_HIRAGANA, _KANA_31, _KANA_HALF, _HAN_ANY, _HAN_4D, _HANGUL_ANY, _HANGUL_31, _KATAKANA = (
+    1,
+    2,
+    4,
+    8,
+    16,
+    32,
+    64,
+    128,
+)
+_KANA_30 = _HIRAGANA | _KATAKANA
 _ANY_LOW = _HAN_ANY | _HANGUL_ANY
 
 
@@ -46,8 +57,10 @@ def _tables() -> tuple[bytes, bytes]:
         high[byte] = _HANGUL_ANY
     for byte in range(256):
         bits = _ANY_LOW
-        if 0x41 <= byte <= 0x9F or 0xA1 <= byte <= 0xFA or byte >= 0xFD or byte in (0x05, 0x06):
-            bits |= _KANA_30  # hiragana, katakana, 々 and 〆 (not 「」、。 nor ・ー)
+        if 0x41 <= byte <= 0x9F or byte in (0x05, 0x06):
+            bits |= _HIRAGANA  # hiragana, 々 and 〆 (not 「」、。)
+        if 0xA1 <= byte <= 0xFA or byte >= 0xFD:
+            bits |= _KATAKANA  # katakana (not ・ー)
         if byte >= 0xF0:
             bits |= _KANA_31  # katakana phonetic extensions
         if 0x66 <= byte <= 0x9D:
@@ -63,17 +76,28 @@ def _tables() -> tuple[bytes, bytes]:
 _HIGH_TABLE, _LOW_TABLE = _tables()
 
 
-def script_counts(text: str) -> tuple[int, int, int]:
-    """(kana, han, hangul) characters in ``text``."""
+class ScriptCounts(NamedTuple):
+    """Characters of each script in a text."""
+
+    kana: int
+    han: int
+    hangul: int
+    katakana: int
+    """Full-width katakana (part of ``kana``): loanwords and names, content like han."""
+
+
+def script_counts(text: str) -> ScriptCounts:
+    """(kana, han, hangul, katakana) characters in ``text``."""
     if text.isascii():
-        return 0, 0, 0
+        return ScriptCounts(0, 0, 0, 0)
     units = text.encode("utf-16-be", "surrogatepass")
     high = units[0::2].translate(_HIGH_TABLE)
     low = units[1::2].translate(_LOW_TABLE)
     both = (int.from_bytes(high, "big") & int.from_bytes(low, "big")).to_bytes(len(high), "big")
-    kana = both.count(_KANA_30) + both.count(_KANA_31) + both.count(_KANA_HALF)
+    katakana = both.count(_KATAKANA)
+    kana = both.count(_HIRAGANA) + katakana + both.count(_KANA_31) + both.count(_KANA_HALF)
     han = both.count(_HAN_ANY) + both.count(_HAN_4D)
-    return kana, han, both.count(_HANGUL_ANY) + both.count(_HANGUL_31)
+    return ScriptCounts(kana, han, both.count(_HANGUL_ANY) + both.count(_HANGUL_31), katakana)
 
 
 # --- Chinese evidence ------------------------------------------------------------------------------
@@ -91,10 +115,10 @@ _FUNCTION_BIGRAMS = "可以|但是|所以|如果|任何|如有|已經|沒有|什
 _CHINESE_BIGRAMS = re.compile(_FUNCTION_BIGRAMS)
 _CHINESE_ONLY_CLASS = "".join(sorted(CHINESE_ONLY))
 _CHINESE_ONLY_RE = re.compile(f"[{re.escape(_CHINESE_ONLY_CLASS)}]")
-# Any sign of Chinese at all: ordinary Japanese usually has only 的, 在 or 了 inside compounds.
-_HINT = re.compile(
+# Any sign of Chinese at all: ordinary Japanese usually has only 的, 在 or 了 inside compounds. Two
+# patterns, since a character class alone lets the engine skip text fast and an alternation does not.
+_HINT_CHARS = re.compile(
     f"[{re.escape(_CHINESE_ONLY_CLASS + ''.join(sorted(RARE_IN_JAPANESE)) + _FUNCTION_CHARS)}的]"
-    f"|{_FUNCTION_BIGRAMS}"
 )
 _CLAUSE_DELIMITERS = "。！？!?\n、，,；;：:"
 _CLAUSE_END = re.compile(f"[{_CLAUSE_DELIMITERS}]")
@@ -151,10 +175,14 @@ def chinese_evidence(prose: str, text_has_kana: bool) -> ChineseEvidence:
     the text has no kana), and Japanese clauses holding Chinese-only character forms (結肠炎)."""
     clauses = chars = total = 0
     seen_end = -1
-    for hint in _HINT.finditer(prose):
-        if hint.start() < seen_end:
+    hints = sorted(
+        [match.start() for match in _HINT_CHARS.finditer(prose)]
+        + [match.start() for match in _CHINESE_BIGRAMS.finditer(prose)]
+    )
+    for position in hints:
+        if position < seen_end:
             continue
-        start, end = _clause_around(prose, hint.start())
+        start, end = _clause_around(prose, position)
         seen_end = end
         clause = prose[start:end]
         if KANA.search(clause):
