@@ -42,12 +42,16 @@ _GLOSS = re.compile(
     r"[（(][^（）()\n\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF\u3041-\u309F\u30A1-\u30FF\u31F0-\u31FF\uFF66-\uFF9D]{1,80}[）)]"
 )
 # TeX math: \[...\], \(...\), $$...$$, $...$ and \commands.
-_MATH = re.compile(r"(?s)\\\[.*?\\\]|\\\(.*?\\\)|\$\$.*?\$\$|\$[^$\n]{1,200}\$|\\[A-Za-z]+")
+# Each span ends at the next opener too, so unclosed ones cost one pass.
+_MATH = re.compile(
+    r"(?s)\\\[(?:(?!\\[\[\]]).)*\\\]|\\\((?:(?!\\[()]).)*\\\)|\$\$(?:(?!\$\$).)*\$\$|\$[^$\n]{1,200}\$"
+    r"|\\[A-Za-z]+"
+)
 # Chat-template and markup tokens (<|im_end|>, <<SYS>>, </s>) are not words of any language.
 _MARKUP = re.compile(r"<\|[^|<>\n]{1,40}\|>|<<?/?[A-Za-z_]{1,20}>>?")
 # Quotes: 「」『』"" “” and '...' around CJK text (an apostrophe in English is not a quote).
 _QUOTED = re.compile(
-    r"「[^」\n]{0,400}」|『[^』\n]{0,400}』|\"[^\"\n]{0,400}\"|“[^”\n]{0,400}”"
+    r"「[^」「\n]{0,400}」|『[^』『\n]{0,400}』|\"[^\"\n]{0,400}\"|“[^”“\n]{0,400}”"
     r"|'[^'\n]{0,400}?[\u3041-\u30FF\u4E00-\u9FFF][^'\n]{0,400}?'"
 )
 _QUOTE_MARKS = ("「", "『", '"', "“", "'", "(", "（")

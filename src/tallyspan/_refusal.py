@@ -10,7 +10,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-__all__ = ["find_claims", "find_reasoning_leak", "is_refusal", "strip_reasoning"]
+__all__ = ["find_claims", "find_reasoning_leak", "first_turn", "is_refusal", "strip_reasoning"]
 
 # --- refusal ---------------------------------------------------------------------------------------
 
@@ -51,7 +51,8 @@ _PREMISE_REJECTED = re.compile(
 #: What may follow a rejected premise in a refusal ("ご了承ください。").
 _NOTHING_REAL_CHARS = 30
 # Chat-template debris a broken model echoes before its answer (<<SYS>>...<</SYS>>, <|im_end|>, [INST]).
-_TEMPLATE = re.compile(r"(?s)<<SYS>>.*?<</SYS>>|<\|[^|<>\n]{1,40}\|>|\[/?INST\]")
+# A system block ends at the next <<SYS>> too, so a thousand unclosed ones cost one pass, not a thousand.
+_TEMPLATE = re.compile(r"(?s)<<SYS>>(?:(?!<<SYS>>|<</SYS>>).)*<</SYS>>|<\|[^|<>\n]{1,40}\|>|\[/?INST\]")
 # A first sentence that only says the task cannot be done (no reason clause: "...ので、推測できません" explains).
 _JA_TASK_REFUSAL = re.compile(r"^[^。\n]{0,80}?(?:こと|の)は(?:でき(?:ません|かねます)|いたしかねます)。")
 _JA_REASON = re.compile(r"ので|ため|から")
@@ -66,13 +67,18 @@ _NOT_ASCII_LETTER = bytes(byte for byte in range(128) if not chr(byte).isalpha()
 _REFUSAL_WINDOW = 240
 #: The refusal is in the first sentence (after a greeting or thanks): at most this much of it before.
 _REFUSAL_LEAD_CHARS = 60
-_SENTENCE_END = re.compile(r"[。.!?！？\n]")
+_LEAD_SENTENCE_END = re.compile(r"[。.!?！？\n]")
 _GREETING = re.compile(
     r"(?i)\s*[^。.!?！？\n]{0,30}(?:ありがとう|こんにちは|こんばんは|\bhello\b|\bhi\b|\bthank|\bsure\b)"
     r"[^。.!?！？\n]{0,20}[。.!?！？\n]\s*"
 )
 # The end of the model's turn: what follows (another "turn" the model made up) is not its answer.
 _END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end)\|>|</s>|\[/INST\]")
+# Whitespace and chat-template markup before the model's first words.
+_LEADING_MARKUP = re.compile(
+    r"(?:\s+|<<SYS>>(?:(?!<<SYS>>|<</SYS>>).)*<</SYS>>|<\|[^|<>\n]{1,40}\|>|<<?/?[A-Za-z_]{1,20}>>?|\[/?INST\]|</s>)*",
+    re.DOTALL,
+)
 #: Longest refusal, in characters, Latin letters counted a third (an English word says what about
 #: two Japanese characters do).
 _REFUSAL_MAX_CHARS = 400
@@ -84,25 +90,24 @@ def _length(text: str) -> int:
     return len(compact) - letters + letters // 3
 
 
-def _first_turn(text: str) -> str:
-    """The text up to the first end-of-turn token that follows some content."""
-    for end in _END_OF_TURN.finditer(text):
-        if _TEMPLATE.sub("", text[: end.start()]).strip():
-            return text[: end.start()]
-    return text
+def first_turn(text: str) -> str:
+    """The text up to the first end-of-turn token that follows some content (one linear pass)."""
+    start = _LEADING_MARKUP.match(text)
+    end = _END_OF_TURN.search(text, start.end() if start else 0)
+    return text[: end.start()] if end else text
 
 
 def is_refusal(text: str) -> bool:
     """True when ``text`` is a refusal: a short answer that opens by declining, and does not go on to
     answer ("..., but I can", "..., but if I were ...")."""
-    text = _TEMPLATE.sub("", _first_turn(text))
+    text = _TEMPLATE.sub("", first_turn(text))
     if not text or _length(text) > _REFUSAL_MAX_CHARS:
         return False
     head = text.lstrip()[:_REFUSAL_WINDOW]
     found = _REFUSAL.search(head)
     if found is None:
         premise = _PREMISE_REJECTED.search(head)
-        if premise is not None and not _SENTENCE_END.search(head[: premise.start()].rstrip()):
+        if premise is not None and not _LEAD_SENTENCE_END.search(head[: premise.start()].rstrip()):
             return len("".join(text.lstrip()[premise.end() :].split())) <= _NOTHING_REAL_CHARS
         first = _JA_TASK_REFUSAL.match(head)
         if first is None or _JA_REASON.search(first.group(0)):
@@ -113,7 +118,7 @@ def is_refusal(text: str) -> bool:
         greeting = _GREETING.match(lead)
         if greeting:
             lead = lead[greeting.end() :]
-        if len(lead) > _REFUSAL_LEAD_CHARS or _SENTENCE_END.search(lead.rstrip()):
+        if len(lead) > _REFUSAL_LEAD_CHARS or _LEAD_SENTENCE_END.search(lead.rstrip()):
             return False  # an answer came first; a trailing apology does not take it back
         end = found.end()
     return _BUT_I_CAN.search(text, end, end + _REFUSAL_WINDOW) is None
@@ -242,6 +247,9 @@ _PERCENTAGE_CLAIM_CUES: tuple[str, ...] = (
 )  # fmt: skip
 _DIGIT = re.compile(r"\d")
 _SENTENCE_END = re.compile(r"[。！？!?\n]|\.(?:\s|$)")
+_UP_TO_SENTENCE_END = re.compile(r"(?s).*(?:[。！？!?\n]|\.(?:\s|$))")
+#: A claim's sentence is looked for this far either side of it.
+_SENTENCE_REACH = 200
 
 
 def _normalize(text: str) -> str:
@@ -252,9 +260,12 @@ def _normalize(text: str) -> str:
 
 
 def _sentence_around(text: str, start: int, end: int) -> str:
-    left = max((m.end() for m in _SENTENCE_END.finditer(text, 0, start)), default=0)
-    right_match = _SENTENCE_END.search(text, end)
-    return text[left : right_match.end() if right_match else len(text)]
+    """The sentence around a claim, at most ``_SENTENCE_REACH`` characters either side (linear overall)."""
+    lower = max(start - _SENTENCE_REACH, 0)
+    before = _UP_TO_SENTENCE_END.match(text, lower, start)
+    right_match = _SENTENCE_END.search(text, end, end + _SENTENCE_REACH)
+    right = right_match.end() if right_match else min(end + _SENTENCE_REACH, len(text))
+    return text[before.end() if before else lower : right]
 
 
 def find_claims(text: str, allowed: Sequence[str]) -> list[str]:

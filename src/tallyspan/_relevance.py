@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from tallyspan._refusal import first_turn
 from tallyspan._scripts import script_counts
 
 __all__ = ["off_topic_detail", "other_question_detail", "web_text_mark"]
@@ -53,9 +54,10 @@ _STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 _TOKEN_BYTES = bytes(byte if 0x30 <= byte <= 0x39 or 0x61 <= byte <= 0x7A else 0x20 for byte in range(256))
 #: The answer is read this far: its topic shows at its start, and a long answer costs no more.
 _ANSWER_WINDOW = 1500
-# The end of the model's turn, and chat-template markup: what follows is not this answer.
-_END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end)\|>|</s>|\[/INST\]")
-_MARKUP = re.compile(r"(?s)<<SYS>>.*?<</SYS>>|<\|[^|<>\n]{1,40}\|>|<<?/?[A-Za-z_]{1,20}>>?|\[/?INST\]")
+# Chat-template markup: not words of the answer.
+_MARKUP = re.compile(
+    r"(?s)<<SYS>>(?:(?!<<SYS>>|<</SYS>>).)*<</SYS>>|<\|[^|<>\n]{1,40}\|>|<<?/?[A-Za-z_]{1,20}>>?|\[/?INST\]"
+)
 _KANJI = re.compile(r"[\u4E00-\u9FFF々]")
 #: Testing more bigrams than this against one answer is cheaper through an index of its bigrams.
 _INDEX_AFTER = 120
@@ -142,11 +144,7 @@ def _answer(output: str) -> _Answer:
 def _first_turn(output: str) -> str:
     """The answer up to the end of the model's turn, without chat-template markup, first chars only."""
     if "<" in output or "[" in output:
-        for end in _END_OF_TURN.finditer(output):
-            if _MARKUP.sub("", output[: end.start()]).strip():
-                output = output[: end.start()]
-                break
-        output = _MARKUP.sub(" ", output)
+        output = _MARKUP.sub(" ", first_turn(output))
     return output.strip()[:_ANSWER_WINDOW]
 
 
