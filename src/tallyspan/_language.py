@@ -55,12 +55,14 @@ _QUOTED = re.compile(
     r"|'[^'\n]{0,400}?[\u3041-\u30FF\u4E00-\u9FFF][^'\n]{0,400}?'"
 )
 _QUOTE_MARKS = ("「", "『", '"', "“", "'", "(", "（")
-# A line without CJK that is code: starts like code, ends like code, or is dense with code symbols.
+# A line without CJK that is code: starts like code, ends like code, or is an assignment or formula;
+# never a line with four words in a row (English prose that happens to hold "=" or end in ";").
 _CODE_LINE = re.compile(
-    r"(?m)^[ \t]*(?:[{}\[\]]|//|/\*|\*/|#include|import |from \S+ import|package |def |class |func |"
-    r"return\b|var |let |const |public |private |echo |print\(|\$)[^\n]*$"
-    r"|^[^\n\u3040-\u9FFF]*[;{}][ \t]*$"
-    r"|^[^\n\u3040-\u9FFF]*=[^\n\u3040-\u9FFF]*$"
+    r"(?m)^(?![^\n]*?[A-Za-z]{2,} [A-Za-z]{2,} [A-Za-z]{2,} [A-Za-z]{2,})"
+    r"(?:[ \t]*(?:[{}\[\]]|//|/\*|\*/|#include|import |from \S+ import|package |def |class |func |"
+    r"return\b|var |let |const |public |private |echo |print\(|\$)[^\n]*"
+    r"|[^\n\u3040-\u9FFF]*[;{}][ \t]*"
+    r"|[^\n\u3040-\u9FFF]*=[^\n\u3040-\u9FFF]*)$"
 )
 _CODE_SIGNS = (";", "{", "}", "=", "$", "import ", "#include", "//", "/*")
 
@@ -92,8 +94,12 @@ _NOT_WORDS = frozenset(
 _MIN_SENTENCE_WORDS = 4
 #: Kana inside quotes that makes a text Japanese (a quoted paragraph, not a quoted word or two).
 _MIN_QUOTED_KANA = 10
-#: Kana outside quotes that makes a text Japanese.
-_MIN_KANA = 2
+#: Kana outside quotes that makes a text Japanese without a Japanese sentence ending (です。) ...
+_MIN_KANA = 10
+#: ... or this much kana per Latin word.
+_KANA_PER_WORD = 0.1
+# A Japanese sentence ends in hiragana and a full stop (です。ました！): Japanese grammar, not a term.
+_JAPANESE_SENTENCE_END = re.compile(r"[\u3041-\u309F][。！？]")
 #: A kana-less text with more Latin words than CJK characters is English (with a few kanji terms).
 _CJK_PER_WORD = 1
 _ENGLISH_REQUEST = re.compile(r"(?i)英語で|英語に|英訳|英文|英作文|\bin english\b|\binto english\b")
@@ -124,11 +130,14 @@ class ScriptProfile:
     """Sentences with CJK text that switch to English part-way."""
     quoted_kana: int = 0
     """Kana inside quotes."""
+    japanese_sentences: bool = False
+    """True when the prose has a Japanese sentence (hiragana before a full stop)."""
 
     @property
     def japanese(self) -> bool:
-        """True when the prose is (at least partly) Japanese: it has kana of its own or a quoted passage."""
-        return _is_japanese(self.kana, self.quoted_kana, self.words)
+        """True when the prose is (at least partly) Japanese: a Japanese sentence, enough kana of its own
+        or in a quoted passage."""
+        return _is_japanese(self.kana, self.quoted_kana, self.words, self.japanese_sentences)
 
 
 @dataclass
@@ -248,8 +257,17 @@ def _english_phrase(prose: str, members: list[tuple[int, int, str]]) -> bool:
     return False
 
 
-def _is_japanese(kana: int, quoted_kana: int, words: int) -> bool:
-    return kana >= _MIN_KANA or quoted_kana >= _MIN_QUOTED_KANA or (kana + quoted_kana > 0 and not words)
+def _is_japanese(kana: int, quoted_kana: int, words: int, sentence_end: bool = False) -> bool:
+    """Japanese prose: a Japanese sentence, a good deal of kana, or kana in some proportion to the Latin
+    words. A few Japanese terms inside English prose (a heading "教師あり学習") do not make it Japanese;
+    Japanese verbs inside English grammar ("We need to 確認する the data") do."""
+    return (
+        sentence_end
+        or kana >= _MIN_KANA
+        or quoted_kana >= _MIN_QUOTED_KANA
+        or (kana > 0 and kana >= _KANA_PER_WORD * words)
+        or (quoted_kana > 0 and not words)
+    )
 
 
 def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
@@ -258,7 +276,8 @@ def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
     english = _word_kinds(prose) if has_letters else _English()
     cjk = kana + han
     chinese = chinese_evidence(prose, kana > 0) if han else None
-    japanese = _is_japanese(kana, quoted_kana, english.words)
+    sentence_end = bool(kana) and _JAPANESE_SENTENCE_END.search(prose) is not None
+    japanese = _is_japanese(kana, quoted_kana, english.words, sentence_end)
     if hangul and hangul >= cjk:
         primary = "ko"
     elif not cjk and not english.words:
@@ -286,6 +305,7 @@ def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
         english.sentences,
         english.switches,
         quoted_kana,
+        sentence_end,
     )
 
 

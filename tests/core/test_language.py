@@ -199,6 +199,13 @@ def test_code_data_math_titles_and_single_words_are_not_a_language_problem(text:
         # no kana in the prose: not Japanese, whatever kanji or quoted words it has
         ("Japanese culture values 礼節 (respect), so courtesy matters in business meetings.", ["not_japanese"]),
         ("Here is how you say it: 「ありがとう」 means thank you.", ["not_japanese"]),
+        # Japanese terms as headings of English paragraphs: still English prose
+        ("Machine learning has three main types.\n1. **教師あり学習**: This type requires labeled data sets, "
+         "where each example has been classified by a human.\n2. **教師なし学習**: In this type there is no "
+         "labeled data, and the algorithm must discover patterns itself.", ["not_japanese"]),
+        # English prose that holds a formula is prose, not code
+        ("The given function is f(x) = 4x^3 - 9x - 14. To find the value of f(2), we substitute x = 2.",
+         ["not_japanese"]),
         ("Run the following command:\n```bash\npip install -r requirements.txt\n```", ["not_japanese"]),
         ("我们认为这个方案是目前最好的选择。", ["not_japanese"]),
     ],
