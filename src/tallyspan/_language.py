@@ -96,8 +96,6 @@ _MIN_SENTENCE_WORDS = 4
 _MIN_QUOTED_KANA = 10
 #: Kana outside quotes that makes a text Japanese without a Japanese sentence ending (です。) ...
 _MIN_KANA = 10
-#: ... or this much kana per Latin word.
-_KANA_PER_WORD = 0.1
 # A Japanese sentence ends in hiragana and a full stop (です。ました！): Japanese grammar, not a term.
 _JAPANESE_SENTENCE_END = re.compile(r"[\u3041-\u309F][。！？]")
 #: A kana-less text with more Latin words than CJK characters is English (with a few kanji terms).
@@ -137,7 +135,9 @@ class ScriptProfile:
     def japanese(self) -> bool:
         """True when the prose is (at least partly) Japanese: a Japanese sentence, enough kana of its own
         or in a quoted passage."""
-        return _is_japanese(self.kana, self.quoted_kana, self.words, self.japanese_sentences)
+        return _is_japanese(
+            self.kana, self.quoted_kana, self.words, self.japanese_sentences, self.english_sentences
+        )
 
 
 @dataclass
@@ -257,15 +257,15 @@ def _english_phrase(prose: str, members: list[tuple[int, int, str]]) -> bool:
     return False
 
 
-def _is_japanese(kana: int, quoted_kana: int, words: int, sentence_end: bool = False) -> bool:
-    """Japanese prose: a Japanese sentence, a good deal of kana, or kana in some proportion to the Latin
-    words. A few Japanese terms inside English prose (a heading "教師あり学習") do not make it Japanese;
-    Japanese verbs inside English grammar ("We need to 確認する the data") do."""
+def _is_japanese(kana: int, quoted_kana: int, words: int, sentence_end: bool, english_sentences: int) -> bool:
+    """Japanese prose: a Japanese sentence, a good deal of kana, or kana with no whole English sentence
+    around. A few Japanese terms as headings of English paragraphs ("教師あり学習") do not make a text
+    Japanese; Japanese verbs inside English grammar ("We need to 確認する the data") do."""
     return (
         sentence_end
         or kana >= _MIN_KANA
         or quoted_kana >= _MIN_QUOTED_KANA
-        or (kana > 0 and kana >= _KANA_PER_WORD * words)
+        or (kana > 0 and not english_sentences)
         or (quoted_kana > 0 and not words)
     )
 
@@ -277,7 +277,7 @@ def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
     cjk = kana + han
     chinese = chinese_evidence(prose, kana > 0) if han else None
     sentence_end = bool(kana) and _JAPANESE_SENTENCE_END.search(prose) is not None
-    japanese = _is_japanese(kana, quoted_kana, english.words, sentence_end)
+    japanese = _is_japanese(kana, quoted_kana, english.words, sentence_end, english.sentences)
     if hangul and hangul >= cjk:
         primary = "ko"
     elif not cjk and not english.words:
