@@ -145,9 +145,6 @@ FAILURE_CLASS: Final = "tallyspan.failure_class"
 """string: the most severe failure class among the violations."""
 VIOLATED: Final = "tallyspan.violated"
 """bool: true when the span has violations (Jaeger cannot search inside arrays)."""
-CHECK_ERRORS: Final = "tallyspan.check_errors"
-"""string[], on checked spans: the checks that could not run to the end (a rule that failed, the
-patterns' time budget); the other checks still ran. Absent when every check ran."""
 STREAM_ABANDONED: Final = "tallyspan.stream.abandoned"
 """bool, on model spans: the app stopped reading the stream before the model finished (no finish reason);
 the text checks do not judge the partial answer."""
@@ -157,6 +154,12 @@ RUN_VIOLATION_TYPES: Final = "tallyspan.run.violation_types"
 """string[], on run spans: sorted, unique types of the violations below it."""
 CONTRACT: Final = "tallyspan.contract"
 """string: the name of the contract the span was checked against."""
+CHECK_ERRORS: Final = "tallyspan.check_errors"
+"""string[]: sorted, unique names of the check rules that failed to run on the span's output (their
+verdict is missing; the other rules still ran): length, required, json_schema, forbidden, refusal,
+reasoning, claims, relevance, repetition, language, strip_reasoning; ``pattern_budget`` when the
+contract's patterns ran out of time together; ``checks`` when the engine as a whole failed. Absent when
+every rule ran."""
 
 TOOL_OUTCOME: Final = "tallyspan.tool.outcome"
 """string: succeeded, failed or rejected, on execute_tool spans."""

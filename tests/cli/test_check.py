@@ -50,6 +50,7 @@ def test_a_clean_output_from_stdin_exits_0_with_the_json_result(contracts: Path)
             "violation_types": [],
             "failure_class": None,
             "violations": [],
+            "check_errors": [],
         },
     }
 

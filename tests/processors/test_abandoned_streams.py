@@ -21,7 +21,12 @@ from tallyspan import semconv
 from tallyspan.testing import AnthropicServer, OpenAICompatibleServer, ScriptedReply
 
 #: Long enough to stream in several chunks; English, so every text check would fire on it.
-ANSWER = "The weekly report is finished and every customer ticket was answered on time. " * 4
+ANSWER = (
+    "The weekly report is finished and every customer ticket was answered on time. "
+    "Two releases shipped on Tuesday, and the database migration ran without downtime. "
+    "Support volume fell by a tenth after the new help pages went live on Thursday. "
+    "Next week the team will focus on the billing export that finance asked for."
+)
 CONTRACTS = {"contracts": {"report": {"language": "ja", "min_chars": 1000}}}
 USER: Any = [{"role": "user", "content": "今週の報告を書いてください。"}]
 
