@@ -119,6 +119,10 @@ def _start_key(span: SpanData) -> tuple[int, int]:
     return (span.start_unix_nano or 0, span.end_unix_nano or 0)
 
 
+def _unique(spans: Sequence[SpanData]) -> list[SpanData]:
+    return list({span.span_id: span for span in spans}.values())
+
+
 def _steps(spans: Sequence[SpanData]) -> list[SpanData]:
     return sorted((s for s in spans if s.is_model_call or s.is_tool_call), key=_start_key)
 
@@ -233,7 +237,7 @@ def _evidence(
 ) -> list[Evidence]:
     index = {span.span_id: i for i, span in enumerate(steps)}
     found: list[Evidence] = []
-    for span in [run, *spans]:
+    for span in _unique([run, *spans]):
         contract = contracts.contracts.get(span.contract) if contracts and span.contract else None
         for violation in span.violations:
             rule = explain(violation.type, violation.detail, contract)
@@ -268,7 +272,7 @@ def _evidence(
                     discrepancy.call_id,
                 )
             )
-    for span in [*steps, run]:
+    for span in _unique([*steps, run]):
         if span.error_type and not span.violations:
             what = f"tool {span.tool_name}" if span.is_tool_call else span.name
             found.append(
@@ -294,7 +298,7 @@ def diagnose(
     contracts: ContractSet | None = None,
 ) -> tuple[list[SpanData], dict[str, Any]] | None:
     """The steps of one run and its rule-based diagnosis; None when the run did not fail."""
-    steps = _steps(spans)
+    steps = _steps([run, *spans])  # a lone model call is a run and its own one step
     evidence = _evidence(run, spans, steps, ledgers, contracts)
     verdicts = [e for e in evidence if e.kind != EVIDENCE_ERROR]
     if not verdicts and not (run.error_type and evidence):

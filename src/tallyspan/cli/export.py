@@ -51,6 +51,7 @@ __all__ = ["DIAGNOSIS", "FAILURE_LOGS", "ExportResult", "command", "export", "pa
 FAILURE_LOGS: Final = "failure-logs"
 DIAGNOSIS: Final = "diagnosis"
 CARD_NAME: Final = "README.md"
+_MAX_UNIX_NANO: Final = 2**63 - 1
 _CARD_HEAD_LINES: Final = 12  # the front matter, then the marker
 
 
@@ -88,10 +89,15 @@ def parse_when(text: str, option: str) -> int:
             raise click.BadParameter(
                 f"{text!r} is neither an ISO-8601 time (2026-05-01T09:00Z) nor an age (7d)", param_hint=option
             ) from None
-        return int((datetime.now(timezone.utc).timestamp() - seconds) * 1e9)
+        return _clamped((datetime.now(timezone.utc).timestamp() - seconds) * 1e9)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1e9)
+    return _clamped(moment.timestamp() * 1e9)
+
+
+def _clamped(unix_nano: float) -> int:
+    # Span times are signed 64-bit nanoseconds (to the year 2262): a later bound means "no end".
+    return max(0, min(int(unix_nano), _MAX_UNIX_NANO))
 
 
 def _check_names(values: tuple[str, ...], known: set[str], what: str) -> frozenset[str]:
