@@ -178,7 +178,9 @@ class TallyspanRecorder:
                     span_id=_span_id(span),
                     stage=None if stage is None else str(stage),
                     contract=None if contract is None else str(contract),
-                    types=tuple(str(kind) for kind in types) if isinstance(types, Sequence) else (str(types),),
+                    types=tuple(str(kind) for kind in types)
+                    if isinstance(types, Sequence)
+                    else (str(types),),
                     failure_class=None if failure_class is None else str(failure_class),
                     details=details,
                     output=_output_text(attributes) if self.capture_content else None,
