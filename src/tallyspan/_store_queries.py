@@ -24,7 +24,6 @@ from typing import Any
 
 from tallyspan import semconv
 from tallyspan._datasets._model import (
-    DiscrepancyData,
     EntryData,
     LedgerData,
     TraceData,
@@ -32,6 +31,7 @@ from tallyspan._datasets._model import (
     span_data,
 )
 from tallyspan._errors import TallyspanError
+from tallyspan._ledger import Discrepancy
 from tallyspan._store_schema import LEDGER_ENTRIES, LEDGER_RECONCILIATIONS, RUNS, SPANS, VIOLATIONS, connect
 
 __all__ = [
@@ -587,7 +587,7 @@ def _trace_data(db: sqlite3.Connection, trace_id: str) -> TraceData:
             balanced=_bool(row["balanced"]),
             protocol_ok=_bool(row["protocol_ok"]),
             discrepancies=tuple(
-                DiscrepancyData(str(item.get("type")), item.get("call_id"), str(item.get("detail", "")))
+                Discrepancy(str(item.get("type")), item.get("call_id"), str(item.get("detail", "")))
                 for item in _json_array(row["discrepancies"])
                 if isinstance(item, dict)
             ),

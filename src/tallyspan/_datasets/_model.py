@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tallyspan import semconv
+from tallyspan._ledger import Discrepancy
 
 __all__ = [
     "CONTENT_ATTRIBUTES",
-    "DiscrepancyData",
     "EntryData",
     "LedgerData",
     "SpanData",
@@ -109,15 +109,6 @@ class EntryData:
 
 
 @dataclass(frozen=True)
-class DiscrepancyData:
-    """One finding of a run's reconciliation."""
-
-    type: str
-    call_id: str | None
-    detail: str
-
-
-@dataclass(frozen=True)
 class LedgerData:
     """The reconciled books of one run."""
 
@@ -125,7 +116,7 @@ class LedgerData:
     run_name: str | None
     balanced: bool | None
     protocol_ok: bool | None
-    discrepancies: tuple[DiscrepancyData, ...] = ()
+    discrepancies: tuple[Discrepancy, ...] = ()
     entries: tuple[EntryData, ...] = ()
     time_unix_nano: int | None = None
 

@@ -31,7 +31,6 @@ from typing import IO, Any, Final
 
 from tallyspan import semconv
 from tallyspan._datasets._model import (
-    DiscrepancyData,
     EntryData,
     LedgerData,
     SpanData,
@@ -40,6 +39,7 @@ from tallyspan._datasets._model import (
     span_data,
 )
 from tallyspan._errors import ConfigError
+from tallyspan._ledger import Discrepancy
 from tallyspan._runs import declares_run
 from tallyspan._taxonomy import FAILURE_CLASS_OF, ViolationType
 
@@ -168,7 +168,7 @@ def _ledger(
     if semconv.LEDGER_BALANCED not in attributes and semconv.LEDGER_PROTOCOL_OK not in attributes:
         return None
     discrepancies = tuple(
-        DiscrepancyData(
+        Discrepancy(
             str(event.get(semconv.LEDGER_DISCREPANCY_TYPE, "")),
             event.get(semconv.LEDGER_CALL_ID),
             str(event.get(semconv.LEDGER_DETAIL, "")),

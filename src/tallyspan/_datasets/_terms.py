@@ -74,26 +74,22 @@ def _pattern_name(detail: str) -> str | None:
     return found[0] if found else None
 
 
-def _too_short(detail: str, contract: Contract | None) -> Rule:
-    found = _numbers(r"(\d+) chars < min_chars (\d+)", detail)
-    if found is None:
-        return Rule("a minimum length (min_chars)", "the deliverable must be longer")
-    have, least = found
-    return Rule(
-        f"at least {least} characters (min_chars {least})",
-        f"the deliverable must have at least {least} characters (it had {have})",
-    )
+def _length(limit: str, sign: str, words: str) -> Callable[[str, Contract | None], Rule]:
+    """The rule of ``min_chars`` (``sign`` <) or ``max_chars`` (>), from a detail like "12 chars < min_chars 200"."""
 
+    def rule(detail: str, contract: Contract | None) -> Rule:
+        found = _numbers(rf"(\d+) chars {sign} {limit} (\d+)", detail)
+        if found is None:
+            return Rule(
+                f"a {words.split()[1]} length ({limit})", f"the deliverable has the wrong length ({limit})"
+            )
+        have, bound = found
+        return Rule(
+            f"{words} {bound} characters ({limit} {bound})",
+            f"the deliverable must have {words} {bound} characters (it had {have})",
+        )
 
-def _too_long(detail: str, contract: Contract | None) -> Rule:
-    found = _numbers(r"(\d+) chars > max_chars (\d+)", detail)
-    if found is None:
-        return Rule("a maximum length (max_chars)", "the deliverable must be shorter")
-    have, most = found
-    return Rule(
-        f"at most {most} characters (max_chars {most})",
-        f"the deliverable must have at most {most} characters (it had {have})",
-    )
+    return rule
 
 
 def _missing_required(detail: str, contract: Contract | None) -> Rule:
@@ -187,8 +183,8 @@ def _fixed(term: str, hint: str) -> Callable[[str, Contract | None], Rule]:
 
 
 _EXPLAIN: Final[dict[str, Callable[[str, Contract | None], Rule]]] = {
-    "too_short": _too_short,
-    "too_long": _too_long,
+    "too_short": _length("min_chars", "<", "at least"),
+    "too_long": _length("max_chars", ">", "at most"),
     "missing_required": _missing_required,
     "forbidden_present": _forbidden_present,
     "refusal": _fixed(
