@@ -43,7 +43,9 @@ def test_rules_are_read_from_the_details(kind: str, detail: str, term: str, hint
 
 
 def test_a_named_pattern_is_shown_with_its_regex_when_the_contract_is_known() -> None:
-    contract = Contract(required=[{"name": "verdict", "pattern": "(?m)^判定[:：]\\s*(合格|不合格)"}])
+    contract = Contract.model_validate(
+        {"required": [{"name": "verdict", "pattern": "(?m)^判定[:：]\\s*(合格|不合格)"}]}
+    )
     assert explain("missing_required", "pattern 'verdict' not found").hint == (
         "the deliverable must contain the pattern named verdict"
     )
