@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from tallyspan import semconv
+from tallyspan._datasets._model import (
+    EntryData,
+    LedgerData,
+    TraceData,
+    ViolationData,
+    span_data,
+)
 from tallyspan._errors import TallyspanError
+from tallyspan._ledger import Discrepancy
 from tallyspan._store_schema import LEDGER_ENTRIES, LEDGER_RECONCILIATIONS, RUNS, SPANS, VIOLATIONS, connect
 
 __all__ = [
@@ -41,6 +49,8 @@ __all__ = [
     "StageSummary",
     "StoreNotFoundError",
     "ViolationCount",
+    "count_traces",
+    "iter_traces",
     "ledger_books",
     "ledger_runs",
     "list_spans",
@@ -483,3 +493,105 @@ def prune(db: sqlite3.Connection, before_unix_nano: int) -> dict[str, int]:
         }
         db.execute("DROP TABLE _prune_traces")
     return deleted
+
+
+# --- whole traces for the dataset exports (``tallyspan export``) -------------------------------------
+
+
+def _traces_in_window(since: int | None, until: int | None) -> tuple[str, tuple[Any, ...]]:
+    having = ["1"]
+    parameters: list[Any] = []
+    if since is not None:
+        having.append("MAX(COALESCE(end_unix_nano, start_unix_nano, 0)) >= ?")
+        parameters.append(since)
+    if until is not None:
+        having.append("MIN(COALESCE(start_unix_nano, 0)) < ?")
+        parameters.append(until)
+    return f"FROM {SPANS} GROUP BY trace_id HAVING {' AND '.join(having)}", tuple(parameters)
+
+
+def count_traces(db: sqlite3.Connection, since: int | None = None, until: int | None = None) -> int:
+    """How many traces have a span in ``[since, until)`` (Unix nanoseconds; None: unbounded)."""
+    window, parameters = _traces_in_window(since, until)
+    return _scalar(db, f"SELECT COUNT(*) FROM (SELECT trace_id {window})", parameters)
+
+
+def iter_traces(
+    db: sqlite3.Connection, since: int | None = None, until: int | None = None
+) -> Iterator[TraceData]:
+    """Every trace with a span in ``[since, until)``, one at a time, in start order: its spans with their
+    violations, and the books (latest reconciliation and entries) of each run reconciled in it.
+
+    Memory holds one trace at a time, whatever the size of the store.
+    """
+    window, parameters = _traces_in_window(since, until)
+    trace_ids = db.execute(f"SELECT trace_id {window} ORDER BY MIN(start_unix_nano), trace_id", parameters)
+    for (trace_id,) in trace_ids:
+        yield _trace_data(db, trace_id)
+
+
+def _trace_data(db: sqlite3.Connection, trace_id: str) -> TraceData:
+    violations: dict[str, list[ViolationData]] = {}
+    for row in db.execute(
+        f"SELECT span_id, type, failure_class, detail FROM {VIOLATIONS} WHERE trace_id = ? ORDER BY id",
+        (trace_id,),
+    ):
+        violations.setdefault(row["span_id"], []).append(
+            ViolationData(row["type"], row["failure_class"], row["detail"])
+        )
+    runs = {row[0] for row in db.execute(f"SELECT span_id FROM {RUNS} WHERE trace_id = ?", (trace_id,))}
+    trace = TraceData(trace_id)
+    for row in db.execute(
+        f"SELECT * FROM {SPANS} WHERE trace_id = ? ORDER BY start_unix_nano, rowid", (trace_id,)
+    ):
+        try:
+            attributes = json.loads(row["attributes"] or "{}")
+        except ValueError:  # a damaged row still shows with its columns
+            attributes = {}
+        trace.spans.append(
+            span_data(
+                trace_id=trace_id,
+                span_id=row["span_id"],
+                parent_span_id=row["parent_span_id"],
+                name=row["name"],
+                start_unix_nano=row["start_unix_nano"],
+                end_unix_nano=row["end_unix_nano"],
+                status_code=row["status_code"],
+                attributes=attributes if isinstance(attributes, dict) else {},
+                is_run=row["span_id"] in runs,
+                violations=tuple(violations.get(row["span_id"], ())),
+            )
+        )
+    entries: dict[str, list[EntryData]] = {}
+    for row in db.execute(
+        f"SELECT * FROM {LEDGER_ENTRIES} WHERE trace_id = ? ORDER BY seq, rowid", (trace_id,)
+    ):
+        entries.setdefault(row["run_span_id"], []).append(
+            EntryData(
+                row["side"],
+                row["seq"],
+                row["call_id"],
+                row["tool_name"],
+                row["outcome"],
+                row["span_id"],
+                row["time_unix_nano"],
+            )
+        )
+    for row in db.execute(
+        f"SELECT * FROM {LEDGER_RECONCILIATIONS} WHERE trace_id = ? ORDER BY time_unix_nano, rowid",
+        (trace_id,),
+    ):  # a run reconciled twice keeps its latest books
+        trace.ledgers[row["run_span_id"]] = LedgerData(
+            run_span_id=row["run_span_id"],
+            run_name=row["run_name"],
+            balanced=_bool(row["balanced"]),
+            protocol_ok=_bool(row["protocol_ok"]),
+            discrepancies=tuple(
+                Discrepancy(str(item.get("type")), item.get("call_id"), str(item.get("detail", "")))
+                for item in _json_array(row["discrepancies"])
+                if isinstance(item, dict)
+            ),
+            entries=tuple(entries.get(row["run_span_id"], ())),
+            time_unix_nano=row["time_unix_nano"],
+        )
+    return trace
