@@ -61,3 +61,23 @@ def test_a_span_whose_checks_all_ran_has_no_check_errors(
     attributes = _checked({"contracts": {"report": {"min_chars": 1}}}, "fine", tracer_provider, span_exporter)
     assert semconv.CHECK_ERRORS not in attributes
     assert attributes[semconv.CONTRACT] == "report"
+
+
+def test_an_answer_of_deep_json_cannot_switch_its_own_checks_off(
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+) -> None:
+    """100,000 nested ``[`` under ``json_schema``: the schema rule says it could not run, the rest still judge."""
+    contracts = {
+        "contracts": {
+            "report": {
+                "json_schema": {"type": "object"},
+                "forbidden": [r"<\|im_end\|>"],
+                "max_repeated_share": None,
+            }
+        }
+    }
+    attributes = _checked(contracts, "[" * 100_000 + "<|im_end|>", tracer_provider, span_exporter)
+    assert tuple(attributes[semconv.CHECK_ERRORS]) == ("json_schema",)
+    assert tuple(attributes[semconv.VIOLATION_TYPES]) == ("forbidden_present",)
+    assert attributes[semconv.CONTRACT] == "report"
+    assert tallyspan.stats()["errors.check_rule.json_schema"] == 1
