@@ -8,7 +8,9 @@ Usage::
         print(report(db).model_calls)
 
 Every query takes an open connection (see ``open_store``) and returns frozen dataclasses of plain
-values (str, int, bool, None, lists), so ``dataclasses.asdict`` turns them into JSON directly.
+values (str, int, bool, None, lists), so ``dataclasses.asdict`` turns them into JSON directly. The
+ledger's reads live in ``tallyspan._store_ledger`` and are re-exported here: callers read the store
+through this module only.
 
 One call, one count. Two instrumentations of the same client (ours and
 opentelemetry-instrumentation-openai-v2, or a LangChain model span over the OpenAI one) each make a
@@ -31,6 +33,23 @@ from typing import Any, Final
 
 from tallyspan import semconv
 from tallyspan._errors import TallyspanError
+from tallyspan._store_ledger import (
+    DEFAULT_BOOKS_LIMIT,
+    LedgerDiscrepancy,
+    LedgerLine,
+    LedgerRun,
+    LedgerSide,
+    RunBooks,
+    RunNotFoundError,
+    books_broken,
+    json_array,
+    json_list,
+    ledger_books,
+    ledger_lines,
+    ledger_runs,
+    ledger_runs_latest,
+    like_prefix,
+)
 from tallyspan._store_schema import (
     LEDGER_ENTRIES,
     LEDGER_RECONCILIATIONS,
@@ -64,6 +83,7 @@ __all__ = [
     "ViolationDetail",
     "failing_traces",
     "ledger_books",
+    "ledger_lines",
     "ledger_runs",
     "list_spans",
     "open_store",
@@ -140,20 +160,6 @@ class ViolationCount:
     type: str
     failure_class: str | None
     count: int
-
-
-@dataclass(frozen=True)
-class LedgerRun:
-    """The state of one run's books, from its reconciliation record (the one stored source of it)."""
-
-    trace_id: str
-    run_span_id: str
-    run_name: str | None
-    balanced: bool | None
-    protocol_ok: bool | None
-    discrepancy_types: list[str]
-    observed_count: int | None
-    claimed_count: int | None
 
 
 @dataclass(frozen=True)
@@ -240,67 +246,86 @@ class SpanRow:
 
 _MODEL_OPERATIONS = tuple(sorted(semconv.MODEL_OPERATIONS | {semconv.OPERATION_EMBEDDINGS}))
 _OPERATION_PARAMETERS: Final = {f"operation_{i}": name for i, name in enumerate(_MODEL_OPERATIONS)}
-_IS_MODEL: Final = f"operation IN ({', '.join(':' + key for key in _OPERATION_PARAMETERS)})"
 _MAX_NESTING: Final = 8
 """Model spans of one call nested deeper than this (a cycle in a damaged store) are cut there."""
-
-# Named parameters: :since (Unix nanoseconds or NULL) and the model operations. ``scoped`` is the spans
-# the report covers; ``call_of`` maps every model span to the outermost model span of its call (SQLite
-# takes the bare column ``top`` from the row of MAX(depth)); ``calls`` is one row per call; ``units`` maps
-# every scoped span to what is counted once: its call, or itself.
-_WITH_CALLS: Final = f"""
-WITH RECURSIVE
-scoped AS (SELECT * FROM {SPANS} WHERE :since IS NULL OR start_unix_nano >= :since),
-up (trace_id, span_id, top, depth) AS (
-    SELECT trace_id, span_id, span_id, 0 FROM scoped WHERE {_IS_MODEL}
-    UNION ALL
-    SELECT up.trace_id, up.span_id, parent.span_id, up.depth + 1
-    FROM up
-    JOIN {SPANS} AS child ON child.trace_id = up.trace_id AND child.span_id = up.top
-    JOIN {SPANS} AS parent ON parent.trace_id = child.trace_id AND parent.span_id = child.parent_span_id
-        AND parent.operation = child.operation
-    WHERE up.depth < {_MAX_NESTING}
-),
-call_of AS (SELECT trace_id, span_id, top AS call_span_id, MAX(depth) FROM up GROUP BY trace_id, span_id),
-calls AS (
-    SELECT call_of.trace_id, call_of.call_span_id,
-           COALESCE(MAX(s.response_model), MAX(s.request_model), '(unknown)') AS model,
-           MAX(s.input_tokens) AS input_tokens, MAX(s.output_tokens) AS output_tokens,
-           MAX(s.stage) AS stage, MAX(s.violation_count > 0) AS violating, MAX(s.error_type) AS error_type
-    FROM call_of JOIN {SPANS} AS s ON s.trace_id = call_of.trace_id AND s.span_id = call_of.span_id
-    GROUP BY call_of.trace_id, call_of.call_span_id
-),
-units AS (
-    SELECT scoped.trace_id, scoped.span_id, COALESCE(call_of.call_span_id, scoped.span_id) AS unit,
-           COALESCE(calls.stage, scoped.stage) AS stage
-    FROM scoped
-    LEFT JOIN call_of ON call_of.trace_id = scoped.trace_id AND call_of.span_id = scoped.span_id
-    LEFT JOIN calls ON calls.trace_id = call_of.trace_id AND calls.call_span_id = call_of.call_span_id
-)
-"""
+_CALL_OF: Final = "_tallyspan_call_of"
+_CALLS: Final = "_tallyspan_calls"
+_UNITS: Final = "_tallyspan_units"
 
 
-def _parameters(since_unix_nano: int | None) -> dict[str, Any]:
-    return {"since": since_unix_nano, **_OPERATION_PARAMETERS}
+def _is_model(alias: str) -> str:
+    return f"{alias}.operation IN ({', '.join(':' + key for key in _OPERATION_PARAMETERS)})"
+
+
+@contextmanager
+def _counted_once(db: sqlite3.Connection, since_unix_nano: int | None) -> Iterator[None]:
+    """Materialise, for the queries inside, what is counted once (see the module docstring), as TEMP
+    tables of this connection:
+
+    - ``_CALL_OF``: every model span in scope and the outermost model span of its call;
+    - ``_CALLS``: one row per model call (trace_id, call_span_id, model, tokens, stage, violating, error_type);
+    - ``_UNITS``: every span in scope with its unit (its call's outermost span, else itself), the stage
+      of its call, and the columns the report counts (operation, is_model, violation_count, error_type).
+    """
+    scope = {"since": since_unix_nano, **_OPERATION_PARAMETERS}
+    try:
+        # Each model span's call: its parent, when that is a model span of the same operation.
+        db.execute(
+            f"""CREATE TEMP TABLE {_CALL_OF} AS
+                SELECT child.trace_id, child.span_id, COALESCE(parent.span_id, child.span_id) AS call_span_id
+                FROM {SPANS} AS child LEFT JOIN {SPANS} AS parent
+                    ON parent.trace_id = child.trace_id AND parent.span_id = child.parent_span_id
+                    AND parent.operation = child.operation
+                WHERE {_is_model("child")} AND (:since IS NULL OR child.start_unix_nano >= :since)""",
+            scope,
+        )
+        db.execute(f"CREATE UNIQUE INDEX temp.{_CALL_OF}_span ON {_CALL_OF} (trace_id, span_id)")
+        for _ in range(_MAX_NESTING):  # three instrumentations or more: walk up to the outermost span
+            if not db.execute(
+                f"""UPDATE {_CALL_OF} SET call_span_id = (
+                        SELECT outer_span.call_span_id FROM {_CALL_OF} AS outer_span
+                        WHERE outer_span.trace_id = {_CALL_OF}.trace_id
+                          AND outer_span.span_id = {_CALL_OF}.call_span_id)
+                    WHERE call_span_id != span_id AND EXISTS (
+                        SELECT 1 FROM {_CALL_OF} AS outer_span
+                        WHERE outer_span.trace_id = {_CALL_OF}.trace_id
+                          AND outer_span.span_id = {_CALL_OF}.call_span_id
+                          AND outer_span.call_span_id != outer_span.span_id)"""
+            ).rowcount:
+                break
+        db.execute(
+            f"""CREATE TEMP TABLE {_CALLS} AS
+                SELECT c.trace_id, c.call_span_id,
+                       COALESCE(MAX(s.response_model), MAX(s.request_model), '(unknown)') AS model,
+                       MAX(s.input_tokens) AS input_tokens, MAX(s.output_tokens) AS output_tokens,
+                       MAX(s.stage) AS stage, MAX(s.violation_count > 0) AS violating,
+                       MAX(s.error_type) AS error_type
+                FROM {_CALL_OF} AS c JOIN {SPANS} AS s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
+                GROUP BY c.trace_id, c.call_span_id"""
+        )
+        db.execute(f"CREATE UNIQUE INDEX temp.{_CALLS}_call ON {_CALLS} (trace_id, call_span_id)")
+        # A span nested in a call gets the stage of its call (the other instrumentation sets none).
+        db.execute(
+            f"""CREATE TEMP TABLE {_UNITS} AS
+                SELECT s.trace_id, s.span_id, s.operation, s.violation_count, s.error_type,
+                       c.call_span_id IS NOT NULL AS is_model, COALESCE(c.call_span_id, s.span_id) AS unit,
+                       COALESCE(calls.stage, s.stage) AS stage
+                FROM {SPANS} AS s
+                LEFT JOIN {_CALL_OF} AS c ON c.trace_id = s.trace_id AND c.span_id = s.span_id
+                LEFT JOIN {_CALLS} AS calls ON calls.trace_id = c.trace_id AND calls.call_span_id = c.call_span_id
+                WHERE :since IS NULL OR s.start_unix_nano >= :since""",
+            {"since": since_unix_nano},
+        )
+        db.execute(f"CREATE UNIQUE INDEX temp.{_UNITS}_span ON {_UNITS} (trace_id, span_id)")
+        yield
+    finally:
+        for table in (_UNITS, _CALLS, _CALL_OF):
+            db.execute(f"DROP TABLE IF EXISTS temp.{table}")
 
 
 def _scalar(db: sqlite3.Connection, sql: str, parameters: Any = ()) -> int:
     row = db.execute(sql, parameters).fetchone()
     return int(row[0] or 0) if row is not None else 0
-
-
-def _bool(value: object) -> bool | None:
-    return None if value is None else bool(value)
-
-
-def _list(value: object) -> list[str]:
-    if not isinstance(value, str) or not value:
-        return []
-    try:
-        parsed = json.loads(value)
-    except ValueError:  # written by an older or foreign writer: show it rather than fail the report
-        return [value]
-    return [str(item) for item in parsed] if isinstance(parsed, list) else [str(parsed)]
 
 
 def report(
@@ -318,77 +343,69 @@ def report(
         since_unix_nano: only spans that started then or later, and runs reconciled then or later.
         failing_limit: failing traces named at most.
     """
-    parameters = _parameters(since_unix_nano)
-    models = [
-        ModelUsage(row["model"], row["calls"], row["input_tokens"] or 0, row["output_tokens"] or 0)
-        for row in db.execute(
-            f"""{_WITH_CALLS}
-                SELECT model, COUNT(*) AS calls, SUM(input_tokens) AS input_tokens,
-                       SUM(output_tokens) AS output_tokens
-                FROM calls GROUP BY model ORDER BY calls DESC, model""",
-            parameters,
+    with _counted_once(db, since_unix_nano):
+        models = [
+            ModelUsage(row["model"], row["calls"], row["input_tokens"] or 0, row["output_tokens"] or 0)
+            for row in db.execute(
+                f"""SELECT model, COUNT(*) AS calls, SUM(input_tokens) AS input_tokens,
+                           SUM(output_tokens) AS output_tokens
+                    FROM {_CALLS} GROUP BY model ORDER BY calls DESC, model"""
+            )
+        ]
+        errors = [
+            ErrorCount(row["error_type"], row["n"])
+            for row in db.execute(
+                f"""SELECT error_type, COUNT(*) AS n FROM (
+                        SELECT error_type FROM {_CALLS} WHERE error_type IS NOT NULL
+                        UNION ALL
+                        SELECT error_type FROM {_UNITS} WHERE error_type IS NOT NULL AND NOT is_model)
+                    GROUP BY error_type ORDER BY n DESC, error_type"""
+            )
+        ]
+        ledger = ledger_runs_latest(db, since_unix_nano)
+        failing = _failing_traces(db, since_unix_nano, ledger)
+        return Report(
+            store=store,
+            since_unix_nano=since_unix_nano,
+            spans=_scalar(db, f"SELECT COUNT(*) FROM {_UNITS}"),
+            traces=_scalar(db, f"SELECT COUNT(DISTINCT trace_id) FROM {_UNITS}"),
+            runs=_scalar(
+                db,
+                f"SELECT COUNT(*) FROM {RUNS} WHERE :since IS NULL OR start_unix_nano >= :since",
+                {"since": since_unix_nano},
+            ),
+            model_calls=_scalar(db, f"SELECT COUNT(*) FROM {_CALLS}"),
+            tool_calls=_scalar(
+                db, f"SELECT COUNT(*) FROM {_UNITS} WHERE operation = ?", (semconv.OPERATION_EXECUTE_TOOL,)
+            ),
+            violating_calls=_scalar(
+                db,
+                f"""SELECT (SELECT COUNT(*) FROM {_CALLS} WHERE violating)
+                    + (SELECT COUNT(*) FROM {_UNITS} WHERE violation_count > 0 AND NOT is_model)""",
+            ),
+            models=models,
+            stages=_stage_summaries(db),
+            errors=errors,
+            violations=_violations_by_stage_and_type(db),
+            failing_traces=failing[: max(0, failing_limit)],
+            failing_trace_count=len(failing),
+            ledger=ledger,
+            unbalanced_runs=sum(1 for run in ledger if books_broken(run)),
         )
-    ]
-    errors = [
-        ErrorCount(row["error_type"], row["n"])
-        for row in db.execute(
-            f"""{_WITH_CALLS}
-                SELECT error_type, COUNT(*) AS n FROM (
-                    SELECT error_type FROM calls WHERE error_type IS NOT NULL
-                    UNION ALL
-                    SELECT error_type FROM scoped WHERE error_type IS NOT NULL AND NOT ({_IS_MODEL}))
-                GROUP BY error_type ORDER BY n DESC, error_type""",
-            parameters,
-        )
-    ]
-    ledger = _ledger_runs_for_report(db, since_unix_nano)
-    failing = failing_traces(db, since_unix_nano=since_unix_nano, ledger=ledger)
-    return Report(
-        store=store,
-        since_unix_nano=since_unix_nano,
-        spans=_scalar(db, f"{_WITH_CALLS} SELECT COUNT(*) FROM scoped", parameters),
-        traces=_scalar(db, f"{_WITH_CALLS} SELECT COUNT(DISTINCT trace_id) FROM scoped", parameters),
-        runs=_scalar(
-            db,
-            f"SELECT COUNT(*) FROM {RUNS} WHERE :since IS NULL OR start_unix_nano >= :since",
-            {"since": since_unix_nano},
-        ),
-        model_calls=_scalar(db, f"{_WITH_CALLS} SELECT COUNT(*) FROM calls", parameters),
-        tool_calls=_scalar(
-            db,
-            f"{_WITH_CALLS} SELECT COUNT(*) FROM scoped WHERE operation = :tool",
-            {**parameters, "tool": semconv.OPERATION_EXECUTE_TOOL},
-        ),
-        violating_calls=_scalar(
-            db,
-            f"""{_WITH_CALLS} SELECT (SELECT COUNT(*) FROM calls WHERE violating)
-                + (SELECT COUNT(*) FROM scoped WHERE violation_count > 0 AND NOT ({_IS_MODEL}))""",
-            parameters,
-        ),
-        models=models,
-        stages=stage_summaries(db, since_unix_nano=since_unix_nano),
-        errors=errors,
-        violations=violations_by_stage_and_type(db, since_unix_nano=since_unix_nano),
-        failing_traces=failing[: max(0, failing_limit)],
-        failing_trace_count=len(failing),
-        ledger=ledger,
-        unbalanced_runs=sum(1 for run in ledger if _books_broken(run)),
-    )
-
-
-def _books_broken(run: LedgerRun) -> bool:
-    return run.balanced is False or run.protocol_ok is False
 
 
 def stage_summaries(db: sqlite3.Connection, *, since_unix_nano: int | None = None) -> list[StageSummary]:
     """Model calls per stage and how many of them violated its contract, by stage name."""
+    with _counted_once(db, since_unix_nano):
+        return _stage_summaries(db)
+
+
+def _stage_summaries(db: sqlite3.Connection) -> list[StageSummary]:
     return [
         StageSummary(row["stage"], row["calls"], row["violating"] or 0)
         for row in db.execute(
-            f"""{_WITH_CALLS}
-                SELECT stage, COUNT(*) AS calls, SUM(violating) AS violating
-                FROM calls WHERE stage IS NOT NULL GROUP BY stage ORDER BY stage""",
-            _parameters(since_unix_nano),
+            f"""SELECT stage, COUNT(*) AS calls, SUM(violating) AS violating
+                FROM {_CALLS} WHERE stage IS NOT NULL GROUP BY stage ORDER BY stage"""
         )
     ]
 
@@ -397,56 +414,62 @@ def violations_by_stage_and_type(
     db: sqlite3.Connection, *, since_unix_nano: int | None = None
 ) -> list[ViolationCount]:
     """Calls (other spans: each itself) with a violation, per (stage, type), most frequent first."""
+    with _counted_once(db, since_unix_nano):
+        return _violations_by_stage_and_type(db)
+
+
+def _violations_by_stage_and_type(db: sqlite3.Connection) -> list[ViolationCount]:
     return [
         ViolationCount(row["stage"], row["type"], row["failure_class"], row["n"])
         for row in db.execute(
-            f"""{_WITH_CALLS}
-                SELECT units.stage AS stage, v.type AS type, MAX(v.failure_class) AS failure_class,
+            f"""SELECT units.stage AS stage, v.type AS type, MAX(v.failure_class) AS failure_class,
                        COUNT(DISTINCT units.trace_id || '/' || units.unit) AS n
                 FROM {VIOLATIONS} AS v
-                JOIN units ON units.trace_id = v.trace_id AND units.span_id = v.span_id
-                GROUP BY units.stage, v.type ORDER BY n DESC, units.stage, v.type""",
-            _parameters(since_unix_nano),
+                JOIN {_UNITS} AS units ON units.trace_id = v.trace_id AND units.span_id = v.span_id
+                GROUP BY units.stage, v.type ORDER BY n DESC, units.stage, v.type"""
         )
     ]
 
 
-def failing_traces(
-    db: sqlite3.Connection, *, since_unix_nano: int | None = None, ledger: Sequence[LedgerRun] | None = None
-) -> list[FailingTrace]:
+def failing_traces(db: sqlite3.Connection, *, since_unix_nano: int | None = None) -> list[FailingTrace]:
     """Traces with violations (stored for their spans, or rolled up on their run spans) or with runs
     whose books do not balance: unbalanced ones first, then the latest first.
 
     Args:
         db: the open store.
         since_unix_nano: only traces whose spans started then or later (runs reconciled then or later).
-        ledger: the reconciled runs, if already read (``ledger_runs``).
     """
-    parameters = _parameters(since_unix_nano)
+    with _counted_once(db, since_unix_nano):
+        return _failing_traces(db, since_unix_nano, ledger_runs_latest(db, since_unix_nano))
+
+
+def _failing_traces(
+    db: sqlite3.Connection, since_unix_nano: int | None, ledger: Sequence[LedgerRun]
+) -> list[FailingTrace]:
     violating: dict[str, tuple[int, set[str]]] = {}
     for row in db.execute(
-        f"""{_WITH_CALLS}
-            SELECT units.trace_id AS trace_id, COUNT(DISTINCT units.unit) AS calls,
+        f"""SELECT units.trace_id AS trace_id, COUNT(DISTINCT units.unit) AS calls,
                    json_group_array(DISTINCT v.type) AS types
-            FROM {VIOLATIONS} AS v JOIN units ON units.trace_id = v.trace_id AND units.span_id = v.span_id
-            GROUP BY units.trace_id""",
-        parameters,
+            FROM {VIOLATIONS} AS v
+            JOIN {_UNITS} AS units ON units.trace_id = v.trace_id AND units.span_id = v.span_id
+            GROUP BY units.trace_id"""
     ):
-        violating[row["trace_id"]] = (row["calls"], set(_list(row["types"])))
+        violating[row["trace_id"]] = (row["calls"], set(json_list(row["types"])))
     # The run roll-up: a run whose failing spans the store lost (dropped, pruned) still says so.
     for row in db.execute(
         f"""SELECT run.trace_id AS trace_id, json_extract(s.attributes, :path) AS types
             FROM {RUNS} AS run JOIN {SPANS} AS s ON s.trace_id = run.trace_id AND s.span_id = run.span_id
-            WHERE (:since IS NULL OR s.start_unix_nano >= :since) AND json_extract(s.attributes, :path) IS NOT NULL""",
+            WHERE (:since IS NULL OR s.start_unix_nano >= :since)
+              AND json_extract(s.attributes, :path) IS NOT NULL""",
         {"since": since_unix_nano, "path": f'$."{semconv.RUN_VIOLATION_TYPES}"'},
     ):
         calls, types = violating.get(row["trace_id"], (0, set()))
-        violating[row["trace_id"]] = (calls, types | set(_list(row["types"])))
+        violating[row["trace_id"]] = (calls, types | set(json_list(row["types"])))
     books: dict[str, list[LedgerRun]] = {}
-    for run in ledger if ledger is not None else _ledger_runs_for_report(db, since_unix_nano):
+    for run in ledger:
         books.setdefault(run.trace_id, []).append(run)
     failing_ids = set(violating) | {
-        trace_id for trace_id, runs in books.items() if any(_books_broken(run) for run in runs)
+        trace_id for trace_id, runs in books.items() if any(books_broken(run) for run in runs)
     }
     if not failing_ids:
         return []
@@ -482,194 +505,14 @@ def failing_traces(
                 violation_types=sorted(types),
                 balanced=None if not runs else all(run.balanced is not False for run in runs),
                 discrepancy_types=sorted(
-                    {kind for run in runs if _books_broken(run) for kind in run.discrepancy_types}
+                    {kind for run in runs if books_broken(run) for kind in run.discrepancy_types}
                 ),
             )
         )
-    traces.sort(key=lambda trace: (trace.balanced is False, trace.start_unix_nano or 0), reverse=True)
+    traces.sort(
+        key=lambda trace: (trace.balanced is False, trace.start_unix_nano or 0, trace.trace_id), reverse=True
+    )
     return traces
-
-
-def ledger_runs(db: sqlite3.Connection) -> list[LedgerRun]:
-    """Every reconciled run, from its latest reconciliation record, in time order."""
-    runs: dict[tuple[str, str], LedgerRun] = {}
-    for row in db.execute(f"SELECT * FROM {LEDGER_RECONCILIATIONS} ORDER BY time_unix_nano, rowid"):
-        runs[(row["trace_id"], row["run_span_id"])] = _ledger_run(row)
-    return list(runs.values())
-
-
-def _ledger_runs_for_report(db: sqlite3.Connection, since_unix_nano: int | None) -> list[LedgerRun]:
-    """The runs reconciled since ``since_unix_nano``: those whose books do not balance first, then the latest."""
-    latest: dict[tuple[str, str], tuple[int, LedgerRun]] = {}
-    for row in db.execute(
-        f"""SELECT * FROM {LEDGER_RECONCILIATIONS} WHERE :since IS NULL OR time_unix_nano >= :since
-            ORDER BY time_unix_nano, rowid""",
-        {"since": since_unix_nano},
-    ):
-        latest[(row["trace_id"], row["run_span_id"])] = (row["time_unix_nano"] or 0, _ledger_run(row))
-    ordered = sorted(latest.values(), key=lambda item: (_books_broken(item[1]), item[0]), reverse=True)
-    return [run for _, run in ordered]
-
-
-def _ledger_run(row: sqlite3.Row) -> LedgerRun:
-    return LedgerRun(
-        trace_id=row["trace_id"],
-        run_span_id=row["run_span_id"],
-        run_name=row["run_name"],
-        balanced=_bool(row["balanced"]),
-        protocol_ok=_bool(row["protocol_ok"]),
-        discrepancy_types=_list(row["discrepancy_types"]),
-        observed_count=row["observed_count"],
-        claimed_count=row["claimed_count"],
-    )
-
-
-# --- the books of each run (``tallyspan ledger``) ----------------------------------------------------
-
-DEFAULT_BOOKS_LIMIT = 5
-"""Runs whose books ``ledger_books`` returns without a run id (the latest ones)."""
-
-_OBSERVED = "observed"
-
-
-@dataclass(frozen=True)
-class LedgerSide:
-    """One entry of one column of the books."""
-
-    seq: int
-    call_id: str | None
-    tool_name: str | None
-    outcome: str | None
-    summary: str | None
-
-
-@dataclass(frozen=True)
-class LedgerLine:
-    """One line of the books: an observed call and the claim about it; either may be missing."""
-
-    observed: LedgerSide | None
-    claimed: LedgerSide | None
-
-
-@dataclass(frozen=True)
-class LedgerDiscrepancy:
-    """One finding of the reconciliation."""
-
-    type: str
-    call_id: str | None
-    detail: str
-
-
-@dataclass(frozen=True)
-class RunBooks(LedgerRun):
-    """One reconciled run: its balance, its discrepancies and its books."""
-
-    time_unix_nano: int | None = None
-    discrepancies: list[LedgerDiscrepancy] = field(default_factory=list)
-    lines: list[LedgerLine] = field(default_factory=list)
-
-
-class RunNotFoundError(TallyspanError):
-    """No reconciled run has the id asked for."""
-
-
-def ledger_books(
-    db: sqlite3.Connection,
-    run_id: str | None = None,
-    limit: int = DEFAULT_BOOKS_LIMIT,
-    *,
-    unbalanced: bool = False,
-) -> list[RunBooks]:
-    """The books of the runs whose run span id or trace id starts with ``run_id``, else of the latest
-    ``limit`` reconciled runs; latest first.
-
-    Args:
-        db: the open store.
-        run_id: a run span id or trace id, or a prefix of one.
-        limit: runs returned at most without ``run_id``.
-        unbalanced: only runs whose books do not balance.
-
-    Raises:
-        RunNotFoundError: no reconciled run matches ``run_id``.
-    """
-    where, parameters = ["1"], {"limit": limit}  # type: list[str], dict[str, Any]
-    if unbalanced:
-        where.append("balanced = 0")
-    if run_id:
-        where.append("(run_span_id LIKE :prefix ESCAPE '\\' OR trace_id LIKE :prefix ESCAPE '\\')")
-        parameters["prefix"] = _like_prefix(run_id.strip().lower())
-    rows = db.execute(
-        f"""SELECT * FROM {LEDGER_RECONCILIATIONS} WHERE {" AND ".join(where)}
-            ORDER BY time_unix_nano DESC, rowid DESC {"" if run_id else "LIMIT :limit"}""",
-        parameters,
-    ).fetchall()
-    if run_id and not rows:
-        which = "unbalanced run" if unbalanced else "reconciled run"
-        raise RunNotFoundError(f"No {which} has the id {run_id!r} (a run span id or trace id, or a prefix)")
-    return [_books(db, row) for row in rows]
-
-
-def _books(db: sqlite3.Connection, row: sqlite3.Row) -> RunBooks:
-    entries = db.execute(
-        f"""SELECT side, seq, call_id, tool_name, outcome, summary FROM {LEDGER_ENTRIES}
-            WHERE trace_id = ? AND run_span_id = ? ORDER BY seq, rowid""",
-        (row["trace_id"], row["run_span_id"]),
-    ).fetchall()
-    discrepancies = [
-        LedgerDiscrepancy(str(item.get("type")), item.get("call_id"), str(item.get("detail", "")))
-        for item in _json_array(row["discrepancies"])
-        if isinstance(item, dict)
-    ]
-    return RunBooks(
-        **vars(_ledger_run(row)),
-        time_unix_nano=row["time_unix_nano"],
-        discrepancies=discrepancies,
-        lines=ledger_lines(entries),
-    )
-
-
-def _json_array(raw: object) -> list[Any]:
-    try:
-        value = json.loads(raw) if isinstance(raw, str) else []
-    except ValueError:  # a hand-edited or damaged row shows as empty rather than failing the command
-        return []
-    return value if isinstance(value, list) else []
-
-
-def ledger_lines(entries: Sequence[sqlite3.Row]) -> list[LedgerLine]:
-    """Put each claim beside the call it names (by call id, else the earliest unclaimed call of its
-    tool); a claim for no call gets a line of its own. For display only: the reconciliation is
-    authoritative."""
-    observed: list[LedgerSide] = []
-    claims: list[LedgerSide] = []
-    for entry in entries:
-        side = LedgerSide(
-            entry["seq"], entry["call_id"], entry["tool_name"], entry["outcome"], entry["summary"] or None
-        )
-        (observed if entry["side"] == _OBSERVED else claims).append(side)
-    # Calls not yet claimed, latest first so pop() yields the earliest: by call id, and by tool.
-    by_id: dict[str, list[int]] = {}
-    by_tool: dict[str | None, list[int]] = {}
-    for i in range(len(observed) - 1, -1, -1):
-        if observed[i].call_id is not None:
-            by_id.setdefault(str(observed[i].call_id), []).append(i)
-        by_tool.setdefault(observed[i].tool_name, []).append(i)
-    beside: dict[int, LedgerSide] = {}
-    alone: list[LedgerSide] = []
-    for claim in claims:
-        candidates = (
-            by_id.get(claim.call_id, []) if claim.call_id is not None else by_tool.get(claim.tool_name, [])
-        )
-        while candidates and candidates[-1] in beside:
-            candidates.pop()
-        if candidates:
-            beside[candidates.pop()] = claim
-        else:
-            alone.append(claim)
-    lines = [LedgerLine(call, beside.get(i)) for i, call in enumerate(observed)]
-    lines.extend(LedgerLine(None, claim) for claim in alone)
-    lines.sort(key=lambda line: (line.observed or line.claimed).seq)  # type: ignore[union-attr]
-    return lines
 
 
 def list_spans(
@@ -697,7 +540,7 @@ def list_spans(
     parameters: dict[str, Any] = {}
     if trace_id:
         where.append("s.trace_id LIKE :trace ESCAPE '\\'")
-        parameters["trace"] = _like_prefix(trace_id.strip().lower())
+        parameters["trace"] = like_prefix(trace_id.strip().lower())
     if violated:
         where.append("s.violation_count > 0")
     if stages:
@@ -743,18 +586,13 @@ def _span_row(row: sqlite3.Row) -> SpanRow:
         error_type=row["error_type"],
         input_tokens=row["input_tokens"],
         output_tokens=row["output_tokens"],
-        violation_types=_list(row["violation_types"]),
+        violation_types=json_list(row["violation_types"]),
         failure_class=row["failure_class"],
         violations=[
             ViolationDetail(str(kind), failure_class, detail)
-            for kind, failure_class, detail in _json_array(row["_violations"])
+            for kind, failure_class, detail in json_array(row["_violations"])
         ],
     )
-
-
-def _like_prefix(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"{escaped}%"
 
 
 def prune(db: sqlite3.Connection, before_unix_nano: int, *, dry_run: bool = False) -> dict[str, int]:

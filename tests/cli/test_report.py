@@ -7,10 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.util.types import AttributeValue
 from tests.cli.conftest import RECORDED_TOKENS, Filled, Recorded
 
+from tallyspan import semconv
 from tallyspan._store_schema import connect
 from tallyspan.cli import main
+from tallyspan_exporters import SQLiteSpanExporter
 
 
 def _invoke(*args: str) -> tuple[int, str]:
@@ -284,3 +289,52 @@ def test_report_since_rejects_what_is_not_a_time(recorded: Recorded) -> None:
     result = CliRunner().invoke(main, ["--db", str(recorded.path), "report", "--since", "last week"])
     assert result.exit_code == 2
     assert "Invalid value for '--since'" in result.output
+
+
+def test_a_chain_of_three_model_spans_is_one_call_with_its_stage_tokens_and_violations(db_path: Path) -> None:
+    """LangChain over tallyspan over openai-v2: three nested chat spans; whichever carries the stage, the
+    tokens or a violation, the call is counted once, with all of them."""
+    exporter = SQLiteSpanExporter(db_path)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    run = {semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_INVOKE_AGENT}
+    chat = {semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_CHAT, semconv.GEN_AI_REQUEST_MODEL: "m"}
+    failed: dict[str, AttributeValue] = {
+        semconv.VIOLATION_TYPES: ["too_short"],
+        semconv.ERROR_TYPE: "TimeoutError",
+    }
+    ours = {**chat, **failed, semconv.STAGE: "weekly_report"}
+    official: dict[str, AttributeValue] = {
+        **chat,
+        **failed,
+        semconv.GEN_AI_RESPONSE_MODEL: "m-2025",
+        semconv.GEN_AI_USAGE_INPUT_TOKENS: 9,
+        semconv.GEN_AI_USAGE_OUTPUT_TOKENS: 4,
+    }
+    violation = {
+        semconv.VIOLATION_TYPE: "too_short",
+        semconv.VIOLATION_FAILURE_CLASS: "contract_violation",
+        semconv.VIOLATION_DETAIL: "3 chars < min_chars 60",
+    }
+    for _ in range(2):
+        with (
+            tracer.start_as_current_span("invoke_agent a", attributes=run),
+            tracer.start_as_current_span("chat m (langchain)", attributes=chat),
+            tracer.start_as_current_span("chat m (tallyspan)", attributes=ours) as middle,
+        ):
+            middle.add_event(semconv.EVENT_VIOLATION, violation)
+            with tracer.start_as_current_span("chat m (openai-v2)", attributes=official):
+                pass
+    provider.shutdown()
+    code, output = _invoke("--db", str(db_path), "report", "--json")
+    assert code == 0
+    data = json.loads(output)["data"]
+    assert (data["spans"], data["model_calls"], data["violating_calls"]) == (8, 2, 2)
+    assert data["models"] == [{"model": "m-2025", "calls": 2, "input_tokens": 18, "output_tokens": 8}]
+    assert data["stages"] == [{"stage": "weekly_report", "calls": 2, "violating": 2}]
+    assert data["errors"] == [{"error_type": "TimeoutError", "count": 2}]
+    assert data["violations"] == [
+        {"stage": "weekly_report", "type": "too_short", "failure_class": "contract_violation", "count": 2}
+    ]
+    assert [trace["violating_calls"] for trace in data["failing_traces"]] == [1, 1]
