@@ -209,7 +209,7 @@ class Recorded:
         return target
 
 
-def _age(db_path: Path, trace_id: str, days: float) -> None:
+def age_trace(db_path: Path, trace_id: str, days: float) -> None:
     """Move every row of one trace ``days`` into the past, as if it had been recorded then."""
     shift = int(days * 86400e9)
     db = connect(db_path)
@@ -305,7 +305,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
     finally:
         tallyspan.uninstrument()
         provider.shutdown()
-    _age(db_path, trace_ids["reporter"], days=3)
+    age_trace(db_path, trace_ids["reporter"], days=3)
     return Recorded(db_path, contracts, trace_ids)
 
 

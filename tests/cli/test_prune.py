@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.cli.conftest import Filled, Recorded
+from tests.cli.conftest import Filled, Recorded, age_trace
 
 from tallyspan._store_schema import connect
 from tallyspan.cli import main
@@ -28,30 +28,12 @@ def _counts(filled: Filled) -> dict[str, int]:
     return _table_counts(filled.path)
 
 
-def _age_trace(filled: Filled, trace_id: str, days: float) -> None:
-    """Move every row of one trace ``days`` into the past, as if it had been recorded then."""
-    shift = int(days * 86400e9)
-    db = connect(filled.path)
-    with db:
-        db.execute(
-            "UPDATE spans SET start_unix_nano = start_unix_nano - ?, end_unix_nano = end_unix_nano - ?"
-            " WHERE trace_id = ?",
-            (shift, shift, trace_id),
-        )
-        for table in ("ledger_entries", "ledger_reconciliations"):
-            db.execute(
-                f"UPDATE {table} SET time_unix_nano = time_unix_nano - ? WHERE trace_id = ?",
-                (shift, trace_id),
-            )
-    db.close()
-
-
 def test_prune_deletes_the_old_trace_whole_and_keeps_the_recent_one(filled: Filled) -> None:
     before = _counts(filled)
     assert before["runs"] >= 1
     assert before["ledger_reconciliations"] == 1
     old = filled.trace_id("invoke_agent reporter")
-    _age_trace(filled, old, days=10)
+    age_trace(filled.path, old, days=10)
 
     result = CliRunner().invoke(main, ["prune", "--older-than", "7d", "--json"], catch_exceptions=False)
 

@@ -39,7 +39,8 @@ from tallyspan._config import (
     resolve_capture_content,
 )
 from tallyspan._errors import ContractError
-from tallyspan._instrument import INSTRUMENTOR_GROUP, _with_otlp
+from tallyspan._instrument import INSTRUMENTOR_GROUP
+from tallyspan._instrument import _with_otlp as resolve_otlp  # the resolution instrument() itself uses
 from tallyspan._store_queries import StoreNotFoundError, StoreOverview, open_store, store_overview
 from tallyspan._version import __version__
 from tallyspan.cli._render import emit, table
@@ -54,14 +55,19 @@ __all__ = [
     "StageBinding",
     "StoreStatus",
     "command",
+    "contracts_status",
     "diagnose",
     "format_doctor",
+    "instrumentor_statuses",
+    "otlp_signals",
+    "store_status",
 ]
 
 EXIT_PROBLEMS: Final = 1
 PATCHED_BY_INSTRUMENT: Final = "tallyspan.instrument()"
 PATCHED_BY_ZERO_CODE: Final = "opentelemetry-instrument"
 _OWN_PACKAGE: Final = "tallyspan_instrumentors"
+_LOAD_FAILED: Final = "could not load"
 # The OTLP exporters' defaults (OpenTelemetry specification) when no endpoint variable is set.
 _DEFAULT_HTTP_ENDPOINT: Final = "http://localhost:4318"
 _DEFAULT_GRPC_ENDPOINT: Final = "http://localhost:4317"
@@ -179,7 +185,7 @@ def instrumentor_statuses() -> list[InstrumentorStatus]:
             conflict = get_dependency_conflicts(requires)
             problem = None if conflict is None else str(conflict)
         except Exception as exc:  # a broken plugin is a finding to show, not a reason for doctor to fail
-            problem = f"could not load {entry_point.value}: {type(exc).__name__}: {exc}"
+            problem = f"{_LOAD_FAILED} {entry_point.value}: {type(exc).__name__}: {exc}"
         patched_by = []
         if problem is None:
             patched_by = [
@@ -201,11 +207,9 @@ def instrumentor_statuses() -> list[InstrumentorStatus]:
     return found
 
 
-def contracts_status(
-    path: Path | None, given_by: str | None, stages_seen: StoreOverview | None
-) -> ContractsStatus:
+def contracts_status(path: Path | None, given_by: str | None, store: StoreOverview | None) -> ContractsStatus:
     """Load the contracts file (if any) and bind each stage it or the store knows to its contract."""
-    seen = {stage.stage: stage for stage in stages_seen.stages} if stages_seen is not None else {}
+    seen = {stage.stage: stage for stage in store.stages} if store is not None else {}
     names: list[str] = []
     default = False
     rules: list[dict[str, str | None]] = []
@@ -273,7 +277,7 @@ def _endpoint(signal_env: str, protocol: str, path: str) -> str:
 
 def otlp_signals() -> list[OTLPSignal]:
     """Where the checked spans and the ledger records go over OTLP, resolved as ``instrument()`` does."""
-    settings = _with_otlp(Settings())
+    settings = resolve_otlp(Settings())
     signals = []
     for signal, requested, exported, protocol, signal_env, path in (
         ("traces", otlp_traces_requested(), settings.otlp_traces, settings.otlp_traces_protocol,
@@ -297,7 +301,7 @@ def _problems(result: DoctorResult) -> list[str]:
     problems = [
         f"instrumentor {item.name} cannot load: {item.problem}"
         for item in result.instrumentors
-        if item.problem is not None and item.problem.startswith("could not load")
+        if item.problem is not None and item.problem.startswith(_LOAD_FAILED)
     ]
     contracts = result.contracts
     if contracts.error is not None:

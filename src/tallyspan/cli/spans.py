@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,8 +32,8 @@ class SpanFilters:
 
     trace_id: str | None = None
     violated: bool = False
-    stages: tuple[str, ...] = field(default=())
-    types: tuple[str, ...] = field(default=())
+    stages: tuple[str, ...] = ()
+    types: tuple[str, ...] = ()
     since_unix_nano: int | None = None
 
 
