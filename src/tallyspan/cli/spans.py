@@ -104,7 +104,9 @@ def format_spans(spans: list[SpanRow]) -> str:
 
 @click.command("spans")
 @click.option("--trace", "trace_id", metavar="ID", help="Only this trace (its id or a prefix).")
-@click.option("--violated", is_flag=True, help="Only spans with violations.")
+@click.option(
+    "--violated", is_flag=True, help="Only spans with violations of their own (model calls, not their runs)."
+)
 @click.option(
     "--stage", "stages", multiple=True, metavar="STAGE", help="Only spans in this stage; repeatable."
 )
