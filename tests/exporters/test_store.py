@@ -26,7 +26,7 @@ from tallyspan._store_schema import MIGRATIONS, applied_migrations, connect, mig
 from tallyspan_exporters import SQLiteSpanExporter, store_component
 from tallyspan_processors._worker import DEFAULT_MAX_QUEUE_SIZE
 
-ALL_MIGRATIONS = ["m001_initial", "m002_run_balance_only_in_reconciliations"]
+ALL_MIGRATIONS = ["m001_initial", "m002_run_balance_only_in_reconciliations", "m003_self_stats"]
 
 
 @pytest.fixture
@@ -80,6 +80,7 @@ def test_connect_creates_the_folder_and_applies_every_migration(tmp_path: Path) 
             "violations",
             "ledger_entries",
             "ledger_reconciliations",
+            "self_stats",
         }
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert db.execute("PRAGMA busy_timeout").fetchone()[0] == _store_schema.BUSY_TIMEOUT_MS

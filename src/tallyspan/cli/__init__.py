@@ -21,6 +21,7 @@ from tallyspan._errors import ConfigError, TallyspanError
 from tallyspan.cli._state import CliState
 from tallyspan.cli.check import command as check_command
 from tallyspan.cli.demo import command as demo_command
+from tallyspan.cli.doctor import command as doctor_command
 from tallyspan.cli.export import command as export_command
 from tallyspan.cli.ledger import command as ledger_command
 from tallyspan.cli.prune import command as prune_command
@@ -72,3 +73,4 @@ def main(ctx: click.Context, db_path: Path | None) -> None:
 for _command in (report_command, spans_command, ledger_command, check_command, prune_command, demo_command):
     main.add_command(_command)
 main.add_command(export_command)
+main.add_command(doctor_command)
