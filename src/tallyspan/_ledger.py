@@ -37,7 +37,7 @@ from typing import Any, Final
 
 from tallyspan import semconv
 from tallyspan._errors import ConfigError
-from tallyspan._taxonomy import ViolationType
+from tallyspan._taxonomy import LEDGER_BALANCE_TYPES, LEDGER_PROTOCOL_TYPES, ViolationType
 
 __all__ = [
     "BALANCE_TYPES",
@@ -75,22 +75,9 @@ _SELF_LOGGED: Final = ViolationType.SELF_LOGGED.value
 _MALFORMED_LOG: Final = ViolationType.MALFORMED_LOG.value
 
 #: Discrepancy types that make the books unbalanced.
-BALANCE_TYPES: Final = frozenset(
-    t.value
-    for t in (
-        ViolationType.UNLOGGED_CALL,
-        ViolationType.UNLOGGED_FAILURE,
-        ViolationType.UNLOGGED_REFUSAL,
-        ViolationType.PHANTOM_LOG,
-        ViolationType.MISMATCHED_RESULT,
-        ViolationType.DUPLICATE_LOG,
-        ViolationType.LEDGER_MISSING,
-    )
-)
+BALANCE_TYPES: Final = frozenset(t.value for t in LEDGER_BALANCE_TYPES)
 #: Discrepancy types that break the logging protocol but leave the balance alone.
-PROTOCOL_TYPES: Final = frozenset(
-    t.value for t in (ViolationType.OUT_OF_ORDER_LOG, ViolationType.SELF_LOGGED, ViolationType.MALFORMED_LOG)
-)
+PROTOCOL_TYPES: Final = frozenset(t.value for t in LEDGER_PROTOCOL_TYPES)
 
 # Words agents use for the three outcomes; anything else in a log is malformed.
 _OUTCOME_SYNONYMS: Final = {

@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import Enum
 
-__all__ = ["FAILURE_CLASS_OF", "FailureClass", "ViolationType", "most_severe"]
+__all__ = [
+    "FAILURE_CLASS_OF",
+    "LEDGER_BALANCE_TYPES",
+    "LEDGER_PROTOCOL_TYPES",
+    "FailureClass",
+    "ViolationType",
+    "most_severe",
+]
 
 
 class FailureClass(str, Enum):
@@ -34,6 +41,8 @@ class ViolationType(str, Enum):
     REASONING_LEAKED = "reasoning_leaked"
     UNEARNED_CLAIM = "unearned_claim"
     ANSWER_TO_OTHER_QUESTION = "answer_to_other_question"
+    OFF_TOPIC = "off_topic"
+    DEGENERATE_REPETITION = "degenerate_repetition"
     # language_corruption
     NOT_JAPANESE = "not_japanese"
     WRONG_LANGUAGE = "wrong_language"
@@ -60,6 +69,23 @@ class ViolationType(str, Enum):
         return self.value
 
 
+#: Ledger discrepancies that make the books unbalanced.
+LEDGER_BALANCE_TYPES: tuple[ViolationType, ...] = (
+    ViolationType.UNLOGGED_CALL,
+    ViolationType.UNLOGGED_FAILURE,
+    ViolationType.UNLOGGED_REFUSAL,
+    ViolationType.PHANTOM_LOG,
+    ViolationType.MISMATCHED_RESULT,
+    ViolationType.DUPLICATE_LOG,
+    ViolationType.LEDGER_MISSING,
+)
+#: Ledger discrepancies that break the logging protocol but leave the balance alone.
+LEDGER_PROTOCOL_TYPES: tuple[ViolationType, ...] = (
+    ViolationType.OUT_OF_ORDER_LOG,
+    ViolationType.SELF_LOGGED,
+    ViolationType.MALFORMED_LOG,
+)
+
 _CLASS_MEMBERS: dict[FailureClass, tuple[ViolationType, ...]] = {
     FailureClass.CONTRACT_VIOLATION: (
         ViolationType.TOO_SHORT,
@@ -70,6 +96,8 @@ _CLASS_MEMBERS: dict[FailureClass, tuple[ViolationType, ...]] = {
         ViolationType.REASONING_LEAKED,
         ViolationType.UNEARNED_CLAIM,
         ViolationType.ANSWER_TO_OTHER_QUESTION,
+        ViolationType.OFF_TOPIC,
+        ViolationType.DEGENERATE_REPETITION,
     ),
     FailureClass.LANGUAGE_CORRUPTION: (
         ViolationType.NOT_JAPANESE,
@@ -80,18 +108,7 @@ _CLASS_MEMBERS: dict[FailureClass, tuple[ViolationType, ...]] = {
     FailureClass.TIMEOUT: (ViolationType.TIMEOUT,),
     FailureClass.PROCESS_ERROR: (ViolationType.PROCESS_ERROR,),
     FailureClass.SCHEDULER_STARVATION: (ViolationType.SCHEDULER_STARVATION,),
-    FailureClass.LEDGER_DISCREPANCY: (
-        ViolationType.UNLOGGED_CALL,
-        ViolationType.UNLOGGED_FAILURE,
-        ViolationType.UNLOGGED_REFUSAL,
-        ViolationType.PHANTOM_LOG,
-        ViolationType.MISMATCHED_RESULT,
-        ViolationType.DUPLICATE_LOG,
-        ViolationType.LEDGER_MISSING,
-        ViolationType.OUT_OF_ORDER_LOG,
-        ViolationType.SELF_LOGGED,
-        ViolationType.MALFORMED_LOG,
-    ),
+    FailureClass.LEDGER_DISCREPANCY: (*LEDGER_BALANCE_TYPES, *LEDGER_PROTOCOL_TYPES),
 }
 
 #: The failure class of every violation type.

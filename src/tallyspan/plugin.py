@@ -21,9 +21,10 @@ Groups:
   :func:`resolve_db_path`, the OTLP protocol helpers, :class:`ConfigError`;
 - **the store's schema**: table names, :func:`connect`, :func:`is_locked`, migrations;
 - **metrics**: :func:`record_violations`, :func:`record_run` (through the app's meter provider);
-- **never break the host app**: :func:`count`, :func:`swallowed` (every caught error logged once and
-  counted) and :func:`stats`, :func:`renew_lock_after_fork` (every lock a plugin owns) and :func:`after_fork_in_child`
-  (every thread a plugin starts).
+- **never break the host app**: :func:`count` and :func:`swallowed` (every caught error logged once and
+  counted), :func:`stats` (the counters, which the store records for ``tallyspan doctor``),
+  :func:`renew_lock_after_fork` (every lock a plugin owns) and :func:`after_fork_in_child` (every thread
+  a plugin starts).
 """
 
 from __future__ import annotations
@@ -59,11 +60,11 @@ from tallyspan._stage import current_stage
 from tallyspan._state import RunningState, active
 from tallyspan._store_schema import (
     BUSY_TIMEOUT_MS,
-    COUNTERS,
     LEDGER_ENTRIES,
     LEDGER_RECONCILIATIONS,
     MIGRATIONS,
     RUNS,
+    SELF_STATS,
     SPANS,
     VIOLATIONS,
     connect,
@@ -76,13 +77,13 @@ from tallyspan._version import __version__
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
-    "COUNTERS",
     "FAILURE_CLASS_OF",
     "GRPC_INSTALL_HINT",
     "LEDGER_ENTRIES",
     "LEDGER_RECONCILIATIONS",
     "MIGRATIONS",
     "RUNS",
+    "SELF_STATS",
     "SPANS",
     "VIOLATIONS",
     "CheckResult",

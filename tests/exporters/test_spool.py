@@ -24,7 +24,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 import tallyspan
 from tallyspan import semconv
 from tallyspan._config import ExportSettings, ShutdownBudget
-from tallyspan._store_queries import counter_totals, open_store
+from tallyspan._store_queries import open_store, process_counters
 from tallyspan_exporters._codec import decode_log_record, decode_span, encode_log_record, encode_span
 from tallyspan_exporters._delivery import Attempt, Outbox
 from tallyspan_exporters._otlp import SPAN_CODEC
@@ -270,10 +270,12 @@ def test_force_flush_says_false_once_when_clean_spans_were_dropped_under_pressur
 
 class _Stuck(SpanExporter):
     def __init__(self) -> None:
+        self.entered = threading.Event()
         self.release = threading.Event()
         self.exported = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.entered.set()
         self.release.wait(10)
         self.exported += len(spans)
         return SpanExportResult.SUCCESS
@@ -290,15 +292,23 @@ def test_the_drops_of_an_apps_batch_span_processor_are_counted_and_stored(
     tracer_provider.add_span_processor(processor)  # the app's own export, adopted behind our chain
     instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=[])
     tracer = tracer_provider.get_tracer("app")
-    for _ in range(200):
+    with tracer.start_as_current_span("first"):
+        pass
+    assert stuck.entered.wait(10)  # its worker is stuck exporting: nothing leaves its queue now
+    for _ in range(199):
         with tracer.start_as_current_span("step"):
             pass
+    key = "dropped.batch_processor.spans.queue_full"
+    deadline = time.monotonic() + 10
+    while tallyspan.stats().get(key, 0) < 199 - 10 and time.monotonic() < deadline:
+        time.sleep(0.01)
     # The SDK's force_flush waits for its export whatever the timeout: let the backend go meanwhile.
-    threading.Timer(0.5, stuck.release.set).start()
+    threading.Timer(0.2, stuck.release.set).start()
     assert instrumentation.force_flush(10_000) is False  # not all delivered: said so
-    dropped = tallyspan.stats()["dropped.batch_processor.spans.queue_full"]
-    assert dropped > 0
+    dropped = tallyspan.stats()[key]
+    assert dropped == 199 - 10  # the queue kept ten; the one being exported was out of it
     assert stuck.exported + dropped == 200
     assert instrumentation.force_flush(5000)
     with open_store(db_path) as db:
-        assert counter_totals(db, "dropped.")["dropped.batch_processor.spans.queue_full"] == dropped
+        (this_process,) = process_counters(db)  # what `tallyspan doctor` shows
+    assert this_process.counts["dropped.batch_processor.spans.queue_full"] == dropped
