@@ -124,6 +124,9 @@ OPENLLMETRY_PROMPT_PREFIX: Final = "gen_ai.prompt."
 #: OpenInference flattens output messages as llm.output_messages.{i}.message.content.
 OPENINFERENCE_OUTPUT_MESSAGES_PREFIX: Final = "llm.output_messages."
 OPENINFERENCE_OUTPUT_VALUE: Final = "output.value"
+"""OpenInference's output of a span. Empty on our model spans while content capture is off: Arize
+Phoenix fills a missing one in from ``gen_ai.response.id`` / ``.model``, and its Output panel shows that
+JSON as if it were the model's answer."""
 #: ... and input messages as llm.input_messages.{i}.message.role / .content.
 OPENINFERENCE_INPUT_MESSAGES_PREFIX: Final = "llm.input_messages."
 OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
