@@ -152,6 +152,10 @@ RUN_VIOLATION_COUNT: Final = "tallyspan.run.violation_count"
 """int, on run spans (``invoke_agent``, else the local root): violations on the spans below it."""
 RUN_VIOLATION_TYPES: Final = "tallyspan.run.violation_types"
 """string[], on run spans: sorted, unique types of the violations below it."""
+RUN_CONTAINER: Final = "tallyspan.run.container"
+"""bool, true on a workflow span or local root that only encloses agent runs (the Agents SDK's trace
+around its agent, a server span around ``tallyspan.run``): not a run of its own, so it has no books and
+no ledger record; it still carries the roll-up of the violations below it."""
 CONTRACT: Final = "tallyspan.contract"
 """string: the name of the contract the span was checked against."""
 
