@@ -5,6 +5,7 @@ instrumented test agent of tests/e2e/violating_agent.py against it (a Japanese c
 English, a refusal, a tool call the agent never logged), then opens Phoenix's UI in Debian's
 Chromium and saves:
 
+    docs/img/phoenix-root-spans.png                  the default view: the failing runs are red
     docs/img/phoenix-filter-by-violation-type.png   spans filtered by a violation type
     docs/img/phoenix-violating-span.png              the trace, the refusal span selected
     docs/img/phoenix-unbalanced-run.png              the agent run whose books do not balance
@@ -38,7 +39,13 @@ from phoenix_server import (  # noqa: E402
     phoenix_executable,
     running_phoenix,
 )
-from violating_agent import CHAT_SPAN, RUN_SPAN, run_weekly_agent  # noqa: E402
+from violating_agent import (  # noqa: E402
+    CHAT_SPAN,
+    RUN_SPAN,
+    SINGLE_ANSWER_RUNS,
+    run_single_answer_agents,
+    run_weekly_agent,
+)
 
 from tallyspan import ViolationType, semconv  # noqa: E402
 
@@ -90,18 +97,25 @@ def _shoot(phoenix: Phoenix, out_dir: Path) -> None:
     run_weekly_agent(
         [SimpleSpanProcessor(exporter)], resource_attributes={PROJECT_RESOURCE_ATTRIBUTE: PROJECT}
     )
-    spans = phoenix.wait_for_spans(PROJECT, 5)
+    # A new exporter: the first run's provider shut the first one down with it.
+    exporter = OTLPSpanExporter(endpoint=phoenix.traces_endpoint, timeout=30)
+    run_single_answer_agents(
+        [SimpleSpanProcessor(exporter)], resource_attributes={PROJECT_RESOURCE_ATTRIBUTE: PROJECT}
+    )
+    spans = phoenix.wait_for_spans(PROJECT, 5 + 2 * len(SINGLE_ANSWER_RUNS))
     (project_id,) = [p["id"] for p in phoenix.get("/v1/projects")["data"] if p["name"] == PROJECT]
     (run,) = [span for span in spans if span["name"] == RUN_SPAN]
     (refusal,) = [
         span
         for span in spans
         if span["name"] == CHAT_SPAN
+        and span["context"]["trace_id"] == run["context"]["trace_id"]
         and ViolationType.REFUSAL.value in span["attributes"].get(semconv.VIOLATION_TYPES, [])
     ]
     trace_id = run["context"]["trace_id"]
     project_url = f"{phoenix.base_url}/projects/{urllib.parse.quote(project_id)}"
 
+    screenshot(project_url, out_dir / "phoenix-root-spans.png")  # what Phoenix shows first: root spans
     condition = f"'{ViolationType.NOT_JAPANESE.value}' in {filter_path(semconv.VIOLATION_TYPES)}"
     screenshot(
         f"{project_url}/spans?{urllib.parse.urlencode({'spanFilterCondition': condition})}",

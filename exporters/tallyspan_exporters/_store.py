@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -28,13 +30,16 @@ from tallyspan.plugin import (
     BUSY_TIMEOUT_MS,
     FAILURE_CLASS_OF,
     RUNS,
+    SELF_STATS,
     SPANS,
     VIOLATIONS,
     Settings,
     ViolationType,
     count,
     is_run_span,
+    renew_lock_after_fork,
     resolve_db_path,
+    stats,
     swallowed,
 )
 from tallyspan_exporters._writer import (
@@ -75,6 +80,10 @@ _INSERT_SPAN: Final = insert_sql(SPANS, _SPAN_COLUMNS, verb="INSERT OR REPLACE")
 _INSERT_RUN: Final = insert_sql(RUNS, _RUN_COLUMNS, verb="INSERT OR REPLACE")
 _INSERT_VIOLATION: Final = insert_sql(VIOLATIONS, _VIOLATION_COLUMNS)
 _DELETE_VIOLATIONS: Final = f"DELETE FROM {VIOLATIONS} WHERE trace_id = ? AND span_id = ?"
+_COUNTER_COLUMNS: Final = ("pid", "started_unix_nano", "service_name", "key", "value", "time_unix_nano")
+_INSERT_COUNTER: Final = insert_sql(SELF_STATS, _COUNTER_COLUMNS, verb="INSERT OR REPLACE")
+#: With the pid, names this process's counters in the store (a pid is reused after a restart).
+_PROCESS_STARTED: Final = time.time_ns()
 
 
 def _span_writer(path: str | os.PathLike[str] | None, busy_timeout_millis: int) -> StoreWriter:
@@ -111,6 +120,7 @@ class SQLiteSpanExporter(SpanExporter):
         self, path: str | os.PathLike[str] | None = None, *, busy_timeout_millis: int = BUSY_TIMEOUT_MS
     ) -> None:
         self._writer = _span_writer(path, busy_timeout_millis)
+        self._counters = _Counters()
 
     @property
     def path(self) -> Path:
@@ -119,16 +129,24 @@ class SQLiteSpanExporter(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Write ``spans`` in one transaction; SUCCESS, or FAILURE (logged and counted) without raising."""
-        written = self._writer.write(span_rows(spans, self._writer))
+        written = self._writer.write(span_rows(spans, self._writer, self._counters))
         return SpanExportResult.SUCCESS if written else SpanExportResult.FAILURE
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Write the batches kept while the database was locked; True when nothing is left unwritten."""
+        """Write the batches kept while the database was locked, and the counters; True when nothing is
+        left unwritten."""
+        self._write_counters()
         return self._writer.flush(timeout_millis)
 
     def shutdown(self) -> None:
         """Write what is still kept (one last wait for the lock), close the database; later exports fail."""
+        self._write_counters()
         self._writer.close()
+
+    def _write_counters(self) -> None:
+        # Counters alone never open (or retry) a store that failed: they ride on the writes that work.
+        if self._writer.is_open:
+            self._writer.write(self._counters.rows())
 
 
 class StoreProcessor(SpanProcessor):
@@ -150,9 +168,13 @@ class StoreProcessor(SpanProcessor):
     def __init__(
         self, path: str | os.PathLike[str] | None = None, *, busy_timeout_millis: int = BUSY_TIMEOUT_MS
     ) -> None:
-        writer = _span_writer(path, busy_timeout_millis)
-        self._thread: WriterThread[ReadableSpan] = WriterThread(
-            writer, lambda spans: span_rows(spans, writer), name="tallyspan-store"
+        self._writer = writer = _span_writer(path, busy_timeout_millis)
+        counters = _Counters()
+        # None in the queue asks for the counters alone (a flush with no span to write).
+        self._thread: WriterThread[ReadableSpan | None] = WriterThread(
+            writer,
+            lambda items: span_rows([span for span in items if span is not None], writer, counters),
+            name="tallyspan-store",
         )
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -161,10 +183,17 @@ class StoreProcessor(SpanProcessor):
         self._thread.submit(span)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self._submit_counters()
         return self._thread.flush(timeout_millis)
 
     def shutdown(self) -> None:
+        self._submit_counters()
         self._thread.shutdown()
+
+    def _submit_counters(self) -> None:
+        # Counters alone never open (or retry) a store that failed: they ride on the writes that work.
+        if self._writer.is_open:
+            self._thread.submit(None, size=0)
 
 
 def store_component(downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor | None:
@@ -178,8 +207,9 @@ def store_component(downstream: Sequence[SpanProcessor], settings: Settings) -> 
     return None if settings.db_path is None else StoreProcessor(settings.db_path)
 
 
-def span_rows(spans: Iterable[ReadableSpan], writer: StoreWriter) -> Rows:
-    """The rows of ``spans`` for one transaction; a span that cannot be read is logged and counted."""
+def span_rows(spans: Iterable[ReadableSpan], writer: StoreWriter, counters: _Counters | None = None) -> Rows:
+    """The rows of ``spans`` for one transaction, and of the counters if they changed; a span that
+    cannot be read is logged and counted."""
     batch = _Batch()
     for span in spans:
         try:
@@ -189,7 +219,49 @@ def span_rows(spans: Iterable[ReadableSpan], writer: StoreWriter) -> Rows:
                 _logger, "store.export", f"could not read a span for the tallyspan store at {writer.path}"
             )
             count(LOST_SPANS)
-    return batch.rows()
+    rows = batch.rows()
+    if counters is not None:
+        counters.add_to(rows, batch.service_name)
+    return rows
+
+
+class _Counters:
+    """Records this process's ``tallyspan.stats()`` in the store whenever they changed, with the writes
+    of spans and at each flush, so ``tallyspan doctor`` can show drops after the process is gone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        renew_lock_after_fork(self)
+        self._pid = os.getpid()
+        self._written: dict[str, int] = {}
+        self._service_name: str | None = None
+
+    def rows(self) -> Rows:
+        """The rows of the counters that changed since the last rows (none when nothing did)."""
+        rows = Rows()
+        self.add_to(rows, None)
+        return rows
+
+    def add_to(self, rows: Rows, service_name: str | None) -> None:
+        """Add the counters that changed to ``rows`` (no items: a lost counter row is not a lost span)."""
+        now = stats()
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child records its counters under its own pid, all of them
+                self._pid, self._written = os.getpid(), {}
+            self._service_name = service_name or self._service_name
+            changed = {key: value for key, value in now.items() if self._written.get(key) != value}
+            if not changed:
+                return
+            self._written.update(changed)
+            service = self._service_name
+        stamp = time.time_ns()
+        rows.add(
+            _INSERT_COUNTER,
+            [
+                (os.getpid(), _PROCESS_STARTED, service, key, value, stamp)
+                for key, value in sorted(changed.items())
+            ],
+        )
 
 
 def _text(value: object) -> str | None:
@@ -221,6 +293,7 @@ class _Batch:
         self.span_keys: list[tuple[str, str]] = []
         self.violations: list[tuple[Any, ...]] = []
         self.runs: list[tuple[Any, ...]] = []
+        self.service_name: str | None = None
 
     def rows(self) -> Rows:
         rows = Rows(items=len(self.spans))
@@ -242,6 +315,7 @@ class _Batch:
         start, end = span.start_time, span.end_time
         violation_types = attributes.get(semconv.VIOLATION_TYPES)
         service = span.resource.attributes.get(SERVICE_NAME) if span.resource is not None else None
+        self.service_name = _text(service) or self.service_name
         violations = _violation_rows(span, trace_id, span_id, stage, violation_types)
         declared_count = _int(attributes.get(semconv.VIOLATION_COUNT))
         operation = _text(attributes.get(semconv.GEN_AI_OPERATION_NAME))

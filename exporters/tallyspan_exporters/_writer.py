@@ -162,6 +162,11 @@ class StoreWriter:
         """Items kept for a later write (the store was locked)."""
         return self._pending_items
 
+    @property
+    def is_open(self) -> bool:
+        """True while the writer holds a connection: it has written, and no write failed since."""
+        return self._db is not None and not self._closed
+
     def write(self, rows: Rows) -> bool:
         """Keep ``rows`` and write everything kept in one transaction; False if not written (yet)."""
         with suppress_instrumentation(), self._lock:

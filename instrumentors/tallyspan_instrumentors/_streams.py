@@ -4,6 +4,11 @@ A provider wraps the stream a call returns in :class:`SyncStreamProxy` / :class:
 streams) or :class:`SyncGeneratorProxy` / :class:`AsyncGeneratorProxy` (plain generators) with a
 :class:`StreamAccumulator` of its own; the proxy ends the call's span on exhaustion, error, ``close()``,
 ``with`` exit or garbage collection, whichever comes first.
+
+A stream the app stops reading before its end (``close()``, leaving ``with`` or dropping it, with no
+error) and whose last event never came (no finish reason) was *abandoned*: the span gets
+``tallyspan.stream.abandoned=true`` and the checks judge no text of it, since the consumer, not the
+model, cut the answer short.
 """
 
 from __future__ import annotations
@@ -56,7 +61,11 @@ class _Reading:
 
     def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
         if exc is not None:
-            self.proxy._tallyspan_finalize(None if isinstance(exc, _END_OF_ITEMS) else exc)
+            if isinstance(exc, _END_OF_ITEMS):
+                self.proxy._self_exhausted = True
+                self.proxy._tallyspan_finalize()
+            else:
+                self.proxy._tallyspan_finalize(exc)
 
 
 class _StreamProxy(wrapt.ObjectProxy[Any]):
@@ -67,6 +76,7 @@ class _StreamProxy(wrapt.ObjectProxy[Any]):
         self._self_call = call
         self._self_accumulator: StreamAccumulator | None = accumulator
         self._self_finalized = False
+        self._self_exhausted = False
         self._self_first_item_at: float | None = None
 
     def _tallyspan_observe(self, item: Any) -> None:
@@ -93,6 +103,13 @@ class _StreamProxy(wrapt.ObjectProxy[Any]):
                 extraction.attributes[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = (
                     self._self_first_item_at - call.started_at
                 )
+            if (
+                error is None
+                and not self._self_exhausted
+                and extraction is not None
+                and semconv.GEN_AI_RESPONSE_FINISH_REASONS not in extraction.attributes
+            ):
+                extraction.attributes[semconv.STREAM_ABANDONED] = True
         except Exception:  # a stream we cannot summarise still ends its span
             swallowed(_logger, "stream.finish", "tallyspan could not summarise a stream")
             extraction = None

@@ -20,6 +20,7 @@ For each span whose ``gen_ai.operation.name`` is a model operation it
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,7 @@ from tallyspan.plugin import (
     check,
     record_violations,
     renew_lock_after_fork,
+    swallowed,
     warn_once,
 )
 from tallyspan_processors._enrich import enriched_copy
@@ -48,9 +50,13 @@ from tallyspan_processors._wrapping import WrappingProcessor
 
 __all__ = ["ChecksProcessor", "checks_component"]
 
+_logger = logging.getLogger(__name__)
+
 #: Recent model calls remembered for answer_to_other_question (prompts in flight, repeated outputs).
 DEFAULT_RECENT_CALLS: Final = 64
 _EVALUATION_PREFIX: Final = "tallyspan."
+#: The check error recorded when the engine as a whole failed on a span (each rule has its own guard).
+_ENGINE_FAILED: Final = "checks"
 #: Provider finish reasons meaning "the model handed the turn to tools" (OpenAI, Anthropic, GenAI).
 _TOOL_FINISH_REASONS: Final = frozenset({"tool_calls", "function_call", "tool_use", "tool_call"})
 
@@ -113,7 +119,11 @@ class ChecksProcessor(WrappingProcessor):
             return span
         name, contract = found
         model_content = content if isinstance(content, ModelContent) else None
-        result = self._check(span, attributes, stage, contract, model_content)
+        try:
+            result = self._check(span, attributes, stage, contract, model_content)
+        except Exception:  # the engine guards each rule; this is the last line: the span says so
+            swallowed(_logger, "checks.engine", "tallyspan's checks failed on a span")
+            result = CheckResult(check_errors=(_ENGINE_FAILED,))
         if result.violations:
             record_violations(
                 ((violation.type.value, violation.failure_class.value) for violation in result.violations),
@@ -130,8 +140,11 @@ class ChecksProcessor(WrappingProcessor):
         content: ModelContent | None,
     ) -> CheckResult:
         start, end = span.start_time or 0, span.end_time or 0
-        if content is not None and (content.tool_calls or _requested_tools(attributes)):
-            content = None  # a step of the agent loop: only the non-text checks apply
+        if content is not None and (
+            content.tool_calls or _requested_tools(attributes) or attributes.get(semconv.STREAM_ABANDONED)
+        ):
+            # A step of the agent loop, or an answer the app stopped reading: only the non-text checks.
+            content = None
         prompt = content.prompt if content is not None else None
         output_key = hash(content.output_text.strip()) if content is not None else 0
         with self._lock:
@@ -160,6 +173,8 @@ class ChecksProcessor(WrappingProcessor):
 
     def _enriched(self, span: ReadableSpan, contract_name: str, result: CheckResult) -> ReadableSpan:
         added: dict[str, AttributeValue] = {semconv.CONTRACT: contract_name}
+        if result.check_errors:
+            added[semconv.CHECK_ERRORS] = list(result.check_errors)
         events: list[Event] = []
         timestamp = span.end_time
         if result.violations:

@@ -14,19 +14,24 @@ content-free ("12 chars < min_chars 200", "pattern 'verdict' not found"): they n
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from tallyspan._contracts import Contract
 from tallyspan._jsonschema import parse_json_output, schema_problems
-from tallyspan._language import language_violations
+from tallyspan._language import english_requested, language_violations
 from tallyspan._patterns import PatternBudget
 from tallyspan._refusal import find_claims, find_reasoning_leak, is_refusal, strip_reasoning
-from tallyspan._relevance import other_question_detail
+from tallyspan._relevance import off_topic_detail, other_question_detail
+from tallyspan._repetition import repeated_share
+from tallyspan._selfstats import swallowed
 from tallyspan._taxonomy import FAILURE_CLASS_OF, FailureClass, ViolationType, most_severe
 
-__all__ = ["CheckResult", "Violation", "check"]
+__all__ = ["RULES", "CheckResult", "Violation", "check"]
+
+_logger = logging.getLogger(__name__)
 
 _NO_CONTRACT = Contract()
 
@@ -57,7 +62,8 @@ class CheckResult:
 
     violations: tuple[Violation, ...] = ()
     check_errors: tuple[str, ...] = ()
-    """Checks that could not finish (``pattern_budget``: the span's patterns ran out of time)."""
+    """Sorted, unique names of the checks that could not give a verdict: a rule that raised (see
+    :data:`RULES`), or ``pattern_budget`` when the contract's patterns ran out of time on the output."""
 
     @property
     def violation_types(self) -> tuple[str, ...]:
@@ -76,12 +82,14 @@ class CheckResult:
         return not self.violations
 
     def to_dict(self) -> dict[str, object]:
-        """The JSON form used by ``tallyspan check``: ok, violation_types, failure_class, violations."""
+        """The JSON form used by ``tallyspan check``: ok, violation_types, failure_class, violations,
+        check_errors."""
         return {
             "ok": self.ok,
             "violation_types": list(self.violation_types),
             "failure_class": self.failure_class,
             "violations": [violation.to_dict() for violation in self.violations],
+            "check_errors": list(self.check_errors),
         }
 
 
@@ -164,10 +172,140 @@ def check(
     if output is None:
         return CheckResult(tuple(violations))
     budget = PatternBudget()  # one time budget for all of the contract's patterns on this output
-    violations.extend(
-        _output_violations(output, contract, prompt, other_prompts, other_answers, reasoning_text, budget)
+    judged, errors = _output_violations(
+        output, contract, prompt, other_prompts, other_answers, reasoning_text, budget
     )
-    return CheckResult(tuple(violations), check_errors=budget.check_errors)
+    violations.extend(judged)
+    return CheckResult(tuple(violations), tuple(sorted({*errors, *budget.check_errors})))
+
+
+@dataclass(frozen=True)
+class _Output:
+    """What the output rules look at."""
+
+    output: str
+    answer: str
+    """The output without reasoning blocks and harmony analysis."""
+    contract: Contract
+    prompt: str | None
+    other_prompts: Sequence[str]
+    other_answers: Sequence[tuple[str, str]]
+    reasoning_text: str
+    budget: PatternBudget
+    """The time all of the contract's patterns may take on this output together."""
+
+
+def _length(given: _Output) -> Iterator[Violation]:
+    contract = given.contract
+    if contract.min_chars is None and contract.max_chars is None:
+        return
+    length = len("".join(given.answer.split()))
+    if contract.min_chars is not None and length < contract.min_chars:
+        yield _violation(ViolationType.TOO_SHORT, f"{length} chars < min_chars {contract.min_chars}")
+    if contract.max_chars is not None and length > contract.max_chars:
+        yield _violation(ViolationType.TOO_LONG, f"{length} chars > max_chars {contract.max_chars}")
+
+
+def _required(given: _Output) -> Iterator[Violation]:
+    for name, pattern in given.contract.required_patterns:
+        found = given.budget.search(pattern, given.answer)
+        if found is None:
+            yield _violation(ViolationType.MISSING_REQUIRED, f"pattern '{name}' timed out; not verified")
+        elif not found:
+            yield _violation(ViolationType.MISSING_REQUIRED, f"pattern '{name}' not found")
+
+
+def _json_schema(given: _Output) -> Iterator[Violation]:
+    validator = given.contract.schema_validator
+    if validator is None:
+        return
+    parsed, value = parse_json_output(given.answer)  # JsonTooDeepError: recorded as a check error
+    if not parsed:
+        yield _violation(ViolationType.MISSING_REQUIRED, "output is not JSON")
+        return
+    for problem in schema_problems(value, validator):
+        yield _violation(ViolationType.MISSING_REQUIRED, problem)
+
+
+def _forbidden(given: _Output) -> Iterator[Violation]:
+    for name, pattern in given.contract.forbidden_patterns:
+        found = given.budget.search(pattern, given.output)
+        if found is None:
+            yield _violation(ViolationType.FORBIDDEN_PRESENT, f"pattern '{name}' timed out; not verified")
+        elif found:
+            yield _violation(ViolationType.FORBIDDEN_PRESENT, f"pattern '{name}' found")
+
+
+def _refusal(given: _Output) -> Iterator[Violation]:
+    if not given.contract.allow_refusal and is_refusal(given.answer):
+        yield _violation(ViolationType.REFUSAL, "the output is a refusal")
+
+
+def _reasoning(given: _Output) -> Iterator[Violation]:
+    if not given.contract.allow_reasoning:
+        leak = find_reasoning_leak(given.output, given.reasoning_text)
+        if leak is not None:
+            yield _violation(ViolationType.REASONING_LEAKED, leak)
+
+
+def _claims(given: _Output) -> Iterator[Violation]:
+    if given.contract.claims is None:
+        return
+    kinds = find_claims(given.answer, given.contract.claims.allowed)
+    for kind in sorted(set(kinds)):
+        yield _violation(
+            ViolationType.UNEARNED_CLAIM, f"{kinds.count(kind)} {kind} claim(s) not in claims.allowed"
+        )
+
+
+def _relevance(given: _Output) -> Iterator[Violation]:
+    other = other_question_detail(given.answer, given.prompt, given.other_prompts, given.other_answers)
+    if other is not None:
+        yield _violation(ViolationType.ANSWER_TO_OTHER_QUESTION, other)
+        return
+    if not given.contract.allow_off_topic:
+        off = off_topic_detail(given.answer, given.prompt)
+        if off is not None and not is_refusal(given.answer):  # a refusal says no; it is not off topic
+            yield _violation(ViolationType.OFF_TOPIC, off)
+
+
+def _repetition(given: _Output) -> Iterator[Violation]:
+    threshold = given.contract.max_repeated_share
+    if threshold is None:
+        return
+    share, unit = repeated_share(given.answer)
+    if share > threshold:
+        yield _violation(
+            ViolationType.DEGENERATE_REPETITION,
+            f"{share:.0%} of the output is one {unit}-char unit repeated back to back > "
+            f"max_repeated_share {threshold:g}",
+        )
+
+
+def _language(given: _Output) -> Iterator[Violation]:
+    if given.contract.language is None:
+        return
+    wanted = english_requested(given.prompt)
+    for violation_type, detail in language_violations(
+        given.answer, given.contract.language, english_wanted=wanted
+    ):
+        yield _violation(violation_type, detail)
+
+
+#: The output rules in the order they run, by the name a failure is recorded under
+#: (``CheckResult.check_errors``, the span's ``tallyspan.check_errors``, ``stats()["errors.check_rule.<name>"]``).
+RULES: tuple[tuple[str, Callable[[_Output], Iterable[Violation]]], ...] = (
+    ("length", _length),
+    ("required", _required),
+    ("json_schema", _json_schema),
+    ("forbidden", _forbidden),
+    ("refusal", _refusal),
+    ("reasoning", _reasoning),
+    ("claims", _claims),
+    ("relevance", _relevance),
+    ("repetition", _repetition),
+    ("language", _language),
+)
 
 
 def _output_violations(
@@ -178,58 +316,20 @@ def _output_violations(
     other_answers: Sequence[tuple[str, str]],
     reasoning_text: str,
     budget: PatternBudget,
-) -> list[Violation]:
+) -> tuple[list[Violation], list[str]]:
+    errors: list[str] = []
+    try:
+        answer = strip_reasoning(output)
+    except Exception:  # the stripping is a rule too: on failure the others judge the raw output
+        swallowed(_logger, "check_rule.strip_reasoning", "stripping reasoning from an output failed")
+        errors.append("strip_reasoning")
+        answer = output
+    given = _Output(output, answer, contract, prompt, other_prompts, other_answers, reasoning_text, budget)
     violations: list[Violation] = []
-    answer = strip_reasoning(output)
-    length = len("".join(answer.split()))
-    if contract.min_chars is not None and length < contract.min_chars:
-        violations.append(
-            _violation(ViolationType.TOO_SHORT, f"{length} chars < min_chars {contract.min_chars}")
-        )
-    if contract.max_chars is not None and length > contract.max_chars:
-        violations.append(
-            _violation(ViolationType.TOO_LONG, f"{length} chars > max_chars {contract.max_chars}")
-        )
-    for name, pattern in contract.required_patterns:
-        found = budget.search(pattern, answer)
-        if found is None:
-            violations.append(
-                _violation(ViolationType.MISSING_REQUIRED, f"pattern '{name}' timed out; not verified")
-            )
-        elif not found:
-            violations.append(_violation(ViolationType.MISSING_REQUIRED, f"pattern '{name}' not found"))
-    if contract.json_schema is not None:
-        parsed, value = parse_json_output(answer)
-        problems = schema_problems(value, contract.json_schema) if parsed else ["output is not JSON"]
-        violations.extend(_violation(ViolationType.MISSING_REQUIRED, problem) for problem in problems)
-    for name, pattern in contract.forbidden_patterns:
-        found = budget.search(pattern, output)
-        if found is None:
-            violations.append(
-                _violation(ViolationType.FORBIDDEN_PRESENT, f"pattern '{name}' timed out; not verified")
-            )
-        elif found:
-            violations.append(_violation(ViolationType.FORBIDDEN_PRESENT, f"pattern '{name}' found"))
-    if not contract.allow_refusal and is_refusal(answer):
-        violations.append(_violation(ViolationType.REFUSAL, "the output is a refusal"))
-    if not contract.allow_reasoning:
-        leak = find_reasoning_leak(output, reasoning_text)
-        if leak is not None:
-            violations.append(_violation(ViolationType.REASONING_LEAKED, leak))
-    if contract.claims is not None:
-        kinds = find_claims(answer, contract.claims.allowed)
-        for kind in sorted(set(kinds)):
-            violations.append(
-                _violation(
-                    ViolationType.UNEARNED_CLAIM, f"{kinds.count(kind)} {kind} claim(s) not in claims.allowed"
-                )
-            )
-    other = other_question_detail(answer, prompt, other_prompts, other_answers)
-    if other is not None:
-        violations.append(_violation(ViolationType.ANSWER_TO_OTHER_QUESTION, other))
-    if contract.language is not None:
-        violations.extend(
-            _violation(violation_type, detail)
-            for violation_type, detail in language_violations(answer, contract.language)
-        )
-    return violations
+    for name, rule in RULES:
+        try:
+            violations.extend(rule(given))
+        except Exception:  # one rule's failure (a bug, a hostile output) must not cost the other verdicts
+            swallowed(_logger, f"check_rule.{name}", f"the check rule {name!r} failed")
+            errors.append(name)
+    return violations, errors

@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_DB_PATH",
     "DEFAULT_OTLP_PROTOCOL",
     "ENV_CAPTURE_MESSAGE_CONTENT",
+    "ENV_CONTRACTS",
     "ENV_CONTRACTS_MAX_BYTES",
     "ENV_DB",
     "ENV_EXPORTER_OTLP_ENDPOINT",
@@ -58,6 +59,9 @@ The OpenTelemetry GenAI instrumentations also accept ``span_only``, ``event_only
 
 ENV_DB = "TALLYSPAN_DB"
 """Path of the embedded SQLite store; default ``./.tallyspan/tallyspan.db``."""
+
+ENV_CONTRACTS = "TALLYSPAN_CONTRACTS"
+"""The contracts file, where no ``contracts=`` argument gives one (zero-code; ``tallyspan doctor``)."""
 
 ENV_CONTRACTS_MAX_BYTES = "TALLYSPAN_CONTRACTS_MAX_BYTES"
 """Largest contracts file read, in bytes; default 1 MiB. A larger file is refused unread."""

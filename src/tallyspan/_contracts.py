@@ -34,6 +34,8 @@ from typing import Any
 
 import regex
 import yaml
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -55,9 +57,11 @@ from tallyspan._contract_files import (
     wrap_node,
 )
 from tallyspan._errors import ContractError
+from tallyspan._jsonschema import compile_schema
 from tallyspan._language import SUPPORTED_LANGUAGES
 from tallyspan._patterns import REGEX_TIMEOUT_S as REGEX_TIMEOUT_S  # where it was first defined
 from tallyspan._patterns import PatternLoadBudget, compile_pattern, load_budget_of
+from tallyspan._repetition import DEFAULT_MAX_REPEATED_SHARE
 
 __all__ = ["Claims", "Contract", "ContractSet", "MatchRule", "NamedPattern", "load_contracts"]
 
@@ -101,9 +105,15 @@ class Contract(BaseModel):
     forbidden: list[str | NamedPattern] = Field(default_factory=list)
     """Regexes that must not match anywhere in the output."""
     json_schema: dict[str, Any] | None = None
-    """The output must be JSON valid against this schema (a subset: see ``_jsonschema``)."""
+    """The output must be JSON valid against this JSON Schema (the ``jsonschema`` library, draft 2020-12
+    unless ``$schema`` names another); checked at load."""
     allow_refusal: bool = False
     allow_reasoning: bool = False
+    allow_off_topic: bool = False
+    """When false (the default) and the prompt is known, an answer that ignores it is ``off_topic``."""
+    max_repeated_share: float | None = Field(default=DEFAULT_MAX_REPEATED_SHARE, gt=0, le=1)
+    """Most of the output that may be one unit repeated back to back; more is ``degenerate_repetition``.
+    None turns the check off."""
     claims: Claims | None = None
     """When set, claims not covered by ``claims.allowed`` are ``unearned_claim``."""
     deadline_s: float | None = Field(default=None, gt=0)
@@ -113,6 +123,7 @@ class Contract(BaseModel):
 
     _required: tuple[tuple[str, regex.Pattern[str]], ...] = PrivateAttr(default=())
     _forbidden: tuple[tuple[str, regex.Pattern[str]], ...] = PrivateAttr(default=())
+    _schema_validator: Validator | None = PrivateAttr(default=None)
 
     @field_validator("language")
     @classmethod
@@ -141,6 +152,16 @@ class Contract(BaseModel):
                 raise ValueError(f"{exc} (item {index})") from exc
         return value
 
+    @field_validator("json_schema")
+    @classmethod
+    def _schema_is_valid(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                compile_schema(value)
+            except SchemaError as exc:
+                raise ValueError(f"invalid JSON Schema: {exc.message}") from exc
+        return value
+
     @model_validator(mode="after")
     def _compile(self, info: ValidationInfo) -> Contract:
         if self.min_chars is not None and self.max_chars is not None and self.min_chars > self.max_chars:
@@ -148,6 +169,7 @@ class Contract(BaseModel):
         budget = load_budget_of(info.context)
         self._required = tuple(_compiled(item, budget) for item in self.required)
         self._forbidden = tuple(_compiled(item, budget) for item in self.forbidden)
+        self._schema_validator = compile_schema(self.json_schema) if self.json_schema is not None else None
         return self
 
     @property
@@ -159,6 +181,11 @@ class Contract(BaseModel):
     def forbidden_patterns(self) -> tuple[tuple[str, regex.Pattern[str]], ...]:
         """(name, compiled regex) of each forbidden pattern."""
         return self._forbidden
+
+    @property
+    def schema_validator(self) -> Validator | None:
+        """The compiled ``json_schema`` validator, or None when the contract has no schema."""
+        return self._schema_validator
 
 
 def _compiled(item: str | NamedPattern, budget: PatternLoadBudget | None) -> tuple[str, regex.Pattern[str]]:

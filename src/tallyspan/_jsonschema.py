@@ -1,100 +1,160 @@
-"""A small JSON Schema subset for ``Contract.json_schema``: enough to say which field is missing or wrong.
+"""``Contract.json_schema``: parse the output as JSON and validate it with the ``jsonschema`` library.
 
-Supported keywords: ``type`` (a name or a list), ``required``, ``properties``, ``additionalProperties:
-false``, ``items``, ``enum``, ``minLength``/``maxLength``, ``minimum``/``maximum``, ``minItems``.
-Other keywords are ignored. Problems are content-free: they name the field path, never a value.
+The whole current draft applies (2020-12 unless the schema's ``$schema`` names another): ``oneOf``,
+``pattern``, ``$ref``, ``const`` and the rest. Problems are content-free: they are built from each
+error's path and keyword, never from the output's values, and a path names only fields the schema
+itself declares (any other key of the output shows as ``*``).
+
+The parser refuses deep nesting before it parses: an output of 100,000 ``[`` is rejected by a linear,
+non-recursive scan (``JsonTooDeepError``) instead of reaching the recursive parser and validator; the
+check engine records that the json_schema rule could not judge the output.
 """
 
 from __future__ import annotations
 
 import json
+import operator
+import re
+from collections.abc import Iterator, Mapping
+from itertools import accumulate
 from typing import Any
 
-import regex
+from jsonschema import exceptions as schema_exceptions
+from jsonschema import validators
+from jsonschema.protocols import Validator
 
-__all__ = ["parse_json_output", "schema_problems"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "JsonTooDeepError",
+    "compile_schema",
+    "parse_json_output",
+    "schema_problems",
+    "too_deep",
+]
 
-_FENCE = regex.compile(r"(?s)^\s*```[a-zA-Z]*\s*\n(.*?)\n\s*```\s*$")
-_TYPES: dict[str, tuple[type, ...]] = {
-    "object": (dict,),
-    "array": (list,),
-    "string": (str,),
-    "number": (int, float),
-    "integer": (int,),
-    "boolean": (bool,),
-    "null": (type(None),),
-}
+#: Deepest nesting of arrays and objects accepted; deeper output is "not JSON" (no real deliverable
+#: nests this deep, and the parser and the validator both recurse once per level).
+MAX_JSON_DEPTH = 64
+
+_FENCE = re.compile(r"(?s)^\s*```[a-zA-Z]*\s*\n(.*?)\n\s*```\s*$")
+# Strings may hold brackets; escapes are skipped pairwise so "\\" and "\"" end where JSON says.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+# Each opening bracket counts 2 and each closing 0, so depth after i brackets is prefix sum - i.
+_BRACKET_WEIGHTS = str.maketrans({"[": "\x02", "{": "\x02", "]": "\x00", "}": "\x00"})
+_TYPE_NAMES: tuple[tuple[str, type | tuple[type, ...]], ...] = (
+    ("boolean", bool),
+    ("integer", int),
+    ("number", float),
+    ("string", str),
+    ("array", list),
+    ("object", dict),
+)
+
+
+class JsonTooDeepError(ValueError):
+    """The output nests arrays and objects deeper than :data:`MAX_JSON_DEPTH`: it is not judged."""
+
+
+def too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when brackets outside JSON strings nest deeper than ``limit``; linear, no recursion."""
+    if text.count("[") + text.count("{") <= limit:
+        return False  # fewer openers than the limit: cannot nest deeper (the common case, two scans)
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    weights = brackets.translate(_BRACKET_WEIGHTS).encode("latin-1")
+    depths = map(operator.sub, accumulate(weights), range(1, len(weights) + 1))
+    return max(depths, default=0) > limit
 
 
 def parse_json_output(text: str) -> tuple[bool, Any]:
-    """Parse the output as JSON, inside a code fence or not; returns (ok, value)."""
+    """Parse the output as JSON, inside a code fence or not; returns (ok, value).
+
+    Raises:
+        JsonTooDeepError: when the output nests deeper than :data:`MAX_JSON_DEPTH` (found by a linear
+            scan, before the recursive parser could run out of stack).
+    """
     fenced = _FENCE.match(text)
     body = fenced.group(1) if fenced else text.strip()
+    if too_deep(body):
+        raise JsonTooDeepError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         return True, json.loads(body)
     except ValueError:
         return False, None
 
 
-def _type_ok(value: Any, expected: str) -> bool:
-    if isinstance(value, bool) and expected in ("number", "integer"):
-        return False
-    return isinstance(value, _TYPES.get(expected, (object,)))
+def compile_schema(schema: dict[str, Any]) -> Validator:
+    """A validator for ``schema`` (its own ``$schema`` draft, else 2020-12).
+
+    Raises:
+        jsonschema.exceptions.SchemaError: when the schema itself is invalid.
+    """
+    validator_class = validators.validator_for(schema, default=validators.Draft202012Validator)
+    validator_class.check_schema(schema)
+    return validator_class(schema)
+
+
+def _declared_names(schema: Any) -> frozenset[str]:
+    """Every property name the schema declares (``properties``, ``required``, ``dependentRequired``)."""
+    names: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            for keyword in ("properties", "dependentRequired", "dependentSchemas"):
+                if isinstance(node.get(keyword), Mapping):
+                    names.update(str(name) for name in node[keyword])
+            if isinstance(node.get("required"), list):
+                names.update(str(name) for name in node["required"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return frozenset(names)
+
+
+def _path(parts: Iterator[Any] | Any, declared: frozenset[str]) -> str:
+    path = "$"
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if part in declared else ".*"
+    return path
 
 
 def _type_name(value: Any) -> str:
-    for name in _TYPES:
-        if _type_ok(value, name) and name != "number":
+    if value is None:
+        return "null"
+    for name, kind in _TYPE_NAMES:
+        if isinstance(value, kind):
             return name
-    return "number" if isinstance(value, float) else type(value).__name__
+    return type(value).__name__
 
 
-def schema_problems(value: Any, schema: dict[str, Any], path: str = "$", limit: int = 5) -> list[str]:
-    """Return up to ``limit`` content-free problems of ``value`` against ``schema``."""
+def _problems_of(error: schema_exceptions.ValidationError, declared: frozenset[str]) -> list[str]:
+    path = _path(iter(error.absolute_path), declared)
+    keyword = str(error.validator)
+    expected = error.validator_value
+    if keyword == "type":
+        wanted = "|".join(map(str, expected)) if isinstance(expected, list) else str(expected)
+        return [f"json field {path} has type {_type_name(error.instance)}, want {wanted}"]
+    if keyword == "required" and isinstance(error.instance, Mapping) and isinstance(expected, list):
+        return [f"json field {path}.{name} missing" for name in expected if name not in error.instance]
+    if keyword in ("enum", "const"):
+        return [f"json field {path} is not one of the allowed values"]
+    if keyword in ("additionalProperties", "unevaluatedProperties"):
+        return [f"json object {path} has unexpected field(s)"]
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        return [f"json field {path} fails {keyword} {expected:g}"]
+    return [f"json field {path} fails {keyword}"]
+
+
+def schema_problems(value: Any, validator: Validator, limit: int = 5) -> list[str]:
+    """Return up to ``limit`` content-free problems of ``value`` against the compiled schema."""
+    declared = _declared_names(validator.schema)
     problems: list[str] = []
-    _check(value, schema, path, problems, limit)
+    for error in validator.iter_errors(value):
+        problems.extend(_problems_of(error, declared))
+        if len(problems) >= limit:
+            break
     return problems[:limit]
-
-
-def _check(value: Any, schema: dict[str, Any], path: str, problems: list[str], limit: int) -> None:
-    if len(problems) >= limit or not isinstance(schema, dict):
-        return
-    expected = schema.get("type")
-    if expected is not None:
-        names = expected if isinstance(expected, list) else [expected]
-        if not any(_type_ok(value, str(name)) for name in names):
-            problems.append(
-                f"json field {path} has type {_type_name(value)}, want {'|'.join(map(str, names))}"
-            )
-            return
-    if "enum" in schema and value not in schema["enum"]:
-        problems.append(f"json field {path} is not one of the allowed values")
-    if isinstance(value, str):
-        if "minLength" in schema and len(value) < schema["minLength"]:
-            problems.append(f"json field {path} has {len(value)} chars < minLength {schema['minLength']}")
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            problems.append(f"json field {path} has {len(value)} chars > maxLength {schema['maxLength']}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            problems.append(f"json field {path} is below minimum {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            problems.append(f"json field {path} is above maximum {schema['maximum']}")
-    if isinstance(value, dict):
-        for name in schema.get("required", []):
-            if name not in value:
-                problems.append(f"json field {path}.{name} missing")
-        properties = schema.get("properties", {})
-        for name, sub_schema in properties.items():
-            if name in value:
-                _check(value[name], sub_schema, f"{path}.{name}", problems, limit)
-        if schema.get("additionalProperties") is False:
-            extra = sorted(set(value) - set(properties))
-            if extra:
-                problems.append(f"json object {path} has {len(extra)} unexpected field(s)")
-    if isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            problems.append(f"json array {path} has {len(value)} items < minItems {schema['minItems']}")
-        items = schema.get("items")
-        if isinstance(items, dict):
-            for index, item in enumerate(value):
-                _check(item, items, f"{path}[{index}]", problems, limit)

@@ -1,25 +1,32 @@
-"""Script analysis for the language checks: Japanese, Chinese, English and Korean by Unicode rules.
+"""The language checks: Japanese, Chinese, English and Korean by Unicode rules, judged on prose.
 
-General language-ID libraries label kanji-only Japanese lines (headings, verdicts) as Chinese, so we
-decide from scripts instead:
+What each type means is fixed by the labelled data's definitions (README, "What is checked"):
 
-- kana (and the Japanese-only iteration mark 々) is Japanese evidence;
-- a clause without kana is Chinese only when it carries Chinese evidence: Chinese-only characters
-  (``_hanzi_table``, generated from the codecs) or Chinese function words (我, 了, 是, 的 ...) that are
-  not part of a Japanese compound (完了, 現在, 目的 ...); a kanji-only clause without either is Japanese;
-- code blocks, inline code, URLs and quoted terms (「...」, "...") are set aside: they are normal in any
-  language; loanwords, product names and acronyms are names, not English prose;
-- English mixed into Japanese grammar (function words, several ordinary lowercase words) is a broken mix.
+- ``not_japanese``: Japanese was required and the prose has no kana at all. A deliverable that is only
+  code, JSON, CSV, numbers or math has no prose, hence no language; a list of kanji-only Japanese words
+  is Japanese (a kana-less clause is Chinese only with Chinese evidence, see ``_scripts``).
+- ``chinese_in_japanese``: a Japanese text (kana present) holds Chinese-only text.
+- ``broken_language_mix``: a Japanese text holds whole English sentences, or sentences that switch to
+  English part-way (English grammar words, an English phrase of lowercase words, several English words
+  in one sentence). Loanwords, names, titles, acronyms, code, glosses, quoted terms and single words
+  do not count, nor English sentences the question asked for.
 
-Everything here is a pure function of the text.
+Prose is the text without code (fenced, inline, or a bare JSON document), URLs, TeX, chat-template
+markup, glosses (``基準率の無視（base rate neglect）``) and quotes. Kana inside quotes makes a text
+Japanese only when there is enough of it (a quoted Japanese paragraph, not one quoted word).
+
+General language-ID libraries label kanji-only Japanese lines as Chinese, so we decide from scripts.
+Everything here is a pure function of the text, linear, with the scanning done by compiled regexes.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import pairwise
 
-from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
+from tallyspan._jsonschema import parse_json_output
+from tallyspan._scripts import KANA, chinese_evidence, script_counts
 from tallyspan._taxonomy import ViolationType
 
 __all__ = ["SUPPORTED_LANGUAGES", "ScriptProfile", "language_violations", "profile"]
@@ -35,19 +42,41 @@ _GLOSS = re.compile(
     r"[（(][^（）()\n\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF\u3041-\u309F\u30A1-\u30FF\u31F0-\u31FF\uFF66-\uFF9D]{1,80}[）)]"
 )
 # TeX math: \[...\], \(...\), $$...$$, $...$ and \commands.
-_MATH = re.compile(r"(?s)\\\[.*?\\\]|\\\(.*?\\\)|\$\$.*?\$\$|\$[^$\n]{1,200}\$|\\[A-Za-z]+")
+# Each span ends at the next opener too, so unclosed ones cost one pass.
+_MATH = re.compile(
+    r"(?s)\\\[(?:(?!\\[\[\]]).)*\\\]|\\\((?:(?!\\[()]).)*\\\)|\$\$(?:(?!\$\$).)*\$\$|\$[^$\n]{1,200}\$"
+    r"|\\[A-Za-z]+"
+)
 # Chat-template and markup tokens (<|im_end|>, <<SYS>>, </s>) are not words of any language.
 _MARKUP = re.compile(r"<\|[^|<>\n]{1,40}\|>|<<?/?[A-Za-z_]{1,20}>>?")
-_QUOTED = re.compile(r"「[^」\n]{0,200}」|『[^』\n]{0,200}』|\"[^\"\n]{0,200}\"|“[^”\n]{0,200}”")
+# Quotes: 「」『』"" “” and '...' around CJK text (an apostrophe in English is not a quote).
+_QUOTED = re.compile(
+    r"「[^」「\n]{0,400}」|『[^』『\n]{0,400}』|\"[^\"\n]{0,400}\"|“[^”“\n]{0,400}”"
+    r"|'[^'\n]{0,400}?[\u3041-\u30FF\u4E00-\u9FFF][^'\n]{0,400}?'"
+)
+_QUOTE_MARKS = ("「", "『", '"', "“", "'", "(", "（")
+# A line without CJK that is code: starts like code, ends like code, or is an assignment or formula;
+# never a line with four words in a row (English prose that happens to hold "=" or end in ";").
+_CODE_LINE = re.compile(
+    r"(?m)^(?![^\n]*?[A-Za-z]{2,} [A-Za-z]{2,} [A-Za-z]{2,} [A-Za-z]{2,})"
+    r"(?:[ \t]*(?:[{}\[\]]|//|/\*|\*/|#include|import |from \S+ import|package |def |class |func |"
+    r"return\b|var |let |const |public |private |echo |print\(|\$)[^\n]*"
+    r"|[^\n\u3040-\u9FFF]*[;{}][ \t]*"
+    r"|[^\n\u3040-\u9FFF]*=[^\n\u3040-\u9FFF]*)$"
+)
+_CODE_SIGNS = (";", "{", "}", "=", "$", "import ", "#include", "//", "/*")
 
-_KANA = re.compile(r"[\u3041-\u309F\u30A1-\u30FA\u30FD-\u30FF\u31F0-\u31FF\uFF66-\uFF9D々〆]")
-_HAN = re.compile(r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF]")
-_HANGUL = re.compile(r"[\uAC00-\uD7AF\u1100-\u11FF\u3130-\u318F]")
-_LATIN_TOKEN = re.compile(r"(?<![\\^_])[A-Za-z][A-Za-z0-9]*(?:['’._/+^-][A-Za-z0-9]+)*")
-_ARTICLE_A = re.compile(r"\ba(?= [a-z]{2,})")
-_CLAUSE_SPLIT = re.compile(r"[。！？!?\n、，,；;：:]")
+# The letter is matched before the look-behind: a pattern that starts with a character class lets the
+# engine skip the (mostly CJK) text fast.
+_LATIN_TOKEN = re.compile(
+    r"[A-Za-z](?<![\\^_A-Za-z0-9].)[A-Za-z0-9]*(?:['’._/+^-][A-Za-z0-9]+)*(?![(A-Za-z0-9])"
+)
+_SENTENCE_END = re.compile(r"[。！？!?\n]|\.(?=\s|$)")
+_UP_TO_SENTENCE_END = re.compile(r"(?s).*(?:[。！？!?\n]|\.(?=\s))")
+_NOT_ASCII_LETTER = bytes(byte for byte in range(128) if not chr(byte).isalpha())
+_CJK = re.compile(r"[\u3041-\u30FF\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF\uAC00-\uD7AF々]")
 
-# English words that carry grammar; two of them inside Japanese text make a broken mix.
+# English words that carry grammar; two of them inside a Japanese sentence make a broken mix.
 _ENGLISH_FUNCTION_WORDS_TEXT = (
     "a an the is are was were be been being am to of in on at for with from by and or but not no this "
     "that these those it its we you they he she i me my our your their them us will would can could "
@@ -56,48 +85,27 @@ _ENGLISH_FUNCTION_WORDS_TEXT = (
     "let need needs"
 )
 _ENGLISH_FUNCTION_WORDS = frozenset(_ENGLISH_FUNCTION_WORDS_TEXT.split())
-# Lowercase abbreviations that Japanese text uses as symbols.
-_NOT_WORDS = frozenset({"vs", "etc", "ok", "eg", "ie", "aka", "approx", "max", "min", "ex", "no", "ca"})
-#: Share of a Japanese text's prose in whole English sentence lines that makes it a broken mix.
-_ENGLISH_LINES_SHARE = 0.15
-
-# Japanese compounds that contain a character Chinese uses as a function word; removed before scoring.
-_JAPANESE_COMPOUNDS = re.compile(
-    "完了|終了|修了|満了|魅了|了解|了承|校了|未了|投了|読了|了知|"
-    "現在|存在|在庫|在住|在籍|在宅|滞在|所在|不在|健在|潜在|実在|駐在|混在|点在|散在|介在|内在|自在|在留|在任|在外|"
-    "是非|是正|国是|社是|"
-    "目的|的確|的中|標的|端的|射的|"
-    "請求|申請|要請|請負|請願|普請|招請|懇請|強請|勧請|請来|請託|起請"
-)
-# Chinese function characters (outside the compounds above) and their weight in a kana-less clause.
-_CHINESE_FUNCTION_CHARS = {
-    "我": 1,
-    "你": 1,
-    "這": 1,
-    "嗎": 1,
-    "呢": 1,
-    "吧": 1,
-    "很": 1,
-    "是": 1,
-    "了": 1,
-    "在": 1,
-    "也": 1,
-    "請": 1,
-}
-_CHINESE_BIGRAMS = re.compile("可以|但是|所以|如果|任何|如有|已經|沒有|什麼|怎麼|一個")
-_CHINESE_CLAUSE_SCORE = 2
-_NOT_LETTERS = re.compile(r"[\W\d_]+")
-# A Chinese-only character run followed by a gloss is a name: 华为（ファーウェイ）.
-_GLOSSED_NAME = re.compile(r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF]+(?=[（(])")
-#: Prose with quotes set aside is judged alone only when it holds this share of the text's letters.
-_UNQUOTED_MIN_SHARE = 0.3
-#: A Japanese-looking text mostly made of whole English sentence lines is English.
-_ENGLISH_PRIMARY_SHARE = 0.6
+# Lowercase abbreviations and units that Japanese text uses as symbols.
+_NOT_WORDS = frozenset(
+    {"vs", "etc", "ok", "eg", "ie", "aka", "approx", "max", "min", "ex", "no", "ca", "kg", "km", "cm", "mm",
+     "mg", "ml", "kb", "mb", "gb", "tb", "ms", "sec", "px", "pt", "am", "pm"}
+)  # fmt: skip
+#: Fewest words in a whole English sentence (shorter lines are labels, names and headings).
+_MIN_SENTENCE_WORDS = 4
+#: Kana inside quotes that makes a text Japanese (a quoted paragraph, not a quoted word or two).
+_MIN_QUOTED_KANA = 10
+#: Kana outside quotes that makes a text Japanese without a Japanese sentence ending (です。) ...
+_MIN_KANA = 10
+# A Japanese sentence ends in hiragana and a full stop (です。ました！): Japanese grammar, not a term.
+_JAPANESE_SENTENCE_END = re.compile(r"[\u3041-\u309F][。！？]")
+#: A kana-less text with more Latin words than CJK characters is English (with a few kanji terms).
+_CJK_PER_WORD = 1
+_ENGLISH_REQUEST = re.compile(r"(?i)英語で|英語に|英訳|英文|英作文|\bin english\b|\binto english\b")
 
 
 @dataclass(frozen=True)
 class ScriptProfile:
-    """What a text is made of, outside code, URLs and quotes (``prose``)."""
+    """What a text's prose is made of (outside code, URLs, glosses and quotes)."""
 
     primary: str
     """ja, zh, en, ko, code (only code, no prose) or none (empty, emoji, numbers)."""
@@ -109,147 +117,199 @@ class ScriptProfile:
     function_words: int = 0
     """English function words (the, is, we ...)."""
     ordinary_words: int = 0
-    """Lowercase English words that are not names, acronyms or identifiers."""
+    """Lowercase English words that are not names, acronyms, identifiers or function words."""
     chinese_clauses: int = 0
-    """Clauses without kana that carry Chinese evidence."""
+    """Clauses without kana that carry Chinese evidence, and Japanese clauses with Chinese-only forms."""
     chinese_chars: int = 0
     """Han characters in those clauses."""
-    english_line_share: float = 0.0
-    """Share of the prose in lines that are whole English sentences."""
+    english_sentences: int = 0
+    """Whole English sentences (outside quotes)."""
+    switches: int = 0
+    """Sentences with CJK text that switch to English part-way."""
+    quoted_kana: int = 0
+    """Kana inside quotes."""
+    japanese_sentences: bool = False
+    """True when the prose has a Japanese sentence (hiragana before a full stop)."""
+
+    @property
+    def japanese(self) -> bool:
+        """True when the prose is (at least partly) Japanese: a Japanese sentence, enough kana of its own
+        or in a quoted passage."""
+        return _is_japanese(
+            self.kana, self.quoted_kana, self.words, self.japanese_sentences, self.english_sentences
+        )
 
 
-def _strip_code(text: str) -> tuple[str, str]:
+@dataclass
+class _English:
+    words: int = 0
+    function: int = 0
+    ordinary: int = 0
+    sentences: int = 0
+    switches: int = 0
+
+
+def _set_aside_code(text: str) -> tuple[str, str]:
+    """(prose, code): fenced and inline code, a bare JSON document, and code lines go to code."""
     code_parts: list[str] = []
 
     def keep(match: re.Match[str]) -> str:
         code_parts.append(match.group(0))
         return "\n"
 
-    prose = _CODE_FENCE.sub(keep, text)
-    prose = _INLINE_CODE.sub(keep, prose)
+    stripped = text.strip()
+    if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]") and _is_json(stripped):
+        return "", text
+    prose = _CODE_FENCE.sub(keep, text) if ("```" in text or "~~~" in text) else text
+    if "`" in prose:
+        prose = _INLINE_CODE.sub(keep, prose)
+    prose = _strip_markup(prose)
+    if any(sign in prose for sign in _CODE_SIGNS):
+        prose = _CODE_LINE.sub(keep, prose)
     return prose, "\n".join(code_parts)
 
 
-def _chinese_score(clause: str) -> int:
-    """Chinese evidence in a clause without kana: Chinese-only characters weigh 2, weaker signs 1."""
-    score = 0
-    for char in clause:
-        if char in CHINESE_ONLY:
-            score += 2
-        elif char in RARE_IN_JAPANESE:
-            score += 1
-    if score >= _CHINESE_CLAUSE_SCORE:
-        return score
-    score += 2 * len(_CHINESE_BIGRAMS.findall(clause))
-    rest = _JAPANESE_COMPOUNDS.sub("\u3000", clause)
-    for index, char in enumerate(rest):
-        weight = _CHINESE_FUNCTION_CHARS.get(char)
-        if weight:
-            score += weight
-        elif char == "的":
-            # Japanese 的 is a suffix followed by kana (的な, 的に); Chinese 的 ends a phrase or links nouns.
-            following = rest[index + 1 : index + 2]
-            if not following or _HAN.match(following) or not following.strip():
-                score += 1
-    return score
+def _is_json(text: str) -> bool:
+    try:
+        return parse_json_output(text)[0]
+    except ValueError:  # nested too deep to parse: not a deliverable, judged as text
+        return False
 
 
-def _word_kinds(prose: str) -> tuple[int, int, int]:
-    words = function = ordinary = 0
-    for token in _LATIN_TOKEN.findall(prose):
+def _word_kinds(prose: str) -> _English:
+    """Count English words, and find whole English sentences and sentences that switch to English."""
+    found = _English()
+    tokens = list(_LATIN_TOKEN.finditer(prose))
+    if not tokens:
+        return found
+    kinds: list[tuple[int, int, str]] = []  # (start, end, kind): f function, o ordinary, c other word
+    for index, match in enumerate(tokens):
+        token = match.group(0)
         lower = token.lower()
-        if len(token) == 1 and token != "I":
-            continue  # single letters are labels and variables (A社, aとb); the article is counted below
-        words += 1
+        if len(token) == 1 and token not in ("I", "a", "A"):
+            continue  # single letters are labels and variables (A社, aとb)
         if lower in _ENGLISH_FUNCTION_WORDS and token in (lower, lower.capitalize()):
-            function += 1
-            ordinary += token == lower
+            if lower == "a" and not _article(prose, tokens, index):
+                continue
+            kinds.append((match.start(), match.end(), "f"))
+        elif token == lower and token.isalpha() and lower not in _NOT_WORDS:
+            kinds.append((match.start(), match.end(), "o"))
+        else:
+            kinds.append((match.start(), match.end(), "c"))
+    found.words = len(kinds)
+    found.function = sum(kind == "f" for _, _, kind in kinds)
+    found.ordinary = sum(kind == "o" for _, _, kind in kinds)
+    if found.function + found.ordinary == 0:
+        return found  # names and acronyms only: no English grammar anywhere
+    _judge_sentences(prose, kinds, found)
+    return found
+
+
+def _article(prose: str, tokens: list[re.Match[str]], index: int) -> bool:
+    """A lone "a" is the article when a lowercase word follows after one space."""
+    if index + 1 >= len(tokens):
+        return False
+    following = tokens[index + 1]
+    return following.start() == tokens[index].end() + 1 and following.group(0).islower()
+
+
+def _judge_sentences(prose: str, kinds: list[tuple[int, int, str]], found: _English) -> None:
+    previous_end = 0
+    index = 0
+    while index < len(kinds):
+        before = _UP_TO_SENTENCE_END.match(prose, previous_end, kinds[index][0])
+        sentence_start = before.end() if before else previous_end
+        end_match = _SENTENCE_END.search(prose, kinds[index][1])
+        sentence_end = end_match.end() if end_match else len(prose)
+        members = []
+        while index < len(kinds) and kinds[index][0] < sentence_end:
+            members.append(kinds[index])
+            index += 1
+        sentence = prose[sentence_start:sentence_end]
+        previous_end = sentence_end
+        # Distinct words: a lowercase brand repeated (mixi ... mixi) is one name, not English grammar.
+        function_words = {prose[start:end] for start, end, kind in members if kind == "f"}
+        function = len({word.lower() for word in function_words})
+        ordinary = len({prose[start:end] for start, end, kind in members if kind == "o"})
+        if not function and not ordinary:
             continue
-        if len(token) < 2 or not token.isalpha():
-            continue  # labels (A社), versions, identifiers (asyncio.gather), hyphenated terms
-        if token == lower and lower not in _NOT_WORDS:
-            ordinary += 1
-    articles = len(_ARTICLE_A.findall(prose))
-    return words + articles, function + articles, ordinary + articles
+        if _CJK.search(sentence) is None:
+            if len(members) >= _MIN_SENTENCE_WORDS and function and ordinary:
+                found.sentences += 1
+            continue
+        # Inside a Japanese sentence, capitalised function words belong to titles (The Last of Us).
+        function = len({word for word in function_words if word.islower() or word == "I"})
+        if function >= 2 or function + ordinary >= 3 or _english_phrase(prose, members):
+            found.switches += 1
 
 
-def _profile_of(prose: str) -> ScriptProfile:
-    kana = len(_KANA.findall(prose))
-    han = len(_HAN.findall(prose))
-    hangul = len(_HANGUL.findall(prose))
-    words = function = ordinary = 0
-    english_line_chars = 0
-    for line in prose.splitlines():
-        line_words, line_function, line_ordinary = _word_kinds(line)
-        words += line_words
-        if _KANA.search(line) or _HAN.search(line):
-            # English grammar counts where it is interleaved with Japanese, not in formula or code lines.
-            function += line_function
-            ordinary += line_ordinary
-        elif line_words >= 6 and line_function >= 2:
-            english_line_chars += len(line.strip())
-    chinese_clauses = chinese_chars = total_score = 0
-    if han:
-        # Chinese-only characters are rare in Japanese: look for them once, per clause only if present.
-        has_chinese_only = not CHINESE_ONLY.isdisjoint(prose)
-        for clause in _CLAUSE_SPLIT.split(prose):
-            if _KANA.search(clause):
-                if has_chinese_only:
-                    # A Chinese-only character form inside a Japanese clause (結肠炎) is contamination too.
-                    found = sum(char in CHINESE_ONLY for char in _GLOSSED_NAME.sub("", clause))
-                    if found:
-                        chinese_clauses += 1
-                        chinese_chars += found
-                continue
-            clause_han = len(_HAN.findall(clause))
-            if not clause_han:
-                continue
-            score = _chinese_score(clause)
-            total_score += score
-            if score >= _CHINESE_CLAUSE_SCORE or (not kana and score):
-                chinese_clauses += 1
-                chinese_chars += clause_han
+def _english_phrase(prose: str, members: list[tuple[int, int, str]]) -> bool:
+    """Two adjacent words (one space apart) forming English: a lowercase word after a lowercase or
+    function word ("electoral system", "The sentence"); names and titles are capitalised."""
+    for (_, first_end, first), (second_start, second_end, second) in pairwise(members):
+        if (
+            second == "o"
+            and first in ("o", "f")
+            and second_end - second_start >= 3
+            and prose[first_end:second_start] == " "
+        ):
+            return True
+    return False
+
+
+def _is_japanese(kana: int, quoted_kana: int, words: int, sentence_end: bool, english_sentences: int) -> bool:
+    """Japanese prose: a Japanese sentence, a good deal of kana, or kana with no whole English sentence
+    around. A few Japanese terms as headings of English paragraphs ("教師あり学習") do not make a text
+    Japanese; Japanese verbs inside English grammar ("We need to 確認する the data") do."""
+    return (
+        sentence_end
+        or kana >= _MIN_KANA
+        or quoted_kana >= _MIN_QUOTED_KANA
+        or (kana > 0 and not english_sentences)
+        or (quoted_kana > 0 and not words)
+    )
+
+
+def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
+    kana, han, hangul, _ = script_counts(prose)
+    has_letters = bool(prose.encode("ascii", "ignore").translate(None, _NOT_ASCII_LETTER))
+    english = _word_kinds(prose) if has_letters else _English()
     cjk = kana + han
+    chinese = chinese_evidence(prose, kana > 0) if han else None
+    sentence_end = bool(kana) and _JAPANESE_SENTENCE_END.search(prose) is not None
+    japanese = _is_japanese(kana, quoted_kana, english.words, sentence_end, english.sentences)
     if hangul and hangul >= cjk:
         primary = "ko"
-    elif not cjk and not words:
+    elif not cjk and not english.words:
         primary = "none"
-    elif cjk * 0.5 < 0.1 * words:
-        primary = "en"  # a stray kanji in English prose does not make it Japanese
-    elif english_line_chars >= _ENGLISH_PRIMARY_SHARE * len("".join(prose.split())):
-        primary = "en"  # English sentences with a Japanese line or two
-    elif not kana:
-        primary = "zh" if total_score else "ja"  # kanji-only without Chinese evidence is Japanese
-    elif chinese_chars > 0.7 * cjk and kana < 0.05 * cjk:
-        primary = "zh"
-    else:
+    elif japanese:
         primary = "ja"
-    prose_chars = len("".join(prose.split())) or 1
+    elif cjk < _CJK_PER_WORD * english.words:
+        primary = "en"  # a stray kanji or a glossed term in English prose does not make it Japanese
+    elif not kana and han:
+        primary = (
+            "zh" if chinese is not None and chinese.score else "ja"
+        )  # kanji-only without Chinese is Japanese
+    else:
+        primary = "en"
     return ScriptProfile(
         primary,
         kana,
         han,
         hangul,
-        words,
-        function,
-        ordinary,
-        chinese_clauses,
-        chinese_chars,
-        english_line_share=round(english_line_chars / prose_chars, 3),
+        english.words,
+        english.function,
+        english.ordinary,
+        chinese.clauses if chinese else 0,
+        chinese.chars if chinese else 0,
+        english.sentences,
+        english.switches,
+        quoted_kana,
+        sentence_end,
     )
 
 
-def _letters(text: str) -> int:
-    return len(_NOT_LETTERS.sub("", text))
-
-
-def profile(text: str) -> ScriptProfile:
-    """Profile ``text``: its primary script and the counts the language checks use.
-
-    Prose is the text without code, URLs and quotes; when it has no letters, quotes count, and when
-    only code has letters the primary is ``code`` (or ``ja``/``zh`` when the code holds CJK text).
-    """
-    prose, code = _strip_code(text)
+def _strip_markup(prose: str) -> str:
     # Cheap substring tests first: most outputs have no URL, TeX or markup to set aside.
     if "://" in prose or "www." in prose or "@" in prose:
         prose = _URL.sub(" ", prose)
@@ -257,13 +317,31 @@ def profile(text: str) -> ScriptProfile:
         prose = _MATH.sub(" ", prose)
     if "<" in prose:
         prose = _MARKUP.sub(" ", prose)
-    unquoted = _GLOSS.sub(" ", _QUOTED.sub(" ", prose))
-    result = _profile_of(unquoted)
-    if result.primary != "none" and (
-        len(unquoted) == len(prose) or _letters(unquoted) >= _UNQUOTED_MIN_SHARE * _letters(prose)
-    ):
+    return prose
+
+
+def profile(text: str) -> ScriptProfile:
+    """Profile ``text``: its primary script and the counts the language checks use.
+
+    Prose is the text without code, URLs, glosses and quotes; kana inside quotes is counted apart.
+    When only quotes have letters, the quotes are the prose; when only code has letters the primary is
+    ``code`` (or ``ja``/``zh`` when the code holds CJK text, a JSON deliverable's values).
+    """
+    prose, code = _set_aside_code(text)
+    unquoted, quoted_kana = prose, 0
+    if any(mark in prose for mark in _QUOTE_MARKS):
+        quotes: list[str] = []
+
+        def set_aside(match: re.Match[str]) -> str:
+            quotes.append(match.group(0))
+            return " "
+
+        unquoted = _GLOSS.sub(" ", _QUOTED.sub(set_aside, prose))
+        quoted_kana = sum(len(KANA.findall(quote)) for quote in quotes)
+    result = _profile_of(unquoted, quoted_kana)
+    if result.primary != "none":
         return result
-    result = _profile_of(prose)  # mostly quoted text: judge the quotes too
+    result = _profile_of(prose)  # no prose outside quotes: the quotes are the deliverable
     if result.primary != "none" or not code:
         return result
     in_code = _profile_of(_MARKUP.sub(" ", code))
@@ -277,66 +355,69 @@ def profile(text: str) -> ScriptProfile:
             chinese_clauses=in_code.chinese_clauses,
             chinese_chars=in_code.chinese_chars,
         )
-    return ScriptProfile("code", words=in_code.words) if in_code.words else in_code
+    return ScriptProfile("code", words=in_code.words) if in_code.words else ScriptProfile("none")
 
 
-def _is_mixed(found: ScriptProfile) -> bool:
-    """English grammar inside CJK text: two function words, three ordinary lowercase words, or whole
-    English sentence lines making up a good part of the text."""
-    return (
-        found.function_words >= 2
-        or found.ordinary_words >= 3
-        or found.english_line_share >= _ENGLISH_LINES_SHARE
-    )
+def english_requested(prompt: str | None) -> bool:
+    """True when the prompt asks for English (a translation, an English example): its English is wanted."""
+    return prompt is not None and _ENGLISH_REQUEST.search(prompt) is not None
 
 
-def language_violations(text: str, required: str) -> list[tuple[ViolationType, str]]:
+def language_violations(
+    text: str, required: str, *, english_wanted: bool = False
+) -> list[tuple[ViolationType, str]]:
     """Return the language violations of ``text`` when ``required`` is the contract's language.
 
-    Returns (type, content-free detail) pairs: ``not_japanese`` (Japanese required, another language
-    found), ``wrong_language`` (other required languages), ``chinese_in_japanese``,
-    ``broken_language_mix``. Empty or emoji-only text has none (that is too_short's job).
+    Returns (type, content-free detail) pairs: ``not_japanese`` (Japanese required, no Japanese found),
+    ``wrong_language`` (other required languages), ``chinese_in_japanese``, ``broken_language_mix``.
+    Empty or emoji-only text, and a deliverable that is only code or data, have none. With
+    ``english_wanted`` (the prompt asked for English), whole English sentences are not a mix.
     """
     found = profile(text)
-    if found.primary == "none":
+    if found.primary in ("none", "code"):
         return []
     counts = f"{found.kana} kana, {found.han} han, {found.words} latin words"
     if required == "ja":
-        if found.primary in ("en", "zh", "ko", "code"):
+        if not found.japanese and found.primary != "ja":
             return [(ViolationType.NOT_JAPANESE, f"primary language {found.primary}, not ja ({counts})")]
-        violations: list[tuple[ViolationType, str]] = []
-        if found.chinese_clauses:
-            violations.append(
-                (
-                    ViolationType.CHINESE_IN_JAPANESE,
-                    f"{found.chinese_clauses} Chinese clause(s), {found.chinese_chars} han chars, in Japanese text",
-                )
-            )
-        if _is_mixed(found):
-            violations.append(
-                (
-                    ViolationType.BROKEN_LANGUAGE_MIX,
-                    f"English inside Japanese ({found.function_words} function words, "
-                    f"{found.ordinary_words} ordinary words)",
-                )
-            )
-        elif found.hangul:
-            # Japanese prose never contains Hangul outside quotes: a model slipping into Korean mid-sentence.
-            violations.append(
-                (ViolationType.BROKEN_LANGUAGE_MIX, f"Korean inside Japanese ({found.hangul} hangul chars)")
-            )
-        return violations
+        return _japanese_violations(found, english_wanted)
     if required == "zh":
         # Kanji-only text without Chinese evidence profiles as ja; only kana makes it Japanese.
-        if found.primary in ("en", "ko", "code") or (found.primary == "ja" and found.kana > 0.1 * found.han):
+        if found.primary in ("en", "ko") or (found.primary == "ja" and found.kana > 0.1 * found.han):
             return [(ViolationType.WRONG_LANGUAGE, f"primary language {found.primary}, not zh ({counts})")]
         return []
     if required == "en":
         if found.primary == "en":
             return []
-        if found.primary in ("ja", "zh") and _is_mixed(found):
+        if found.primary in ("ja", "zh") and (found.switches or found.english_sentences):
             return [(ViolationType.BROKEN_LANGUAGE_MIX, f"CJK text mixed with English ({counts})")]
         return [(ViolationType.WRONG_LANGUAGE, f"primary language {found.primary}, not en ({counts})")]
     if required == "ko" and found.primary != "ko":
         return [(ViolationType.WRONG_LANGUAGE, f"primary language {found.primary}, not ko ({counts})")]
     return []
+
+
+def _japanese_violations(found: ScriptProfile, english_wanted: bool) -> list[tuple[ViolationType, str]]:
+    violations: list[tuple[ViolationType, str]] = []
+    if found.chinese_clauses:
+        violations.append(
+            (
+                ViolationType.CHINESE_IN_JAPANESE,
+                f"{found.chinese_clauses} Chinese clause(s), {found.chinese_chars} han chars, in Japanese text",
+            )
+        )
+    sentences = 0 if english_wanted else found.english_sentences
+    if sentences or found.switches:
+        violations.append(
+            (
+                ViolationType.BROKEN_LANGUAGE_MIX,
+                f"English inside Japanese ({sentences} English sentence(s), {found.switches} sentence(s) "
+                "switching language)",
+            )
+        )
+    elif found.hangul:
+        # Japanese prose never contains Hangul outside quotes: a model slipping into Korean mid-sentence.
+        violations.append(
+            (ViolationType.BROKEN_LANGUAGE_MIX, f"Korean inside Japanese ({found.hangul} hangul chars)")
+        )
+    return violations

@@ -10,7 +10,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-__all__ = ["find_claims", "find_reasoning_leak", "is_refusal", "strip_reasoning"]
+__all__ = ["find_claims", "find_reasoning_leak", "first_turn", "is_refusal", "strip_reasoning"]
 
 # --- refusal ---------------------------------------------------------------------------------------
 
@@ -19,48 +19,107 @@ _REFUSAL = re.compile(
     # English
     r"\bI(?:'m| am)\s+(?:sorry|afraid),?\s+(?:but\s+)?I\s+(?:can(?:'|no)t|cannot|am unable to|won't|will not)\b"
     r"|\bI\s+(?:can(?:'|no)t|cannot|won't|will not|am unable to|am not able to)\s+"
-    r"(?:help|assist|provide|fulfil|fulfill|comply|do that|answer|complete|create|write|generate)\b"
+    r"(?:help|assist|provide|fulfil|fulfill|comply|do that|answer|complete|create|write|generate|"
+    r"determine|tell|say|give|share|access|browse|embody|understand|offer|discuss|predict|identify)\b"
     r"|\bas an AI(?: language model)?,?\s+I\s+(?:can(?:'|no)t|cannot|don't|do not|am (?:not|unable))\b"
     r"|\bI\s+must\s+(?:decline|refuse)\b"
-    r"|\bI(?:'m| am)\s+sorry,?\s+(?:but\s+)?I\s+(?:don't|do not)\s+(?:know|understand)\b"
-    # Japanese
-    r"|申し訳(?:ありません|ございません|ない)(?:が|けれど)[^。\n]{0,60}?(?:でき(?:ません|かねます)|いたしかねます|控えさせて)"
+    r"|\bI(?:'m| am)\s+sorry,?\s+(?:but\s+)?I\s+(?:don't|do not)\s+(?:know|understand|have)\b"
+    r"|\bI\s+(?:don't|do not)\s+have\s+(?:enough|sufficient|access|the ability|any information)\b"
+    # Japanese: an apology followed by "cannot", "do not know", "have no information / ability"
+    r"|申し訳(?:ありません|ございません|ない)(?:が|けれど)[^。\n]{0,60}?"
+    r"(?:でき(?:ません|かねます)|いたしかねます|控えさせて|(?:知り|わかり|分かり|存じ)ません|"
+    r"(?:情報|データ|知識|能力|手段|権限|アクセス)(?:が|は|を)[^。\n]{0,12}?"
+    r"(?:ありません|ない|不足|持っていません|持ち合わせていません|(?:提供|与え|記載)されていません))"
     r"|(?:お答え|回答|お手伝い|対応|お応え|ご協力|提供|作成)(?:することは|は|が)?(?:でき(?:ません|かねます)|いたしかねます)"
     r"|(?:AI|人工知能|言語モデル|コンピューター?プログラム)(?:です|であり|である|として|なので|ですので)[^。\n]{0,60}?"
     r"(?:できません|持っていません|ありません)"
     r"|お断り(?:いたします|します|させていただきます)"
+    # Japanese: the role is declined ("I have no feelings"), without apology words
+    r"|^(?:私|わたし)(?:は|には)[^。\n]{0,40}?(?:感情|意識|気持ち|心|身体|肉体|体|意見|経験)(?:を|は|が)"
+    r"(?:持ちません|持っていません|持たない|ありません)"
     # Chinese
     r"|(?:抱歉|对不起|對不起|很遗憾|很遺憾)[，,、]?\s*我(?:不能|无法|無法|没办法|不可以)"
     r"|作为(?:一个)?(?:AI|人工智能|语言模型)[^。\n]{0,20}?(?:不能|无法)"
     r"|我(?:无法|無法|不能)(?:提供|回答|帮助|幫助|协助|協助|完成)"
 )
+# The premise rejected ("such a situation cannot exist"): a refusal only when nothing real follows,
+# since "impossible, because ..." can be the answer to a puzzle.
+_PREMISE_REJECTED = re.compile(
+    r"(?:その|この|そんな|そのような|このような)(?:状況|こと|事態|仮定|前提|質問)(?:は|には)"
+    r"(?:あり得ません|ありえません|起こり得ません|成り立ちません|存在しません|お答えできません|答えられません)[。.]?"
+)
+#: What may follow a rejected premise in a refusal ("ご了承ください。").
+_NOTHING_REAL_CHARS = 30
 # Chat-template debris a broken model echoes before its answer (<<SYS>>...<</SYS>>, <|im_end|>, [INST]).
-_TEMPLATE = re.compile(r"(?s)<<SYS>>.*?<</SYS>>|<\|[^|<>\n]{1,40}\|>|\[/?INST\]")
+# A system block ends at the next <<SYS>> too, so a thousand unclosed ones cost one pass, not a thousand.
+_TEMPLATE = re.compile(r"(?s)<<SYS>>(?:(?!<<SYS>>|<</SYS>>).)*<</SYS>>|<\|[^|<>\n]{1,40}\|>|\[/?INST\]")
 # A first sentence that only says the task cannot be done (no reason clause: "...ので、推測できません" explains).
 _JA_TASK_REFUSAL = re.compile(r"^[^。\n]{0,80}?(?:こと|の)は(?:でき(?:ません|かねます)|いたしかねます)。")
 _JA_REASON = re.compile(r"ので|ため|から")
-# "..., but I can ...": a disclaimer followed by the answer.
+# "..., but I can ...", "..., but if I were ...": a disclaimer followed by the answer.
 _BUT_I_CAN = re.compile(
-    r"(?i)(?:ただし|しかし|但是|不过|\bhowever\b|\bbut\b)[^。.!?\n]{0,60}?(?:できます|\bcan\b|可以)"
+    r"(?i)(?:ただし|しかし|但是|不过|\bhowever\b|\bbut\b|\bthat said\b)[^。.!?\n]{0,60}?"
+    r"(?:できます|\bcan\b|可以|仮に|仮定|想像|推測|もし|としたら|だとしたら"
+    r"|\bif I were\b|\bimagin|\bhypothetical|假设|假如)"
 )
-#: A refusal is a short answer that says no near its start; a long answer with a caveat is an answer.
+_NOT_ASCII_LETTER = bytes(byte for byte in range(128) if not chr(byte).isalpha())
+#: A refusal is a short answer that says no at its start; a long answer with a caveat is an answer.
 _REFUSAL_WINDOW = 240
+#: The refusal is in the first sentence (after a greeting or thanks): at most this much of it before.
+_REFUSAL_LEAD_CHARS = 60
+_LEAD_SENTENCE_END = re.compile(r"[。.!?！？\n]")
+_GREETING = re.compile(
+    r"(?i)\s*[^。.!?！？\n]{0,30}(?:ありがとう|こんにちは|こんばんは|\bhello\b|\bhi\b|\bthank|\bsure\b)"
+    r"[^。.!?！？\n]{0,20}[。.!?！？\n]\s*"
+)
+# The end of the model's turn: what follows (another "turn" the model made up) is not its answer.
+_END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end)\|>|</s>|\[/INST\]")
+# Whitespace and chat-template markup before the model's first words.
+_LEADING_MARKUP = re.compile(
+    r"(?:\s+|<<SYS>>(?:(?!<<SYS>>|<</SYS>>).)*<</SYS>>|<\|[^|<>\n]{1,40}\|>|<<?/?[A-Za-z_]{1,20}>>?|\[/?INST\]|</s>)*",
+    re.DOTALL,
+)
+#: Longest refusal, in characters, Latin letters counted a third (an English word says what about
+#: two Japanese characters do).
 _REFUSAL_MAX_CHARS = 400
 
 
+def _length(text: str) -> int:
+    compact = "".join(text.split())
+    letters = len(compact.encode("ascii", "ignore").translate(None, _NOT_ASCII_LETTER))
+    return len(compact) - letters + letters // 3
+
+
+def first_turn(text: str) -> str:
+    """The text up to the first end-of-turn token that follows some content (one linear pass)."""
+    start = _LEADING_MARKUP.match(text)
+    end = _END_OF_TURN.search(text, start.end() if start else 0)
+    return text[: end.start()] if end else text
+
+
 def is_refusal(text: str) -> bool:
-    """True when ``text`` is a refusal: a refusal phrase near the start of a short answer."""
-    text = _TEMPLATE.sub("", text)
-    if not text or len("".join(text.split())) > _REFUSAL_MAX_CHARS:
+    """True when ``text`` is a refusal: a short answer that opens by declining, and does not go on to
+    answer ("..., but I can", "..., but if I were ...")."""
+    text = _TEMPLATE.sub("", first_turn(text))
+    if not text or _length(text) > _REFUSAL_MAX_CHARS:
         return False
     head = text.lstrip()[:_REFUSAL_WINDOW]
     found = _REFUSAL.search(head)
     if found is None:
+        premise = _PREMISE_REJECTED.search(head)
+        if premise is not None and not _LEAD_SENTENCE_END.search(head[: premise.start()].rstrip()):
+            return len("".join(text.lstrip()[premise.end() :].split())) <= _NOTHING_REAL_CHARS
         first = _JA_TASK_REFUSAL.match(head)
         if first is None or _JA_REASON.search(first.group(0)):
             return False
         end = first.end()
     else:
+        lead = head[: found.start()]
+        greeting = _GREETING.match(lead)
+        if greeting:
+            lead = lead[greeting.end() :]
+        if len(lead) > _REFUSAL_LEAD_CHARS or _LEAD_SENTENCE_END.search(lead.rstrip()):
+            return False  # an answer came first; a trailing apology does not take it back
         end = found.end()
     return _BUT_I_CAN.search(text, end, end + _REFUSAL_WINDOW) is None
 
@@ -84,12 +143,26 @@ _OPENERS = re.compile(
 )
 
 
+# Harmony (gpt-oss): the analysis channel is the model's scratchpad; the final channel is the answer.
+_HARMONY_ANALYSIS = re.compile(
+    r"(?s)(?:<\|start\|>\s*assistant\s*)?<\|channel\|>\s*analysis\s*<\|message\|>.*?"
+    r"(?:<\|end\|>|(?=<\|start\|>|<\|channel\|>)|\Z)"
+)
+_HARMONY_HEADER = re.compile(
+    r"(?:<\|start\|>\s*assistant\s*)?<\|channel\|>\s*\w+\s*(?:<\|constrain\|>[^<]*)?<\|message\|>"
+    r"|<\|(?:return|end|call)\|>"
+)
+
+
 def strip_reasoning(text: str) -> str:
-    """Return ``text`` without think blocks and anything before a lone closing tag."""
+    """Return ``text`` without think blocks, anything before a lone closing tag, and harmony analysis
+    messages (the final channel's message is kept, without its header)."""
     text = _THINK_BLOCK.sub("", text)
     closing = list(_LONE_CLOSE.finditer(text))
     if closing:
         text = text[closing[-1].end() :]
+    if "<|channel|>" in text:
+        text = _HARMONY_HEADER.sub("", _HARMONY_ANALYSIS.sub("", text))
     return text
 
 
@@ -157,6 +230,11 @@ _TRIGGERS: dict[str, tuple[str, ...]] = {
         "業界", "世界", "国内", "日本", "市場", "シェア", "満足度", "行业", "业界", "全球",
     ),
 }  # fmt: skip
+# One alternation per kind: a single compiled scan instead of one substring search per trigger.
+_TRIGGER_PATTERNS: dict[str, re.Pattern[str]] = {
+    kind: re.compile("|".join(re.escape(trigger) for trigger in triggers))
+    for kind, triggers in _TRIGGERS.items()
+}
 # A percentage is a claim only beside what it claims: satisfaction, share, a comparison, an improvement,
 # customers. "目標の 46%", "CPU 97%" or "tests 95% passed" report the work itself and are not claims.
 _PERCENTAGE_CLAIM_CUES: tuple[str, ...] = (
@@ -169,6 +247,9 @@ _PERCENTAGE_CLAIM_CUES: tuple[str, ...] = (
 )  # fmt: skip
 _DIGIT = re.compile(r"\d")
 _SENTENCE_END = re.compile(r"[。！？!?\n]|\.(?:\s|$)")
+_UP_TO_SENTENCE_END = re.compile(r"(?s).*(?:[。！？!?\n]|\.(?:\s|$))")
+#: A claim's sentence is looked for this far either side of it.
+_SENTENCE_REACH = 200
 
 
 def _normalize(text: str) -> str:
@@ -179,9 +260,12 @@ def _normalize(text: str) -> str:
 
 
 def _sentence_around(text: str, start: int, end: int) -> str:
-    left = max((m.end() for m in _SENTENCE_END.finditer(text, 0, start)), default=0)
-    right_match = _SENTENCE_END.search(text, end)
-    return text[left : right_match.end() if right_match else len(text)]
+    """The sentence around a claim, at most ``_SENTENCE_REACH`` characters either side (linear overall)."""
+    lower = max(start - _SENTENCE_REACH, 0)
+    before = _UP_TO_SENTENCE_END.match(text, lower, start)
+    right_match = _SENTENCE_END.search(text, end, end + _SENTENCE_REACH)
+    right = right_match.end() if right_match else min(end + _SENTENCE_REACH, len(text))
+    return text[before.end() if before else lower : right]
 
 
 def find_claims(text: str, allowed: Sequence[str]) -> list[str]:
@@ -196,9 +280,7 @@ def find_claims(text: str, allowed: Sequence[str]) -> list[str]:
     has_digit = _DIGIT.search(text) is not None
     found: list[str] = []
     for kind, pattern in _CLAIM_KINDS:
-        if not (kind == "customer" and has_digit) and not any(
-            trigger in lowered for trigger in _TRIGGERS[kind]
-        ):
+        if not (kind == "customer" and has_digit) and _TRIGGER_PATTERNS[kind].search(lowered) is None:
             continue
         for match in pattern.finditer(text):
             sentence = _normalize(_sentence_around(text, match.start(), match.end()))

@@ -8,7 +8,16 @@ Usage::
         print(report(db).model_calls)
 
 Every query takes an open connection (see ``open_store``) and returns frozen dataclasses of plain
-values (str, int, bool, None, lists), so ``dataclasses.asdict`` turns them into JSON directly.
+values (str, int, bool, None, lists), so ``dataclasses.asdict`` turns them into JSON directly. The
+ledger's reads live in ``tallyspan._store_ledger`` and are re-exported here: callers read the store
+through this module only.
+
+One call, one count. Two instrumentations of the same client (ours and
+opentelemetry-instrumentation-openai-v2, or a LangChain model span over the OpenAI one) each make a
+model span for one call, the second nested in the first. So a model span whose parent is a model span
+of the same operation is that same call: the report counts the outermost span of such a chain as the
+call, and takes its model, tokens (the largest count any span of the chain has), stage, error and
+violations from the whole chain, once. Every other span counts for itself.
 """
 
 from __future__ import annotations
@@ -20,33 +29,80 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from tallyspan import semconv
+from tallyspan._datasets._model import (
+    EntryData,
+    LedgerData,
+    TraceData,
+    ViolationData,
+    span_data,
+)
 from tallyspan._errors import TallyspanError
-from tallyspan._store_schema import LEDGER_ENTRIES, LEDGER_RECONCILIATIONS, RUNS, SPANS, VIOLATIONS, connect
+from tallyspan._ledger import Discrepancy
+from tallyspan._store_ledger import (
+    DEFAULT_BOOKS_LIMIT,
+    LedgerDiscrepancy,
+    LedgerLine,
+    LedgerRun,
+    LedgerSide,
+    RunBooks,
+    RunNotFoundError,
+    as_bool,
+    books_broken,
+    json_array,
+    json_list,
+    ledger_books,
+    ledger_lines,
+    ledger_runs,
+    ledger_runs_latest,
+    like_prefix,
+)
+from tallyspan._store_schema import (
+    LEDGER_ENTRIES,
+    LEDGER_RECONCILIATIONS,
+    RUNS,
+    SELF_STATS,
+    SPANS,
+    VIOLATIONS,
+    connect,
+)
 
 __all__ = [
     "DEFAULT_BOOKS_LIMIT",
+    "DEFAULT_COUNTER_PROCESSES",
+    "DEFAULT_FAILING_TRACES",
     "ErrorCount",
+    "FailingTrace",
     "LedgerDiscrepancy",
     "LedgerLine",
     "LedgerRun",
     "LedgerSide",
     "ModelUsage",
+    "ProcessCounters",
     "Report",
     "RunBooks",
     "RunNotFoundError",
     "SpanRow",
     "StageSummary",
     "StoreNotFoundError",
+    "StoreOverview",
     "ViolationCount",
+    "ViolationDetail",
+    "count_traces",
+    "failing_traces",
+    "iter_traces",
     "ledger_books",
+    "ledger_lines",
     "ledger_runs",
     "list_spans",
     "open_store",
+    "process_counters",
     "prune",
     "report",
+    "stage_summaries",
+    "store_overview",
     "violations_by_stage_and_type",
 ]
 
@@ -100,7 +156,8 @@ class StageSummary:
 
 @dataclass(frozen=True)
 class ErrorCount:
-    """Spans that ended with one ``error.type`` (the call failed, as opposed to a bad deliverable)."""
+    """Calls (and other spans) that ended with one ``error.type``: the call failed, as opposed to a bad
+    deliverable."""
 
     error_type: str
     count: int
@@ -108,7 +165,7 @@ class ErrorCount:
 
 @dataclass(frozen=True)
 class ViolationCount:
-    """Violations of one type in one stage (stage None: spans outside any stage)."""
+    """Calls (and other spans) with a violation of one type in one stage (stage None: outside any stage)."""
 
     stage: str | None
     type: str
@@ -117,24 +174,36 @@ class ViolationCount:
 
 
 @dataclass(frozen=True)
-class LedgerRun:
-    """The state of one run's books, from its reconciliation record (the one stored source of it)."""
+class FailingTrace:
+    """A trace to open in a tracing backend: violations below its runs, or books that do not balance."""
 
     trace_id: str
-    run_span_id: str
     run_name: str | None
+    """Its first run: the run's name, else the agent's name, else the run span's name."""
+    service_name: str | None
+    start_unix_nano: int | None
+    violating_calls: int
+    violation_types: list[str]
+    """Sorted, unique: the types of the violations stored for its spans and rolled up on its run spans."""
     balanced: bool | None
-    protocol_ok: bool | None
+    """False when a run of the trace does not balance; None when none of its runs was reconciled."""
     discrepancy_types: list[str]
-    observed_count: int | None
-    claimed_count: int | None
+    """Sorted, unique ledger discrepancy types of its runs whose books do not balance or whose logging
+    protocol was broken."""
+
+
+DEFAULT_FAILING_TRACES = 10
+"""Failing traces ``report`` names (unbalanced first, then the latest)."""
 
 
 @dataclass(frozen=True)
 class Report:
-    """What ``tallyspan report`` shows: volumes, models, stages, errors, violations, ledger status."""
+    """What ``tallyspan report`` shows: volumes, models, stages, errors, violations, failing traces and
+    ledger status, each call counted once (see the module docstring)."""
 
     store: str
+    since_unix_nano: int | None
+    """Only spans that started then or later, and runs reconciled then or later; None: everything."""
     spans: int
     traces: int
     runs: int
@@ -145,9 +214,23 @@ class Report:
     stages: list[StageSummary]
     errors: list[ErrorCount]
     violations: list[ViolationCount]
+    failing_traces: list[FailingTrace]
+    """At most the limit asked for: traces whose books do not balance first, then the latest."""
+    failing_trace_count: int
+    """All the failing traces, listed or not."""
     ledger: list[LedgerRun]
+    """Runs whose books do not balance first, then the latest."""
     unbalanced_runs: int
     """Runs of ``ledger`` whose books do not balance or whose logging protocol was broken."""
+
+
+@dataclass(frozen=True)
+class ViolationDetail:
+    """One violation of a span: its type, failure class and a detail that never quotes the output."""
+
+    type: str
+    failure_class: str | None
+    detail: str | None
 
 
 @dataclass(frozen=True)
@@ -169,317 +252,582 @@ class SpanRow:
     output_tokens: int | None
     violation_types: list[str]
     failure_class: str | None
+    violations: list[ViolationDetail] = field(default_factory=list)
 
 
 _MODEL_OPERATIONS = tuple(sorted(semconv.MODEL_OPERATIONS | {semconv.OPERATION_EMBEDDINGS}))
-_IN_MODEL_OPERATIONS = f"operation IN ({', '.join('?' for _ in _MODEL_OPERATIONS)})"
+_OPERATION_PARAMETERS: Final = {f"operation_{i}": name for i, name in enumerate(_MODEL_OPERATIONS)}
+_MAX_NESTING: Final = 8
+"""Model spans of one call nested deeper than this (a cycle in a damaged store) are cut there."""
+_CALL_OF: Final = "_tallyspan_call_of"
+_CALLS: Final = "_tallyspan_calls"
+_UNITS: Final = "_tallyspan_units"
 
 
-def _scalar(db: sqlite3.Connection, sql: str, parameters: tuple[Any, ...] = ()) -> int:
+def _is_model(alias: str) -> str:
+    return f"{alias}.operation IN ({', '.join(':' + key for key in _OPERATION_PARAMETERS)})"
+
+
+@contextmanager
+def _counted_once(db: sqlite3.Connection, since_unix_nano: int | None) -> Iterator[None]:
+    """Materialise, for the queries inside, what is counted once (see the module docstring), as TEMP
+    tables of this connection:
+
+    - ``_CALL_OF``: every model span in scope and the outermost model span of its call;
+    - ``_CALLS``: one row per model call (trace_id, call_span_id, model, tokens, stage, violating, error_type);
+    - ``_UNITS``: every span in scope with its unit (its call's outermost span, else itself), the stage
+      of its call, and the columns the report counts (operation, is_model, violation_count, error_type).
+    """
+    scope = {"since": since_unix_nano, **_OPERATION_PARAMETERS}
+    try:
+        # Each model span's call: its parent, when that is a model span of the same operation.
+        db.execute(
+            f"""CREATE TEMP TABLE {_CALL_OF} AS
+                SELECT child.trace_id, child.span_id, COALESCE(parent.span_id, child.span_id) AS call_span_id
+                FROM {SPANS} AS child LEFT JOIN {SPANS} AS parent
+                    ON parent.trace_id = child.trace_id AND parent.span_id = child.parent_span_id
+                    AND parent.operation = child.operation
+                WHERE {_is_model("child")} AND (:since IS NULL OR child.start_unix_nano >= :since)""",
+            scope,
+        )
+        db.execute(f"CREATE UNIQUE INDEX temp.{_CALL_OF}_span ON {_CALL_OF} (trace_id, span_id)")
+        for _ in range(_MAX_NESTING):  # three instrumentations or more: walk up to the outermost span
+            if not db.execute(
+                f"""UPDATE {_CALL_OF} SET call_span_id = (
+                        SELECT outer_span.call_span_id FROM {_CALL_OF} AS outer_span
+                        WHERE outer_span.trace_id = {_CALL_OF}.trace_id
+                          AND outer_span.span_id = {_CALL_OF}.call_span_id)
+                    WHERE call_span_id != span_id AND EXISTS (
+                        SELECT 1 FROM {_CALL_OF} AS outer_span
+                        WHERE outer_span.trace_id = {_CALL_OF}.trace_id
+                          AND outer_span.span_id = {_CALL_OF}.call_span_id
+                          AND outer_span.call_span_id != outer_span.span_id)"""
+            ).rowcount:
+                break
+        db.execute(
+            f"""CREATE TEMP TABLE {_CALLS} AS
+                SELECT c.trace_id, c.call_span_id,
+                       COALESCE(MAX(s.response_model), MAX(s.request_model), '(unknown)') AS model,
+                       MAX(s.input_tokens) AS input_tokens, MAX(s.output_tokens) AS output_tokens,
+                       MAX(s.stage) AS stage, MAX(s.violation_count > 0) AS violating,
+                       MAX(s.error_type) AS error_type
+                FROM {_CALL_OF} AS c JOIN {SPANS} AS s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
+                GROUP BY c.trace_id, c.call_span_id"""
+        )
+        db.execute(f"CREATE UNIQUE INDEX temp.{_CALLS}_call ON {_CALLS} (trace_id, call_span_id)")
+        # A span nested in a call gets the stage of its call (the other instrumentation sets none).
+        db.execute(
+            f"""CREATE TEMP TABLE {_UNITS} AS
+                SELECT s.trace_id, s.span_id, s.operation, s.violation_count, s.error_type,
+                       c.call_span_id IS NOT NULL AS is_model, COALESCE(c.call_span_id, s.span_id) AS unit,
+                       COALESCE(calls.stage, s.stage) AS stage
+                FROM {SPANS} AS s
+                LEFT JOIN {_CALL_OF} AS c ON c.trace_id = s.trace_id AND c.span_id = s.span_id
+                LEFT JOIN {_CALLS} AS calls ON calls.trace_id = c.trace_id AND calls.call_span_id = c.call_span_id
+                WHERE :since IS NULL OR s.start_unix_nano >= :since""",
+            {"since": since_unix_nano},
+        )
+        db.execute(f"CREATE UNIQUE INDEX temp.{_UNITS}_span ON {_UNITS} (trace_id, span_id)")
+        yield
+    finally:
+        for table in (_UNITS, _CALLS, _CALL_OF):
+            db.execute(f"DROP TABLE IF EXISTS temp.{table}")
+
+
+def _scalar(db: sqlite3.Connection, sql: str, parameters: Any = ()) -> int:
     row = db.execute(sql, parameters).fetchone()
     return int(row[0] or 0) if row is not None else 0
 
 
-def _bool(value: object) -> bool | None:
-    return None if value is None else bool(value)
+def report(
+    db: sqlite3.Connection,
+    store: str = "",
+    *,
+    since_unix_nano: int | None = None,
+    failing_limit: int = DEFAULT_FAILING_TRACES,
+) -> Report:
+    """Summarise the store, or what it recorded since ``since_unix_nano``; each call counted once.
 
-
-def _list(value: object) -> list[str]:
-    if not isinstance(value, str) or not value:
-        return []
-    try:
-        parsed = json.loads(value)
-    except ValueError:  # written by an older or foreign writer: show it rather than fail the report
-        return [value]
-    return [str(item) for item in parsed] if isinstance(parsed, list) else [str(parsed)]
-
-
-def report(db: sqlite3.Connection, store: str = "") -> Report:
-    """Summarise everything in the store."""
-    models = [
-        ModelUsage(row["model"], row["calls"], row["input_tokens"] or 0, row["output_tokens"] or 0)
-        for row in db.execute(
-            f"""SELECT COALESCE(response_model, request_model, '(unknown)') AS model, COUNT(*) AS calls,
-                       SUM(input_tokens) AS input_tokens, SUM(output_tokens) AS output_tokens
-                FROM {SPANS} WHERE {_IN_MODEL_OPERATIONS} GROUP BY model ORDER BY calls DESC, model""",
-            _MODEL_OPERATIONS,
+    Args:
+        db: the open store.
+        store: where it is, as the report names it.
+        since_unix_nano: only spans that started then or later, and runs reconciled then or later.
+        failing_limit: failing traces named at most.
+    """
+    with _counted_once(db, since_unix_nano):
+        models = [
+            ModelUsage(row["model"], row["calls"], row["input_tokens"] or 0, row["output_tokens"] or 0)
+            for row in db.execute(
+                f"""SELECT model, COUNT(*) AS calls, SUM(input_tokens) AS input_tokens,
+                           SUM(output_tokens) AS output_tokens
+                    FROM {_CALLS} GROUP BY model ORDER BY calls DESC, model"""
+            )
+        ]
+        errors = [
+            ErrorCount(row["error_type"], row["n"])
+            for row in db.execute(
+                f"""SELECT error_type, COUNT(*) AS n FROM (
+                        SELECT error_type FROM {_CALLS} WHERE error_type IS NOT NULL
+                        UNION ALL
+                        SELECT error_type FROM {_UNITS} WHERE error_type IS NOT NULL AND NOT is_model)
+                    GROUP BY error_type ORDER BY n DESC, error_type"""
+            )
+        ]
+        ledger = ledger_runs_latest(db, since_unix_nano)
+        failing = _failing_traces(db, since_unix_nano, ledger)
+        return Report(
+            store=store,
+            since_unix_nano=since_unix_nano,
+            spans=_scalar(db, f"SELECT COUNT(*) FROM {_UNITS}"),
+            traces=_scalar(db, f"SELECT COUNT(DISTINCT trace_id) FROM {_UNITS}"),
+            runs=_scalar(
+                db,
+                f"SELECT COUNT(*) FROM {RUNS} WHERE :since IS NULL OR start_unix_nano >= :since",
+                {"since": since_unix_nano},
+            ),
+            model_calls=_scalar(db, f"SELECT COUNT(*) FROM {_CALLS}"),
+            tool_calls=_scalar(
+                db, f"SELECT COUNT(*) FROM {_UNITS} WHERE operation = ?", (semconv.OPERATION_EXECUTE_TOOL,)
+            ),
+            violating_calls=_scalar(
+                db,
+                f"""SELECT (SELECT COUNT(*) FROM {_CALLS} WHERE violating)
+                    + (SELECT COUNT(*) FROM {_UNITS} WHERE violation_count > 0 AND NOT is_model)""",
+            ),
+            models=models,
+            stages=_stage_summaries(db),
+            errors=errors,
+            violations=_violations_by_stage_and_type(db),
+            failing_traces=failing[: max(0, failing_limit)],
+            failing_trace_count=len(failing),
+            ledger=ledger,
+            unbalanced_runs=sum(1 for run in ledger if books_broken(run)),
         )
-    ]
-    stages = [
+
+
+def stage_summaries(db: sqlite3.Connection, *, since_unix_nano: int | None = None) -> list[StageSummary]:
+    """Model calls per stage and how many of them violated its contract, by stage name."""
+    with _counted_once(db, since_unix_nano):
+        return _stage_summaries(db)
+
+
+def _stage_summaries(db: sqlite3.Connection) -> list[StageSummary]:
+    return [
         StageSummary(row["stage"], row["calls"], row["violating"] or 0)
         for row in db.execute(
-            f"""SELECT stage, COUNT(*) AS calls, SUM(violation_count > 0) AS violating
-                FROM {SPANS} WHERE stage IS NOT NULL GROUP BY stage ORDER BY stage"""
+            f"""SELECT stage, COUNT(*) AS calls, SUM(violating) AS violating
+                FROM {_CALLS} WHERE stage IS NOT NULL GROUP BY stage ORDER BY stage"""
         )
     ]
-    errors = [
-        ErrorCount(row["error_type"], row["n"])
-        for row in db.execute(
-            f"""SELECT error_type, COUNT(*) AS n FROM {SPANS} WHERE error_type IS NOT NULL
-                GROUP BY error_type ORDER BY n DESC, error_type"""
-        )
-    ]
-    ledger = ledger_runs(db)
-    return Report(
-        store=store,
-        spans=_scalar(db, f"SELECT COUNT(*) FROM {SPANS}"),
-        traces=_scalar(db, f"SELECT COUNT(DISTINCT trace_id) FROM {SPANS}"),
-        runs=_scalar(db, f"SELECT COUNT(*) FROM {RUNS}"),
-        model_calls=_scalar(
-            db, f"SELECT COUNT(*) FROM {SPANS} WHERE {_IN_MODEL_OPERATIONS}", _MODEL_OPERATIONS
-        ),
-        tool_calls=_scalar(
-            db, f"SELECT COUNT(*) FROM {SPANS} WHERE operation = ?", (semconv.OPERATION_EXECUTE_TOOL,)
-        ),
-        violating_calls=_scalar(db, f"SELECT COUNT(*) FROM {SPANS} WHERE violation_count > 0"),
-        models=models,
-        stages=stages,
-        errors=errors,
-        violations=violations_by_stage_and_type(db),
-        ledger=ledger,
-        unbalanced_runs=sum(1 for run in ledger if run.balanced is False or run.protocol_ok is False),
-    )
 
 
-def violations_by_stage_and_type(db: sqlite3.Connection) -> list[ViolationCount]:
-    """Count violations per (stage, type), most frequent first."""
+def violations_by_stage_and_type(
+    db: sqlite3.Connection, *, since_unix_nano: int | None = None
+) -> list[ViolationCount]:
+    """Calls (other spans: each itself) with a violation, per (stage, type), most frequent first."""
+    with _counted_once(db, since_unix_nano):
+        return _violations_by_stage_and_type(db)
+
+
+def _violations_by_stage_and_type(db: sqlite3.Connection) -> list[ViolationCount]:
     return [
         ViolationCount(row["stage"], row["type"], row["failure_class"], row["n"])
         for row in db.execute(
-            f"""SELECT stage, type, MAX(failure_class) AS failure_class, COUNT(*) AS n FROM {VIOLATIONS}
-                GROUP BY stage, type ORDER BY n DESC, stage, type"""
+            f"""SELECT units.stage AS stage, v.type AS type, MAX(v.failure_class) AS failure_class,
+                       COUNT(DISTINCT units.trace_id || '/' || units.unit) AS n
+                FROM {VIOLATIONS} AS v
+                JOIN {_UNITS} AS units ON units.trace_id = v.trace_id AND units.span_id = v.span_id
+                GROUP BY units.stage, v.type ORDER BY n DESC, units.stage, v.type"""
         )
     ]
 
 
-def ledger_runs(db: sqlite3.Connection) -> list[LedgerRun]:
-    """Every reconciled run, from its latest reconciliation record, in time order."""
-    runs: dict[tuple[str, str], LedgerRun] = {}
-    for row in db.execute(f"SELECT * FROM {LEDGER_RECONCILIATIONS} ORDER BY time_unix_nano, rowid"):
-        runs[(row["trace_id"], row["run_span_id"])] = _ledger_run(row)
-    return list(runs.values())
+def failing_traces(db: sqlite3.Connection, *, since_unix_nano: int | None = None) -> list[FailingTrace]:
+    """Traces with violations (stored for their spans, or rolled up on their run spans) or with runs
+    whose books do not balance: unbalanced ones first, then the latest first.
 
-
-def _ledger_run(row: sqlite3.Row) -> LedgerRun:
-    return LedgerRun(
-        trace_id=row["trace_id"],
-        run_span_id=row["run_span_id"],
-        run_name=row["run_name"],
-        balanced=_bool(row["balanced"]),
-        protocol_ok=_bool(row["protocol_ok"]),
-        discrepancy_types=_list(row["discrepancy_types"]),
-        observed_count=row["observed_count"],
-        claimed_count=row["claimed_count"],
-    )
-
-
-# --- the books of each run (``tallyspan ledger``) ----------------------------------------------------
-
-DEFAULT_BOOKS_LIMIT = 5
-"""Runs whose books ``ledger_books`` returns without a run id (the latest ones)."""
-
-_OBSERVED = "observed"
-
-
-@dataclass(frozen=True)
-class LedgerSide:
-    """One entry of one column of the books."""
-
-    seq: int
-    call_id: str | None
-    tool_name: str | None
-    outcome: str | None
-    summary: str | None
-
-
-@dataclass(frozen=True)
-class LedgerLine:
-    """One line of the books: an observed call and the claim about it; either may be missing."""
-
-    observed: LedgerSide | None
-    claimed: LedgerSide | None
-
-
-@dataclass(frozen=True)
-class LedgerDiscrepancy:
-    """One finding of the reconciliation."""
-
-    type: str
-    call_id: str | None
-    detail: str
-
-
-@dataclass(frozen=True)
-class RunBooks(LedgerRun):
-    """One reconciled run: its balance, its discrepancies and its books."""
-
-    time_unix_nano: int | None = None
-    discrepancies: list[LedgerDiscrepancy] = field(default_factory=list)
-    lines: list[LedgerLine] = field(default_factory=list)
-
-
-class RunNotFoundError(TallyspanError):
-    """No reconciled run has the id asked for."""
-
-
-def ledger_books(
-    db: sqlite3.Connection, run_id: str | None = None, limit: int = DEFAULT_BOOKS_LIMIT
-) -> list[RunBooks]:
-    """The books of the runs whose run span id or trace id starts with ``run_id``, else of the latest
-    ``limit`` reconciled runs, in time order.
-
-    Raises:
-        RunNotFoundError: no reconciled run matches ``run_id``.
+    Args:
+        db: the open store.
+        since_unix_nano: only traces whose spans started then or later (runs reconciled then or later).
     """
-    if run_id:
-        prefix = _like_prefix(run_id.strip().lower())
-        rows = db.execute(
-            f"""SELECT * FROM {LEDGER_RECONCILIATIONS}
-                WHERE run_span_id LIKE ? ESCAPE '\\' OR trace_id LIKE ? ESCAPE '\\'
-                ORDER BY time_unix_nano, rowid""",
-            (prefix, prefix),
-        ).fetchall()
-        if not rows:
-            raise RunNotFoundError(
-                f"No reconciled run has the id {run_id!r} (a run span id or trace id, or a prefix)"
-            )
-    else:
-        rows = db.execute(
-            f"""SELECT * FROM (SELECT *, rowid AS _order FROM {LEDGER_RECONCILIATIONS}
-                ORDER BY time_unix_nano DESC, rowid DESC LIMIT ?) ORDER BY time_unix_nano, _order""",
-            (limit,),
-        ).fetchall()
-    return [_books(db, row) for row in rows]
+    with _counted_once(db, since_unix_nano):
+        return _failing_traces(db, since_unix_nano, ledger_runs_latest(db, since_unix_nano))
 
 
-def _books(db: sqlite3.Connection, row: sqlite3.Row) -> RunBooks:
-    entries = db.execute(
-        f"""SELECT side, seq, call_id, tool_name, outcome, summary FROM {LEDGER_ENTRIES}
-            WHERE trace_id = ? AND run_span_id = ? ORDER BY seq, rowid""",
-        (row["trace_id"], row["run_span_id"]),
-    ).fetchall()
-    discrepancies = [
-        LedgerDiscrepancy(str(item.get("type")), item.get("call_id"), str(item.get("detail", "")))
-        for item in _json_array(row["discrepancies"])
-        if isinstance(item, dict)
-    ]
-    return RunBooks(
-        **vars(_ledger_run(row)),
-        time_unix_nano=row["time_unix_nano"],
-        discrepancies=discrepancies,
-        lines=ledger_lines(entries),
-    )
-
-
-def _json_array(raw: object) -> list[Any]:
-    try:
-        value = json.loads(raw) if isinstance(raw, str) else []
-    except ValueError:  # a hand-edited or damaged row shows as empty rather than failing the command
+def _failing_traces(
+    db: sqlite3.Connection, since_unix_nano: int | None, ledger: Sequence[LedgerRun]
+) -> list[FailingTrace]:
+    violating: dict[str, tuple[int, set[str]]] = {}
+    for row in db.execute(
+        f"""SELECT units.trace_id AS trace_id, COUNT(DISTINCT units.unit) AS calls,
+                   json_group_array(DISTINCT v.type) AS types
+            FROM {VIOLATIONS} AS v
+            JOIN {_UNITS} AS units ON units.trace_id = v.trace_id AND units.span_id = v.span_id
+            GROUP BY units.trace_id"""
+    ):
+        violating[row["trace_id"]] = (row["calls"], set(json_list(row["types"])))
+    # The run roll-up: a run whose failing spans the store lost (dropped, pruned) still says so.
+    for row in db.execute(
+        f"""SELECT run.trace_id AS trace_id, json_extract(s.attributes, :path) AS types
+            FROM {RUNS} AS run JOIN {SPANS} AS s ON s.trace_id = run.trace_id AND s.span_id = run.span_id
+            WHERE (:since IS NULL OR s.start_unix_nano >= :since)
+              AND json_extract(s.attributes, :path) IS NOT NULL""",
+        {"since": since_unix_nano, "path": f'$."{semconv.RUN_VIOLATION_TYPES}"'},
+    ):
+        calls, types = violating.get(row["trace_id"], (0, set()))
+        violating[row["trace_id"]] = (calls, types | set(json_list(row["types"])))
+    books: dict[str, list[LedgerRun]] = {}
+    for run in ledger:
+        books.setdefault(run.trace_id, []).append(run)
+    failing_ids = set(violating) | {
+        trace_id for trace_id, runs in books.items() if any(books_broken(run) for run in runs)
+    }
+    if not failing_ids:
         return []
-    return value if isinstance(value, list) else []
-
-
-def ledger_lines(entries: Sequence[sqlite3.Row]) -> list[LedgerLine]:
-    """Put each claim beside the call it names (by call id, else the earliest unclaimed call of its
-    tool); a claim for no call gets a line of its own. For display only: the reconciliation is
-    authoritative."""
-    observed: list[LedgerSide] = []
-    claims: list[LedgerSide] = []
-    for entry in entries:
-        side = LedgerSide(
-            entry["seq"], entry["call_id"], entry["tool_name"], entry["outcome"], entry["summary"] or None
+    ids = json.dumps(sorted(failing_ids))
+    starts = {
+        row["trace_id"]: (row["start"], row["service"])
+        for row in db.execute(
+            f"""SELECT trace_id, MIN(start_unix_nano) AS start, MAX(service_name) AS service FROM {SPANS}
+                WHERE trace_id IN (SELECT value FROM json_each(:ids)) GROUP BY trace_id""",
+            {"ids": ids},
         )
-        (observed if entry["side"] == _OBSERVED else claims).append(side)
-    # Calls not yet claimed, latest first so pop() yields the earliest: by call id, and by tool.
-    by_id: dict[str, list[int]] = {}
-    by_tool: dict[str | None, list[int]] = {}
-    for i in range(len(observed) - 1, -1, -1):
-        if observed[i].call_id is not None:
-            by_id.setdefault(str(observed[i].call_id), []).append(i)
-        by_tool.setdefault(observed[i].tool_name, []).append(i)
-    beside: dict[int, LedgerSide] = {}
-    alone: list[LedgerSide] = []
-    for claim in claims:
-        candidates = (
-            by_id.get(claim.call_id, []) if claim.call_id is not None else by_tool.get(claim.tool_name, [])
+    }
+    names = {
+        row["trace_id"]: row["run_name"]
+        for row in db.execute(
+            f"""SELECT trace_id, COALESCE(run_name, agent_name, name) AS run_name, MIN(start_unix_nano)
+                FROM {RUNS} WHERE trace_id IN (SELECT value FROM json_each(:ids)) GROUP BY trace_id""",
+            {"ids": ids},
         )
-        while candidates and candidates[-1] in beside:
-            candidates.pop()
-        if candidates:
-            beside[candidates.pop()] = claim
-        else:
-            alone.append(claim)
-    lines = [LedgerLine(call, beside.get(i)) for i, call in enumerate(observed)]
-    lines.extend(LedgerLine(None, claim) for claim in alone)
-    lines.sort(key=lambda line: (line.observed or line.claimed).seq)  # type: ignore[union-attr]
-    return lines
+    }
+    traces: list[FailingTrace] = []
+    for trace_id in failing_ids:
+        calls, types = violating.get(trace_id, (0, set()))
+        runs = books.get(trace_id, [])
+        start, service = starts.get(trace_id, (None, None))
+        traces.append(
+            FailingTrace(
+                trace_id=trace_id,
+                run_name=names.get(trace_id) or next((run.run_name for run in runs if run.run_name), None),
+                service_name=service,
+                start_unix_nano=start,
+                violating_calls=calls,
+                violation_types=sorted(types),
+                balanced=None if not runs else all(run.balanced is not False for run in runs),
+                discrepancy_types=sorted(
+                    {kind for run in runs if books_broken(run) for kind in run.discrepancy_types}
+                ),
+            )
+        )
+    traces.sort(
+        key=lambda trace: (trace.balanced is False, trace.start_unix_nano or 0, trace.trace_id), reverse=True
+    )
+    return traces
 
 
 def list_spans(
-    db: sqlite3.Connection, trace_id: str | None = None, limit: int | None = None
+    db: sqlite3.Connection,
+    trace_id: str | None = None,
+    limit: int | None = None,
+    *,
+    violated: bool = False,
+    stages: Sequence[str] = (),
+    types: Sequence[str] = (),
+    since_unix_nano: int | None = None,
 ) -> list[SpanRow]:
-    """The spans in start order: of one trace (``trace_id`` or a unique prefix of it), else the latest ``limit``."""
-    where, parameters = "", ()  # type: tuple[str, tuple[Any, ...]]
+    """The spans that pass every filter given, in start order, each with its violations' details.
+
+    Args:
+        db: the open store.
+        trace_id: only this trace (its id or a prefix, any case).
+        limit: only the latest ``limit`` of them; None or 0: all.
+        violated: only spans with violations of their own.
+        stages: only spans in one of these stages.
+        types: only spans with a violation of one of these types.
+        since_unix_nano: only spans that started then or later.
+    """
+    where: list[str] = []
+    parameters: dict[str, Any] = {}
     if trace_id:
-        where, parameters = "WHERE trace_id LIKE ? ESCAPE '\\'", (_like_prefix(trace_id.lower()),)
+        where.append("s.trace_id LIKE :trace ESCAPE '\\'")
+        parameters["trace"] = like_prefix(trace_id.strip().lower())
+    if violated:
+        where.append("s.violation_count > 0")
+    if stages:
+        where.append("s.stage IN (SELECT value FROM json_each(:stages))")
+        parameters["stages"] = json.dumps(list(stages))
+    if types:
+        where.append(
+            f"""EXISTS (SELECT 1 FROM {VIOLATIONS} AS v WHERE v.trace_id = s.trace_id
+                AND v.span_id = s.span_id AND v.type IN (SELECT value FROM json_each(:types)))"""
+        )
+        parameters["types"] = json.dumps(list(types))
+    if since_unix_nano is not None:
+        where.append("s.start_unix_nano >= :since")
+        parameters["since"] = since_unix_nano
     latest = f"LIMIT {int(limit)}" if limit is not None and limit > 0 else ""
     rows = db.execute(
-        f"""SELECT * FROM (SELECT * FROM {SPANS} {where} ORDER BY start_unix_nano DESC, rowid DESC {latest})
-            ORDER BY start_unix_nano, rowid""",
+        f"""SELECT * FROM (
+                SELECT s.*, s.rowid AS _order,
+                       (SELECT json_group_array(json_array(v.type, v.failure_class, v.detail))
+                        FROM (SELECT * FROM {VIOLATIONS} AS v
+                              WHERE v.trace_id = s.trace_id AND v.span_id = s.span_id ORDER BY v.id) AS v
+                       ) AS _violations
+                FROM {SPANS} AS s {"WHERE " + " AND ".join(where) if where else ""}
+                ORDER BY s.start_unix_nano DESC, s.rowid DESC {latest})
+            ORDER BY start_unix_nano, _order""",
         parameters,
     ).fetchall()
-    return [
-        SpanRow(
-            trace_id=row["trace_id"],
-            span_id=row["span_id"],
-            parent_span_id=row["parent_span_id"],
-            name=row["name"],
-            operation=row["operation"],
-            model=row["response_model"] or row["request_model"],
-            stage=row["stage"],
-            start_unix_nano=row["start_unix_nano"],
-            duration_ms=None if row["duration_ns"] is None else round(row["duration_ns"] / 1e6, 3),
-            status_code=row["status_code"],
-            error_type=row["error_type"],
-            input_tokens=row["input_tokens"],
-            output_tokens=row["output_tokens"],
-            violation_types=_list(row["violation_types"]),
-            failure_class=row["failure_class"],
-        )
-        for row in rows
-    ]
+    return [_span_row(row) for row in rows]
 
 
-def _like_prefix(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"{escaped}%"
+def _span_row(row: sqlite3.Row) -> SpanRow:
+    return SpanRow(
+        trace_id=row["trace_id"],
+        span_id=row["span_id"],
+        parent_span_id=row["parent_span_id"],
+        name=row["name"],
+        operation=row["operation"],
+        model=row["response_model"] or row["request_model"],
+        stage=row["stage"],
+        start_unix_nano=row["start_unix_nano"],
+        duration_ms=None if row["duration_ns"] is None else round(row["duration_ns"] / 1e6, 3),
+        status_code=row["status_code"],
+        error_type=row["error_type"],
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+        violation_types=json_list(row["violation_types"]),
+        failure_class=row["failure_class"],
+        violations=[
+            ViolationDetail(str(kind), failure_class, detail)
+            for kind, failure_class, detail in json_array(row["_violations"])
+        ],
+    )
 
 
-def prune(db: sqlite3.Connection, before_unix_nano: int) -> dict[str, int]:
+def prune(db: sqlite3.Connection, before_unix_nano: int, *, dry_run: bool = False) -> dict[str, int]:
     """Delete every trace whose last span ended before ``before_unix_nano``; rows deleted per table.
 
     Whole traces go, so a run never loses half its books; ledger rows of traces with no spans in the
-    store (written by the ledger sink alone) go by their own time. One transaction.
+    store (written by the ledger sink alone) go by their own time, and so do the counters processes
+    recorded. One transaction. With ``dry_run`` nothing is deleted: the counts are those that would be.
     """
+    before = min(max(0, before_unix_nano), _MAX_SQLITE_INTEGER)
     with db:
         db.execute("CREATE TEMP TABLE IF NOT EXISTS _prune_traces (trace_id TEXT PRIMARY KEY)")
         db.execute("DELETE FROM _prune_traces")
         db.execute(
             f"INSERT INTO _prune_traces SELECT trace_id FROM {SPANS} GROUP BY trace_id"
             " HAVING max(coalesce(end_unix_nano, start_unix_nano, 0)) < ?",
-            (before_unix_nano,),
+            (before,),
         )
         for table in (LEDGER_ENTRIES, LEDGER_RECONCILIATIONS):
             db.execute(
                 f"INSERT OR IGNORE INTO _prune_traces SELECT DISTINCT trace_id FROM {table}"
                 f" WHERE time_unix_nano < ? AND trace_id NOT IN (SELECT trace_id FROM {SPANS})",
-                (before_unix_nano,),
+                (before,),
             )
+        verb = "SELECT COUNT(*)" if dry_run else "DELETE"
         deleted = {
-            table: db.execute(
-                f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM _prune_traces)"
-            ).rowcount
+            table: _affected(
+                db, f"{verb} FROM {table} WHERE trace_id IN (SELECT trace_id FROM _prune_traces)"
+            )
             for table in (SPANS, RUNS, VIOLATIONS, LEDGER_ENTRIES, LEDGER_RECONCILIATIONS)
         }
+        deleted[SELF_STATS] = _affected(db, f"{verb} FROM {SELF_STATS} WHERE time_unix_nano < ?", (before,))
         db.execute("DROP TABLE _prune_traces")
     return deleted
+
+
+# --- whole traces for the dataset exports (``tallyspan export``) -------------------------------------
+
+
+def _traces_in_window(since: int | None, until: int | None) -> tuple[str, tuple[Any, ...]]:
+    having = ["1"]
+    parameters: list[Any] = []
+    if since is not None:
+        having.append("MAX(COALESCE(end_unix_nano, start_unix_nano, 0)) >= ?")
+        parameters.append(since)
+    if until is not None:
+        having.append("MIN(COALESCE(start_unix_nano, 0)) < ?")
+        parameters.append(until)
+    return f"FROM {SPANS} GROUP BY trace_id HAVING {' AND '.join(having)}", tuple(parameters)
+
+
+def count_traces(db: sqlite3.Connection, since: int | None = None, until: int | None = None) -> int:
+    """How many traces have a span in ``[since, until)`` (Unix nanoseconds; None: unbounded)."""
+    window, parameters = _traces_in_window(since, until)
+    return _scalar(db, f"SELECT COUNT(*) FROM (SELECT trace_id {window})", parameters)
+
+
+def iter_traces(
+    db: sqlite3.Connection, since: int | None = None, until: int | None = None
+) -> Iterator[TraceData]:
+    """Every trace with a span in ``[since, until)``, one at a time, in start order: its spans with their
+    violations, and the books (latest reconciliation and entries) of each run reconciled in it.
+
+    Memory holds one trace at a time, whatever the size of the store.
+    """
+    window, parameters = _traces_in_window(since, until)
+    trace_ids = db.execute(f"SELECT trace_id {window} ORDER BY MIN(start_unix_nano), trace_id", parameters)
+    for (trace_id,) in trace_ids:
+        yield _trace_data(db, trace_id)
+
+
+def _trace_data(db: sqlite3.Connection, trace_id: str) -> TraceData:
+    violations: dict[str, list[ViolationData]] = {}
+    for row in db.execute(
+        f"SELECT span_id, type, failure_class, detail FROM {VIOLATIONS} WHERE trace_id = ? ORDER BY id",
+        (trace_id,),
+    ):
+        violations.setdefault(row["span_id"], []).append(
+            ViolationData(row["type"], row["failure_class"], row["detail"])
+        )
+    runs = {row[0] for row in db.execute(f"SELECT span_id FROM {RUNS} WHERE trace_id = ?", (trace_id,))}
+    trace = TraceData(trace_id)
+    for row in db.execute(
+        f"SELECT * FROM {SPANS} WHERE trace_id = ? ORDER BY start_unix_nano, rowid", (trace_id,)
+    ):
+        try:
+            attributes = json.loads(row["attributes"] or "{}")
+        except ValueError:  # a damaged row still shows with its columns
+            attributes = {}
+        trace.spans.append(
+            span_data(
+                trace_id=trace_id,
+                span_id=row["span_id"],
+                parent_span_id=row["parent_span_id"],
+                name=row["name"],
+                start_unix_nano=row["start_unix_nano"],
+                end_unix_nano=row["end_unix_nano"],
+                status_code=row["status_code"],
+                attributes=attributes if isinstance(attributes, dict) else {},
+                is_run=row["span_id"] in runs,
+                violations=tuple(violations.get(row["span_id"], ())),
+            )
+        )
+    entries: dict[str, list[EntryData]] = {}
+    for row in db.execute(
+        f"SELECT * FROM {LEDGER_ENTRIES} WHERE trace_id = ? ORDER BY seq, rowid", (trace_id,)
+    ):
+        entries.setdefault(row["run_span_id"], []).append(
+            EntryData(
+                row["side"],
+                row["seq"],
+                row["call_id"],
+                row["tool_name"],
+                row["outcome"],
+                row["span_id"],
+                row["time_unix_nano"],
+            )
+        )
+    for row in db.execute(
+        f"SELECT * FROM {LEDGER_RECONCILIATIONS} WHERE trace_id = ? ORDER BY time_unix_nano, rowid",
+        (trace_id,),
+    ):  # a run reconciled twice keeps its latest books
+        trace.ledgers[row["run_span_id"]] = LedgerData(
+            run_span_id=row["run_span_id"],
+            run_name=row["run_name"],
+            balanced=as_bool(row["balanced"]),
+            protocol_ok=as_bool(row["protocol_ok"]),
+            discrepancies=tuple(
+                Discrepancy(str(item.get("type")), item.get("call_id"), str(item.get("detail", "")))
+                for item in json_array(row["discrepancies"])
+                if isinstance(item, dict)
+            ),
+            entries=tuple(entries.get(row["run_span_id"], ())),
+            time_unix_nano=row["time_unix_nano"],
+        )
+    return trace
+
+
+_MAX_SQLITE_INTEGER: Final = (1 << 63) - 1
+
+
+def _affected(db: sqlite3.Connection, sql: str, parameters: tuple[Any, ...] = ()) -> int:
+    """Rows a DELETE removed, or the count a SELECT COUNT(*) gave."""
+    cursor = db.execute(sql, parameters)
+    if sql.startswith("SELECT"):
+        return int(cursor.fetchone()[0])
+    return cursor.rowcount
+
+
+# --- what ``tallyspan doctor`` reads -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessCounters:
+    """The counters of ``tallyspan.stats()`` one process last recorded in the store: drops
+    (``dropped.*``) and errors of ours it swallowed (``errors.*``); only those above zero."""
+
+    pid: int
+    service_name: str | None
+    started_unix_nano: int
+    time_unix_nano: int
+    """When it recorded them last (the store records them with its writes and at each flush)."""
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class StoreOverview:
+    """What a store holds, for ``tallyspan doctor``."""
+
+    spans: int
+    traces: int
+    runs: int
+    reconciled_runs: int
+    first_span_unix_nano: int | None
+    last_span_unix_nano: int | None
+    stages: list[StageSummary]
+    counters: list[ProcessCounters]
+    """The processes that recorded counters above zero, latest first."""
+
+
+DEFAULT_COUNTER_PROCESSES = 5
+"""Processes whose counters ``store_overview`` returns (the latest)."""
+
+
+def store_overview(db: sqlite3.Connection, *, processes: int = DEFAULT_COUNTER_PROCESSES) -> StoreOverview:
+    """Volumes, time range, stages seen and the counters of the latest ``processes`` that recorded any."""
+    first, last = db.execute(f"SELECT MIN(start_unix_nano), MAX(start_unix_nano) FROM {SPANS}").fetchone()
+    return StoreOverview(
+        spans=_scalar(db, f"SELECT COUNT(*) FROM {SPANS}"),
+        traces=_scalar(db, f"SELECT COUNT(DISTINCT trace_id) FROM {SPANS}"),
+        runs=_scalar(db, f"SELECT COUNT(*) FROM {RUNS}"),
+        reconciled_runs=_scalar(
+            db, f"SELECT COUNT(*) FROM (SELECT DISTINCT trace_id, run_span_id FROM {LEDGER_RECONCILIATIONS})"
+        ),
+        first_span_unix_nano=first,
+        last_span_unix_nano=last,
+        stages=stage_summaries(db),
+        counters=process_counters(db, processes),
+    )
+
+
+def process_counters(
+    db: sqlite3.Connection, processes: int = DEFAULT_COUNTER_PROCESSES
+) -> list[ProcessCounters]:
+    """The counters above zero of the latest ``processes`` processes that recorded any, latest first."""
+    latest = db.execute(
+        f"""SELECT pid, started_unix_nano, MAX(service_name) AS service, MAX(time_unix_nano) AS time
+            FROM {SELF_STATS} WHERE value > 0 GROUP BY pid, started_unix_nano
+            ORDER BY time DESC LIMIT ?""",
+        (processes,),
+    ).fetchall()
+    found: list[ProcessCounters] = []
+    for process in latest:
+        counts = {
+            row["key"]: row["value"]
+            for row in db.execute(
+                f"""SELECT key, value FROM {SELF_STATS}
+                    WHERE pid = ? AND started_unix_nano = ? AND value > 0 ORDER BY key""",
+                (process["pid"], process["started_unix_nano"]),
+            )
+        }
+        found.append(
+            ProcessCounters(
+                process["pid"], process["service"], process["started_unix_nano"], process["time"], counts
+            )
+        )
+    return found

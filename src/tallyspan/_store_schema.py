@@ -31,6 +31,9 @@ Schema (every id is lower-case hex: trace ids 32 characters, span ids 16; times 
                                                                  array), discrepancies (JSON array of
                                                                  {type, call_id, detail}), observed_count,
                                                                  claimed_count, time_unix_nano
+    self_stats              counter of ``tallyspan.stats()``     pid, started_unix_nano, service_name, key,
+                            of one writing process (its latest   value, time_unix_nano
+                            value)
     _tallyspan_migrations   applied migration                    name, applied_at
 
 The two ledger tables have exactly the columns above (no surrogate key; SQLite's rowid keeps the order
@@ -62,6 +65,7 @@ __all__ = [
     "MIGRATIONS",
     "MIGRATIONS_TABLE",
     "RUNS",
+    "SELF_STATS",
     "SPANS",
     "VIOLATIONS",
     "applied_migrations",
@@ -76,6 +80,7 @@ SPANS: Final = "spans"
 VIOLATIONS: Final = "violations"
 LEDGER_ENTRIES: Final = "ledger_entries"
 LEDGER_RECONCILIATIONS: Final = "ledger_reconciliations"
+SELF_STATS: Final = "self_stats"
 MIGRATIONS_TABLE: Final = "_tallyspan_migrations"
 
 BUSY_TIMEOUT_MS: Final = 5000
@@ -305,3 +310,21 @@ def m002_run_balance_only_in_reconciliations(db: sqlite3.Connection) -> None:
     )
     db.execute(f"DROP TABLE {RUNS}")
     db.execute(f"ALTER TABLE {RUNS}_m002 RENAME TO {RUNS}")
+
+
+@migration
+def m003_self_stats(db: sqlite3.Connection) -> None:
+    """The drop and error counters of each process that writes the store (``tallyspan.stats()``), so
+    ``tallyspan doctor`` shows them after the process is gone. One row per process and counter."""
+    db.execute(
+        f"""CREATE TABLE {SELF_STATS} (
+            pid INTEGER NOT NULL,
+            started_unix_nano INTEGER NOT NULL,
+            service_name TEXT,
+            key TEXT NOT NULL,
+            value INTEGER NOT NULL,
+            time_unix_nano INTEGER NOT NULL,
+            PRIMARY KEY (pid, started_unix_nano, key)
+        )"""
+    )
+    db.execute(f"CREATE INDEX {SELF_STATS}_time ON {SELF_STATS} (time_unix_nano)")

@@ -34,6 +34,8 @@ class ViolationType(str, Enum):
     REASONING_LEAKED = "reasoning_leaked"
     UNEARNED_CLAIM = "unearned_claim"
     ANSWER_TO_OTHER_QUESTION = "answer_to_other_question"
+    OFF_TOPIC = "off_topic"
+    DEGENERATE_REPETITION = "degenerate_repetition"
     # language_corruption
     NOT_JAPANESE = "not_japanese"
     WRONG_LANGUAGE = "wrong_language"
@@ -70,6 +72,8 @@ _CLASS_MEMBERS: dict[FailureClass, tuple[ViolationType, ...]] = {
         ViolationType.REASONING_LEAKED,
         ViolationType.UNEARNED_CLAIM,
         ViolationType.ANSWER_TO_OTHER_QUESTION,
+        ViolationType.OFF_TOPIC,
+        ViolationType.DEGENERATE_REPETITION,
     ),
     FailureClass.LANGUAGE_CORRUPTION: (
         ViolationType.NOT_JAPANESE,

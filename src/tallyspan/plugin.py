@@ -21,7 +21,8 @@ Groups:
 - **the store's schema**: table names, :func:`connect`, :func:`is_locked`, migrations;
 - **metrics**: :func:`record_violations`, :func:`record_run` (through the app's meter provider);
 - **never break the host app**: :func:`count` and :func:`swallowed` (every caught error logged once and
-  counted), :func:`renew_lock_after_fork` (every lock a plugin owns).
+  counted), :func:`stats` (the counters, which the store records for ``tallyspan doctor``),
+  :func:`renew_lock_after_fork` (every lock a plugin owns).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from tallyspan._errors import ConfigError
 from tallyspan._fork import renew_lock_after_fork
 from tallyspan._metrics import record_run, record_violations
 from tallyspan._runs import declares_run, is_local_root, is_run_container, is_run_span
-from tallyspan._selfstats import count, swallowed
+from tallyspan._selfstats import count, stats, swallowed
 from tallyspan._stage import current_stage
 from tallyspan._state import RunningState, active
 from tallyspan._store_schema import (
@@ -59,6 +60,7 @@ from tallyspan._store_schema import (
     LEDGER_RECONCILIATIONS,
     MIGRATIONS,
     RUNS,
+    SELF_STATS,
     SPANS,
     VIOLATIONS,
     connect,
@@ -77,6 +79,7 @@ __all__ = [
     "LEDGER_RECONCILIATIONS",
     "MIGRATIONS",
     "RUNS",
+    "SELF_STATS",
     "SPANS",
     "VIOLATIONS",
     "CheckResult",
@@ -114,6 +117,7 @@ __all__ = [
     "renew_lock_after_fork",
     "resolve_capture_content",
     "resolve_db_path",
+    "stats",
     "swallowed",
     "warn_once",
 ]

@@ -148,6 +148,9 @@ FAILURE_CLASS: Final = "tallyspan.failure_class"
 """string: the most severe failure class among the violations."""
 VIOLATED: Final = "tallyspan.violated"
 """bool: true when the span has violations (Jaeger cannot search inside arrays)."""
+STREAM_ABANDONED: Final = "tallyspan.stream.abandoned"
+"""bool, on model spans: the app stopped reading the stream before the model finished (no finish reason);
+the text checks do not judge the partial answer."""
 RUN_VIOLATION_COUNT: Final = "tallyspan.run.violation_count"
 """int, on run spans (``invoke_agent``, else the local root): violations on the spans below it."""
 RUN_VIOLATION_TYPES: Final = "tallyspan.run.violation_types"
@@ -158,6 +161,12 @@ around its agent, a server span around ``tallyspan.run``): not a run of its own,
 no ledger record; it still carries the roll-up of the violations below it."""
 CONTRACT: Final = "tallyspan.contract"
 """string: the name of the contract the span was checked against."""
+CHECK_ERRORS: Final = "tallyspan.check_errors"
+"""string[]: sorted, unique names of the check rules that failed to run on the span's output (their
+verdict is missing; the other rules still ran): length, required, json_schema, forbidden, refusal,
+reasoning, claims, relevance, repetition, language, strip_reasoning; ``pattern_budget`` when the
+contract's patterns ran out of time together; ``checks`` when the engine as a whole failed. Absent when
+every rule ran."""
 
 TOOL_OUTCOME: Final = "tallyspan.tool.outcome"
 """string: succeeded, failed or rejected, on execute_tool spans."""

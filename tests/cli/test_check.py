@@ -1,4 +1,5 @@
-"""``tallyspan check``: JSON on stdout, exit 0 clean / 1 violations / 2 bad input."""
+"""``tallyspan check``: the verdict as text (or the JSON document with ``--json``) on stdout, exit 0 clean
+/ 1 violations / 2 bad input."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def _run(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
 
 
 def test_a_clean_output_from_stdin_exits_0_with_the_json_result(contracts: Path) -> None:
-    code, out, _ = _run("--contracts", str(contracts), "--stage", "weekly_report", "-", stdin=GOOD)
+    code, out, _ = _run("--contracts", str(contracts), "--stage", "weekly_report", "--json", "-", stdin=GOOD)
     assert code == 0
     assert json.loads(out) == {
         "format_version": 1,
@@ -50,6 +51,7 @@ def test_a_clean_output_from_stdin_exits_0_with_the_json_result(contracts: Path)
             "violation_types": [],
             "failure_class": None,
             "violations": [],
+            "check_errors": [],
         },
     }
 
@@ -57,7 +59,7 @@ def test_a_clean_output_from_stdin_exits_0_with_the_json_result(contracts: Path)
 def test_violations_in_a_file_exit_1_with_types_and_details(contracts: Path, tmp_path: Path) -> None:
     output = tmp_path / "out.txt"
     output.write_text("Sorry, here is a short answer.", encoding="utf-8")
-    code, out, _ = _run("--contracts", str(contracts), "--stage", "weekly_report", str(output))
+    code, out, _ = _run("--contracts", str(contracts), "--stage", "weekly_report", "--json", str(output))
     assert code == 1
     data = json.loads(out)["data"]
     assert data["ok"] is False
@@ -71,7 +73,7 @@ def test_violations_in_a_file_exit_1_with_types_and_details(contracts: Path, tmp
 
 def test_stdin_is_the_default_input(contracts: Path) -> None:
     code, out, _ = _run(
-        "--contracts", str(contracts), "--stage", "triage", stdin="I'm sorry, but I can't help."
+        "--contracts", str(contracts), "--stage", "triage", "--json", stdin="I'm sorry, but I can't help."
     )
     assert code == 0
     assert json.loads(out)["data"]["contract"] == "triage"
@@ -85,10 +87,31 @@ def test_prompt_files_feed_answer_to_other_question(contracts: Path, tmp_path: P
     answer = "光合成は明反応と暗反応の二つの段階からなります。葉緑体のチラコイド膜で明反応が起こります。"
     code, out, _ = _run(
         "--contracts", str(contracts), "--stage", "triage", "--prompt-file", str(own),
-        "--other-prompt-file", str(other), "-", stdin=answer,
+        "--other-prompt-file", str(other), "--json", "-", stdin=answer,
     )  # fmt: skip
     assert code == 1
     assert json.loads(out)["data"]["violation_types"] == ["answer_to_other_question"]
+
+
+def test_the_default_output_is_the_verdict_as_text(contracts: Path) -> None:
+    code, out, _ = _run("--contracts", str(contracts), "--stage", "weekly_report", stdin=GOOD)
+    assert (code, out) == (0, "weekly_report (contract weekly_report): ok\n")
+    code, out, _ = _run("--contracts", str(contracts), "--stage", "weekly_report", stdin="Sorry, short.")
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0] == "weekly_report (contract weekly_report): 2 violation(s)"
+    assert (
+        lines[1] == "  missing_required (contract_violation): pattern '^判定[:：]\\s*(合格|不合格)' not found"
+    )
+    assert lines[2].startswith("  not_japanese (language_corruption): primary language en, not ja")
+    assert len(lines) == 3
+
+
+def test_json_and_text_exit_alike_on_bad_input(contracts: Path) -> None:
+    for flags in ((), ("--json",)):
+        code, out, err = _run("--contracts", str(contracts), "--stage", "nope", *flags, "-", stdin=GOOD)
+        assert (code, out) == (2, "")
+        assert "no contract for stage 'nope'" in err
 
 
 def test_an_unknown_stage_exits_2_naming_the_known_stages(contracts: Path) -> None:

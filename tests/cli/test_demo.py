@@ -64,8 +64,9 @@ def test_demo_json_is_the_pinned_document(demo_json: dict[str, Any]) -> None:
     assert set(data["components"]) == {"store", "checks", "ledger"}
     assert data["notes"] == []
     assert set(data["report"]) == {
-        "store", "spans", "traces", "runs", "model_calls", "tool_calls", "violating_calls", "models", "stages",
-        "errors", "violations", "ledger", "unbalanced_runs",
+        "store", "since_unix_nano", "spans", "traces", "runs", "model_calls", "tool_calls", "violating_calls",
+        "models", "stages", "errors", "violations", "failing_traces", "failing_trace_count", "ledger",
+        "unbalanced_runs",
     }  # fmt: skip
 
 
@@ -117,7 +118,7 @@ def test_demo_prints_the_report(demo_text: tuple[Path, str]) -> None:
         line.split()[:3] == ["weekly_report", "chinese_in_japanese", "language_corruption"] for line in lines
     )
     assert "  1 of 9 runs do not balance" in lines
-    assert lines[-1].startswith("Next: `tallyspan spans`")
+    assert lines[-1].startswith("Next: `tallyspan spans --violated` says why each failing call failed")
 
 
 def test_demo_leaves_nothing_instrumented(demo_text: tuple[Path, str]) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from opentelemetry.sdk.trace import TracerProvider
+from tests.cli.conftest import Recorded
 
 import tallyspan
 from tallyspan.cli import main
@@ -60,7 +61,7 @@ def test_ledger_shows_both_columns_the_balance_and_the_discrepancies(
 ) -> None:
     code, output = _invoke(db_path)
     assert code == 0
-    tidy, sloppy = output.split("\n\n")
+    sloppy, tidy = output.split("\n\n")  # the latest run first
     assert tidy.splitlines()[0].startswith(f"run tidy  span {books['tidy']}  trace ")
     assert tidy.splitlines()[1] == "  balanced, protocol ok: 1 observed, 1 claimed"
     assert "no discrepancies" in tidy
@@ -136,6 +137,49 @@ def test_limit_shows_the_latest_runs(db_path: Path, books: dict[str, str]) -> No
     code, output = _invoke(db_path, "--limit", "1")
     assert code == 0
     assert output.startswith("run sloppy")
+
+
+def test_unbalanced_shows_only_the_runs_whose_books_do_not_balance(
+    db_path: Path, books: dict[str, str]
+) -> None:
+    code, output = _invoke(db_path, "--unbalanced", "--json")
+    assert code == 0
+    assert [run["run_name"] for run in json.loads(output)["data"]] == ["sloppy"]
+    code, output = _invoke(db_path, "--unbalanced")
+    assert output.startswith(f"run sloppy  span {books['sloppy']}")
+    assert "run tidy" not in output
+
+
+def test_unbalanced_with_a_balanced_run_id_finds_nothing(db_path: Path, books: dict[str, str]) -> None:
+    result = CliRunner().invoke(
+        main, ["--db", str(db_path), "ledger", "--unbalanced", "--run", books["tidy"]]
+    )
+    assert result.exit_code == 1
+    assert f"No unbalanced run has the id '{books['tidy']}'" in result.output
+
+
+def test_unbalanced_on_a_store_whose_books_all_balance_says_so(
+    tracer_provider: TracerProvider, db_path: Path
+) -> None:
+    instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=())
+    with tallyspan.run("quiet"):  # a declared run is reconciled even with nothing on its books
+        pass
+    instrumentation.force_flush()
+    tallyspan.uninstrument()
+    code, output = _invoke(db_path, "--unbalanced")
+    assert (code, output) == (0, "No unbalanced runs found.\n")
+
+
+def test_runs_are_listed_latest_first_and_unbalanced_ones_alone_on_request(recorded: Recorded) -> None:
+    code, output = _invoke(recorded.path, "--json")
+    assert code == 0
+    assert [run["run_name"] for run in json.loads(output)["data"]] == ["both", "booker", "reporter"]
+    code, output = _invoke(recorded.path, "--unbalanced", "--json")
+    (booker,) = json.loads(output)["data"]
+    assert booker["trace_id"] == recorded.trace_ids["booker"]
+    assert booker["balanced"] is False
+    assert booker["discrepancy_types"] == ["ledger_missing", "unlogged_call"]
+    assert [d["type"] for d in booker["discrepancies"]] == ["unlogged_call", "ledger_missing"]
 
 
 def test_unknown_run_is_a_clear_error(db_path: Path, books: dict[str, str]) -> None:

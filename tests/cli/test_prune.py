@@ -1,44 +1,31 @@
-"""``tallyspan prune --older-than AGE``: whole old traces leave the store, recent ones stay."""
+"""``tallyspan prune --older-than AGE [--dry-run]``: whole old traces leave the store, recent ones stay."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.cli.conftest import Filled
+from tests.cli.conftest import Filled, Recorded, age_trace
 
 from tallyspan._store_schema import connect
 from tallyspan.cli import main
 from tallyspan.cli.prune import parse_age
 
-TABLES = ("spans", "runs", "violations", "ledger_entries", "ledger_reconciliations")
+TABLES = ("spans", "runs", "violations", "ledger_entries", "ledger_reconciliations", "self_stats")
 
 
-def _counts(filled: Filled) -> dict[str, int]:
-    db = connect(filled.path)
+def _table_counts(path: Path) -> dict[str, int]:
+    db = connect(path)
     try:
         return {table: db.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in TABLES}
     finally:
         db.close()
 
 
-def _age_trace(filled: Filled, trace_id: str, days: float) -> None:
-    """Move every row of one trace ``days`` into the past, as if it had been recorded then."""
-    shift = int(days * 86400e9)
-    db = connect(filled.path)
-    with db:
-        db.execute(
-            "UPDATE spans SET start_unix_nano = start_unix_nano - ?, end_unix_nano = end_unix_nano - ?"
-            " WHERE trace_id = ?",
-            (shift, shift, trace_id),
-        )
-        for table in ("ledger_entries", "ledger_reconciliations"):
-            db.execute(
-                f"UPDATE {table} SET time_unix_nano = time_unix_nano - ? WHERE trace_id = ?",
-                (shift, trace_id),
-            )
-    db.close()
+def _counts(filled: Filled) -> dict[str, int]:
+    return _table_counts(filled.path)
 
 
 def test_prune_deletes_the_old_trace_whole_and_keeps_the_recent_one(filled: Filled) -> None:
@@ -46,7 +33,7 @@ def test_prune_deletes_the_old_trace_whole_and_keeps_the_recent_one(filled: Fill
     assert before["runs"] >= 1
     assert before["ledger_reconciliations"] == 1
     old = filled.trace_id("invoke_agent reporter")
-    _age_trace(filled, old, days=10)
+    age_trace(filled.path, old, days=10)
 
     result = CliRunner().invoke(main, ["prune", "--older-than", "7d", "--json"], catch_exceptions=False)
 
@@ -57,6 +44,7 @@ def test_prune_deletes_the_old_trace_whole_and_keeps_the_recent_one(filled: Fill
     assert deleted["spans"] == 4  # the run and its three children
     assert deleted["violations"] == 2
     assert deleted["ledger_reconciliations"] == 1
+    assert document["data"]["dry_run"] is False
     after = _counts(filled)
     assert {table: before[table] - after[table] for table in TABLES} == deleted
     db = connect(filled.path)
@@ -72,6 +60,38 @@ def test_prune_with_nothing_old_deletes_nothing(filled: Filled) -> None:
     assert result.exit_code == 0
     assert "rows deleted" in result.output
     assert _counts(filled) == before
+
+
+def test_dry_run_says_what_would_go_and_deletes_nothing(recorded: Recorded, tmp_path: Path) -> None:
+    store = recorded.copy(tmp_path / "copy.db")
+    before = _table_counts(store)
+    dry = CliRunner().invoke(
+        main,
+        ["--db", str(store), "prune", "--older-than", "2d", "--dry-run", "--json"],
+        catch_exceptions=False,
+    )
+    assert dry.exit_code == 0
+    document = json.loads(dry.output)
+    assert set(document["data"]) == {"older_than", "before_unix_nano", "dry_run", "deleted"}
+    assert document["data"]["dry_run"] is True
+    would = document["data"]["deleted"]
+    assert would == {
+        "spans": 4, "runs": 1, "violations": 3, "ledger_entries": 2, "ledger_reconciliations": 1, "self_stats": 0,
+    }  # fmt: skip  # the reporter's trace, recorded three days ago
+    assert _table_counts(store) == before
+    text = CliRunner().invoke(
+        main,
+        ["--db", str(store), "prune", "--older-than", "2d", "--dry-run", "--vacuum"],
+        catch_exceptions=False,
+    )
+    assert text.output.splitlines()[:2] == [
+        f"tallyspan prune --dry-run: nothing deleted — {store}",
+        "  table                   rows it would delete",
+    ]
+    assert _table_counts(store) == before
+    real = CliRunner().invoke(main, ["--db", str(store), "prune", "--older-than", "2d", "--json"])
+    assert json.loads(real.output)["data"]["deleted"] == would
+    assert {table: before[table] - count for table, count in _table_counts(store).items()} == would
 
 
 @pytest.mark.parametrize(

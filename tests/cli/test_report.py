@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
-from tests.cli.conftest import Filled
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.util.types import AttributeValue
+from tests.cli.conftest import RECORDED_TOKENS, Filled, Recorded
 
+from tallyspan import semconv
+from tallyspan._store_schema import connect
 from tallyspan.cli import main
+from tallyspan_exporters import SQLiteSpanExporter
 
 
 def _invoke(*args: str) -> tuple[int, str]:
@@ -19,11 +26,12 @@ def _invoke(*args: str) -> tuple[int, str]:
 def test_report_json_is_the_pinned_document(filled: Filled) -> None:
     code, output = _invoke("--db", str(filled.path), "report", "--json")
     assert code == 0
-    assert json.loads(output) == {
+    expected: dict[str, Any] = {
         "format_version": 1,
         "command": "report",
         "data": {
             "store": str(filled.path),
+            "since_unix_nano": None,
             "spans": 5,
             "traces": 2,
             "runs": 2,
@@ -59,6 +67,29 @@ def test_report_json_is_the_pinned_document(filled: Filled) -> None:
                     "count": 1,
                 },
             ],
+            "failing_traces": [
+                {
+                    "trace_id": filled.trace_id("invoke_agent reporter"),
+                    "run_name": "reporter",
+                    "service_name": filled.spans["chat gpt-4o-mini"].resource.attributes["service.name"],
+                    "start_unix_nano": filled.spans["invoke_agent reporter"].start_time,
+                    "violating_calls": 1,
+                    "violation_types": ["missing_required", "too_short"],
+                    "balanced": False,
+                    "discrepancy_types": ["unlogged_call"],
+                },
+                {
+                    "trace_id": filled.trace_id("chat gpt-4o-mini"),
+                    "run_name": "chat gpt-4o-mini",
+                    "service_name": filled.spans["chat gpt-4o-mini"].resource.attributes["service.name"],
+                    "start_unix_nano": filled.spans["chat gpt-4o-mini"].start_time,
+                    "violating_calls": 1,
+                    "violation_types": ["not_japanese"],
+                    "balanced": None,
+                    "discrepancy_types": [],
+                },
+            ],
+            "failing_trace_count": 2,
             "ledger": [
                 {
                     "trace_id": filled.trace_id("invoke_agent reporter"),
@@ -74,6 +105,7 @@ def test_report_json_is_the_pinned_document(filled: Filled) -> None:
             "unbalanced_runs": 1,
         },
     }
+    assert json.loads(output) == expected
 
 
 def test_report_text_shows_every_section(filled: Filled) -> None:
@@ -82,7 +114,14 @@ def test_report_text_shows_every_section(filled: Filled) -> None:
     lines = output.splitlines()
     assert lines[0] == f"tallyspan report — {filled.path}"
     assert lines[1] == "  5 spans in 2 traces, 2 runs; 3 model calls (2 violating), 1 tool call"
-    for heading in ("Models", "Stages", "Errors", "Violations by stage and type", "Ledger"):
+    for heading in (
+        "Failing traces (unbalanced first, then the latest)",
+        "Models",
+        "Stages",
+        "Errors",
+        "Violations by stage and type",
+        "Ledger (unbalanced first, then the latest)",
+    ):
         assert heading in lines
     assert "  qwen3-32b                   2           180            250" in lines
     assert "  weekly_report  too_short         contract_violation       1" in lines
@@ -99,13 +138,11 @@ def test_report_reads_the_store_named_by_tallyspan_db(filled: Filled) -> None:
 
 
 def test_report_on_an_empty_store_says_none(db_path: Path) -> None:
-    from tallyspan._store_schema import connect
-
     connect(db_path).close()
     code, output = _invoke("report")
     assert code == 0
     assert "  0 spans in 0 traces, 0 runs; 0 model calls (0 violating), 0 tool calls" in output
-    assert output.count("(none)") == 5
+    assert output.count("(none)") == 6
 
 
 def test_a_missing_store_is_named_and_not_created(tmp_path: Path) -> None:
@@ -142,3 +179,162 @@ def test_version_and_python_dash_m(tmp_path: Path) -> None:
     )
     assert completed.returncode == 1
     assert "No tallyspan store found at" in completed.stderr
+
+
+def _report(recorded: Recorded, *args: str) -> dict[str, Any]:
+    code, output = _invoke("--db", str(recorded.path), "report", *args, "--json")
+    assert code == 0, output
+    data: dict[str, Any] = json.loads(output)["data"]
+    return data
+
+
+def test_a_call_traced_by_two_instrumentations_is_counted_once(recorded: Recorded) -> None:
+    """The ``both`` run's one call has a chat span from tallyspan and one from openai-v2, nested."""
+    db = connect(recorded.path)
+    try:
+        chat_spans = db.execute("SELECT COUNT(*) FROM spans WHERE operation = 'chat'").fetchone()[0]
+        both = db.execute(
+            "SELECT COUNT(*) FROM spans WHERE operation = 'chat' AND trace_id = ?",
+            (recorded.trace_ids["both"],),
+        ).fetchone()[0]
+    finally:
+        db.close()
+    assert (chat_spans, both) == (6, 2)
+    data = _report(recorded)
+    inputs, outputs = (sum(tokens[i] for tokens in RECORDED_TOKENS.values()) for i in (0, 1))
+    assert (data["model_calls"], data["violating_calls"], data["tool_calls"]) == (5, 2, 2)
+    assert data["models"] == [
+        {"model": "qwen3-32b", "calls": 5, "input_tokens": inputs, "output_tokens": outputs}
+    ]
+    assert (inputs, outputs) == (76, 72)
+    assert data["stages"] == [
+        {"stage": "triage", "calls": 1, "violating": 1},
+        {"stage": "weekly_report", "calls": 3, "violating": 1},
+    ]
+
+
+def test_report_names_the_failing_traces_unbalanced_first_then_the_latest(recorded: Recorded) -> None:
+    data = _report(recorded)
+    failing = data["failing_traces"]
+    assert data["failing_trace_count"] == 3
+    assert [trace["trace_id"] for trace in failing] == [
+        recorded.trace_ids["booker"],
+        recorded.trace_ids["triage"],
+        recorded.trace_ids["reporter"],
+    ]
+    booker, triage, reporter = failing
+    assert set(booker) == {
+        "trace_id", "run_name", "service_name", "start_unix_nano", "violating_calls", "violation_types",
+        "balanced", "discrepancy_types",
+    }  # fmt: skip
+    assert (booker["run_name"], booker["balanced"], booker["violating_calls"]) == ("booker", False, 0)
+    assert (booker["violation_types"], booker["discrepancy_types"]) == (
+        [],
+        ["ledger_missing", "unlogged_call"],
+    )
+    assert (triage["run_name"], triage["balanced"], triage["violation_types"]) == (
+        "chat qwen3-32b",
+        None,
+        ["refusal"],
+    )
+    assert (reporter["run_name"], reporter["balanced"], reporter["violating_calls"]) == ("reporter", True, 1)
+    assert reporter["violation_types"] == ["missing_required", "not_japanese", "too_short"]
+    assert reporter["start_unix_nano"] < triage["start_unix_nano"] - 2 * 86400 * 10**9
+    assert [run["run_name"] for run in data["ledger"]] == ["booker", "both", "reporter"]
+    assert _report(recorded, "--limit", "1")["failing_traces"] == failing[:1]
+
+
+def test_report_text_gives_full_trace_ids_to_search_in_a_backend(recorded: Recorded) -> None:
+    code, output = _invoke("--db", str(recorded.path), "report", "--limit", "2")
+    assert code == 0
+    lines = output.splitlines()
+    heading = lines.index("Failing traces (unbalanced first, then the latest; 2 of 3)")
+    assert lines[heading + 1].split() == [
+        "start", "(UTC)", "trace", "run", "books", "violating", "calls", "types",
+    ]  # fmt: skip
+    booker = lines[heading + 2].split()
+    assert booker[2:] == [
+        recorded.trace_ids["booker"],
+        "booker",
+        "UNBALANCED",
+        "0",
+        "ledger_missing,",
+        "unlogged_call",
+    ]
+    assert lines[heading + 3].split()[2:] == [
+        recorded.trace_ids["triage"],
+        "chat",
+        "qwen3-32b",
+        "-",
+        "1",
+        "refusal",
+    ]
+    assert lines[heading + 4].startswith("  Open one with `tallyspan spans --trace ID`")
+
+
+def test_report_since_covers_only_what_started_since(recorded: Recorded) -> None:
+    data = _report(recorded, "--since", "1d")
+    assert data["since_unix_nano"] > 0
+    assert (data["traces"], data["runs"], data["model_calls"], data["tool_calls"]) == (3, 3, 3, 1)
+    assert [trace["run_name"] for trace in data["failing_traces"]] == ["booker", "chat qwen3-32b"]
+    assert [run["run_name"] for run in data["ledger"]] == ["booker", "both"]
+    assert {(v["stage"], v["type"]) for v in data["violations"]} == {("triage", "refusal")}
+    code, output = _invoke("--db", str(recorded.path), "report", "--since", "1d")
+    assert code == 0
+    assert output.splitlines()[0].startswith(f"tallyspan report — {recorded.path} (since ")
+    assert _report(recorded, "--since", "2000-01-01")["model_calls"] == 5
+
+
+def test_report_since_rejects_what_is_not_a_time(recorded: Recorded) -> None:
+    result = CliRunner().invoke(main, ["--db", str(recorded.path), "report", "--since", "last week"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--since'" in result.output
+
+
+def test_a_chain_of_three_model_spans_is_one_call_with_its_stage_tokens_and_violations(db_path: Path) -> None:
+    """LangChain over tallyspan over openai-v2: three nested chat spans; whichever carries the stage, the
+    tokens or a violation, the call is counted once, with all of them."""
+    exporter = SQLiteSpanExporter(db_path)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    run = {semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_INVOKE_AGENT}
+    chat = {semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_CHAT, semconv.GEN_AI_REQUEST_MODEL: "m"}
+    failed: dict[str, AttributeValue] = {
+        semconv.VIOLATION_TYPES: ["too_short"],
+        semconv.ERROR_TYPE: "TimeoutError",
+    }
+    ours = {**chat, **failed, semconv.STAGE: "weekly_report"}
+    official: dict[str, AttributeValue] = {
+        **chat,
+        **failed,
+        semconv.GEN_AI_RESPONSE_MODEL: "m-2025",
+        semconv.GEN_AI_USAGE_INPUT_TOKENS: 9,
+        semconv.GEN_AI_USAGE_OUTPUT_TOKENS: 4,
+    }
+    violation = {
+        semconv.VIOLATION_TYPE: "too_short",
+        semconv.VIOLATION_FAILURE_CLASS: "contract_violation",
+        semconv.VIOLATION_DETAIL: "3 chars < min_chars 60",
+    }
+    for _ in range(2):
+        with (
+            tracer.start_as_current_span("invoke_agent a", attributes=run),
+            tracer.start_as_current_span("chat m (langchain)", attributes=chat),
+            tracer.start_as_current_span("chat m (tallyspan)", attributes=ours) as middle,
+        ):
+            middle.add_event(semconv.EVENT_VIOLATION, violation)
+            with tracer.start_as_current_span("chat m (openai-v2)", attributes=official):
+                pass
+    provider.shutdown()
+    code, output = _invoke("--db", str(db_path), "report", "--json")
+    assert code == 0
+    data = json.loads(output)["data"]
+    assert (data["spans"], data["model_calls"], data["violating_calls"]) == (8, 2, 2)
+    assert data["models"] == [{"model": "m-2025", "calls": 2, "input_tokens": 18, "output_tokens": 8}]
+    assert data["stages"] == [{"stage": "weekly_report", "calls": 2, "violating": 2}]
+    assert data["errors"] == [{"error_type": "TimeoutError", "count": 2}]
+    assert data["violations"] == [
+        {"stage": "weekly_report", "type": "too_short", "failure_class": "contract_violation", "count": 2}
+    ]
+    assert [trace["violating_calls"] for trace in data["failing_traces"]] == [1, 1]

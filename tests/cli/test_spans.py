@@ -1,12 +1,15 @@
-"""``tallyspan spans [--trace ID]``: recorded spans in start order, as text and as the pinned JSON document."""
+"""``tallyspan spans``: recorded spans in start order with each violation's detail, filtered by trace,
+violations, stage, type and time; as text and as the pinned JSON document."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
-from tests.cli.conftest import Filled
+from tests.cli.conftest import Filled, Recorded
 
 from tallyspan._store_schema import connect
 from tallyspan.cli import main
@@ -44,6 +47,9 @@ def test_spans_json_is_the_pinned_document(filled: Filled) -> None:
                 "output_tokens": 5,
                 "violation_types": ["not_japanese"],
                 "failure_class": None,
+                "violations": [
+                    {"type": "not_japanese", "failure_class": "language_corruption", "detail": None}
+                ],
             }
         ],
     }
@@ -113,3 +119,108 @@ def test_spans_without_a_store_names_the_path(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["--db", str(missing), "spans"])
     assert result.exit_code == 1
     assert f"No tallyspan store found at {missing}" in result.output
+
+
+def _names(recorded: Recorded, *args: str) -> list[tuple[str, str | None]]:
+    code, output = _invoke("--db", str(recorded.path), "spans", *args, "--json")
+    assert code == 0, output
+    return [(row["name"], row["stage"]) for row in json.loads(output)["data"]]
+
+
+def test_spans_json_gives_each_violation_with_its_detail(recorded: Recorded) -> None:
+    code, output = _invoke("--db", str(recorded.path), "spans", "--violated", "--json")
+    assert code == 0
+    rows = json.loads(output)["data"]
+    assert [(row["trace_id"], row["stage"]) for row in rows] == [
+        (recorded.trace_ids["reporter"], "weekly_report"),
+        (recorded.trace_ids["triage"], "triage"),
+    ]
+    too_short, missing, english = rows[0]["violations"]
+    assert too_short == {
+        "type": "too_short",
+        "failure_class": "contract_violation",
+        "detail": "22 chars < min_chars 60",
+    }
+    assert missing == {
+        "type": "missing_required",
+        "failure_class": "contract_violation",
+        "detail": "pattern 'verdict_line' not found",
+    }
+    assert set(english) == {"type", "failure_class", "detail"}
+    assert (english["type"], english["failure_class"]) == ("not_japanese", "language_corruption")
+    assert english["detail"].startswith("primary language en, not ja")
+    (refusal,) = rows[1]["violations"]
+    assert (refusal["type"], refusal["failure_class"]) == ("refusal", "contract_violation")
+    assert refusal["detail"]
+    assert set(rows[1]) == {
+        "trace_id", "span_id", "parent_span_id", "name", "operation", "model", "stage", "start_unix_nano",
+        "duration_ms", "status_code", "error_type", "input_tokens", "output_tokens", "violation_types",
+        "failure_class", "violations",
+    }  # fmt: skip
+
+
+def test_spans_text_says_why_each_violating_span_failed(recorded: Recorded) -> None:
+    code, output = _invoke("--db", str(recorded.path), "spans", "--violated")
+    assert code == 0
+    lines = output.splitlines()
+    why = lines.index(next(line for line in lines if line.startswith("  why ") and "chat qwen3-32b" in line))
+    assert lines[why + 1 : why + 3] == [
+        "    too_short (contract_violation): 22 chars < min_chars 60",
+        "    missing_required (contract_violation): pattern 'verdict_line' not found",
+    ]
+    assert lines[why + 3].startswith("    not_japanese (language_corruption): primary language en, not ja")
+    assert any(line.startswith("    refusal (contract_violation): ") for line in lines)
+    assert not any("execute_tool" in line for line in lines)
+
+
+def test_stage_filter_keeps_the_calls_of_each_stage_named(recorded: Recorded) -> None:
+    assert _names(recorded, "--stage", "triage") == [("chat qwen3-32b", "triage")]
+    assert _names(recorded, "--stage", "weekly_report", "--stage", "triage") == [
+        ("chat qwen3-32b", "weekly_report"),
+        ("chat qwen3-32b", "weekly_report"),
+        ("chat qwen3-32b", "triage"),
+        ("chat qwen3-32b", "weekly_report"),
+    ]
+    assert _names(recorded, "--stage", "weekly_reprot") == []
+
+
+def test_type_filter_keeps_spans_with_a_violation_of_that_type(recorded: Recorded) -> None:
+    assert _names(recorded, "--type", "refusal") == [("chat qwen3-32b", "triage")]
+    assert _names(recorded, "--type", "refusal", "--type", "too_short") == [
+        ("chat qwen3-32b", "weekly_report"),
+        ("chat qwen3-32b", "triage"),
+    ]
+    assert _names(recorded, "--type", "refusal", "--stage", "weekly_report") == []
+
+
+def test_since_takes_an_age_or_an_iso_time(recorded: Recorded) -> None:
+    everything = _names(recorded)
+    assert len(everything) == 11
+    recent = _names(recorded, "--since", "1d")
+    assert len(recent) == 7  # the reporter's trace was recorded three days ago
+    assert _names(recorded, "--since", "4d") == everything
+    assert _names(recorded, "--since", "2w") == everything
+    assert _names(recorded, "--since", "1970-01-01T00:00:00Z") == everything
+    tomorrow = (datetime.now(timezone.utc) + timedelta(days=1)).isoformat()
+    assert _names(recorded, "--since", tomorrow) == []
+    two_days_ago = (datetime.now() - timedelta(days=2)).strftime("%Y-%m-%dT%H:%M")  # local time, no offset
+    assert _names(recorded, "--since", two_days_ago) == recent
+    assert _names(recorded, "--violated", "--since", "1d") == [("chat qwen3-32b", "triage")]
+
+
+def test_trace_prefix_combines_with_the_other_filters(recorded: Recorded) -> None:
+    reporter = recorded.trace_ids["reporter"][:10]
+    assert len(_names(recorded, "--trace", reporter)) == 4
+    assert _names(recorded, "--trace", reporter, "--violated") == [("chat qwen3-32b", "weekly_report")]
+    assert _names(recorded, "--trace", reporter, "--since", "1d") == []
+
+
+@pytest.mark.parametrize("since", ["yesterday", "15", "-1d", "2026-13-01", "1e400d"])
+def test_a_bad_since_is_a_usage_error_naming_the_option(recorded: Recorded, since: str) -> None:
+    result = CliRunner().invoke(main, ["--db", str(recorded.path), "spans", "--since", since])
+    assert result.exit_code == 2
+    assert "--since" in result.output
+
+
+def test_a_huge_age_means_since_the_beginning(recorded: Recorded) -> None:
+    assert len(_names(recorded, "--since", "999999999999w")) == 11

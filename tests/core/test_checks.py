@@ -58,6 +58,7 @@ def test_result_to_dict_is_json_ready() -> None:
         "violations": [
             {"type": "too_short", "failure_class": "contract_violation", "detail": "2 chars < min_chars 10"}
         ],
+        "check_errors": [],
     }
 
 
@@ -364,3 +365,145 @@ def test_details_never_quote_the_output() -> None:
     for violation in result.violations:
         assert "極秘" not in violation.detail
         assert "300%" not in violation.detail
+
+
+# --- json_schema: the whole draft, content-free ------------------------------------------------------
+
+
+def test_json_schema_applies_the_keywords_a_subset_would_ignore() -> None:
+    schema = {
+        "$defs": {"verdict": {"enum": ["APPROVE", "REJECT"]}},
+        "type": "object",
+        "required": ["verdict", "id", "kind"],
+        "properties": {
+            "verdict": {"$ref": "#/$defs/verdict"},
+            "id": {"type": "string", "pattern": "^T-[0-9]{4}$"},
+            "kind": {"const": "review"},
+            "score": {"oneOf": [{"type": "integer"}, {"type": "null"}]},
+        },
+        "additionalProperties": False,
+    }
+    contract = Contract(json_schema=schema)
+    assert check('{"verdict": "APPROVE", "id": "T-0042", "kind": "review", "score": 3}', contract).ok
+    secret = '{"verdict": "MAYBE", "id": "secret-id", "kind": "other", "score": 0.5, "leak": "pw123"}'
+    details = sorted(violation.detail for violation in check(secret, contract).violations)
+    assert details == [
+        "json field $.id fails pattern",
+        "json field $.kind is not one of the allowed values",
+        "json field $.score fails oneOf",
+        "json field $.verdict is not one of the allowed values",
+        "json object $ has unexpected field(s)",
+    ]
+    for detail in details:
+        assert "secret" not in detail
+        assert "MAYBE" not in detail
+        assert "leak" not in detail
+
+
+def test_json_schema_paths_name_only_fields_the_schema_declares() -> None:
+    contract = Contract(json_schema={"type": "object", "additionalProperties": {"type": "integer"}})
+    result = check('{"customer-name-tanaka": "x"}', contract)
+    assert [violation.detail for violation in result.violations] == [
+        "json field $.* has type string, want integer"
+    ]
+
+
+def test_an_invalid_schema_fails_when_the_contract_is_loaded() -> None:
+    with pytest.raises(tallyspan.ContractError, match="invalid JSON Schema"):
+        tallyspan.load_contracts({"report": {"json_schema": {"type": "no-such-type"}}})
+
+
+def test_deep_nesting_is_refused_without_recursion_and_the_other_rules_still_run() -> None:
+    contract = Contract(json_schema={"type": "array"}, forbidden=[r"<\|im_end\|>"], min_chars=10)
+    result = check("[" * 100_000 + "<|im_end|>", contract)
+    assert result.violation_types == ("degenerate_repetition", "forbidden_present")  # it loops, too
+    assert result.check_errors == ("json_schema",)
+    assert tallyspan.stats()["errors.check_rule.json_schema"] == 1
+    assert result.to_dict()["check_errors"] == ["json_schema"]
+
+
+# --- rule isolation ----------------------------------------------------------------------------------
+
+
+def test_a_rule_that_raises_is_recorded_counted_and_the_others_still_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tallyspan import _checks
+
+    def broken(given: object) -> list[Violation]:
+        raise RuntimeError("a bug in one rule")
+
+    rules = tuple((name, broken if name in ("language", "refusal") else rule) for name, rule in _checks.RULES)
+    monkeypatch.setattr(_checks, "RULES", rules)
+    result = check(
+        "Sorry, I can't. <|im_end|>", Contract(language="ja", min_chars=100, forbidden=[r"<\|im_end\|>"])
+    )
+    assert result.violation_types == ("forbidden_present", "too_short")
+    assert result.check_errors == ("language", "refusal")
+    stats = tallyspan.stats()
+    assert (stats["errors.check_rule.language"], stats["errors.check_rule.refusal"]) == (1, 1)
+
+
+def test_every_rule_has_a_stable_name() -> None:
+    from tallyspan import _checks
+
+    assert [name for name, _ in _checks.RULES] == [
+        "length", "required", "json_schema", "forbidden", "refusal", "reasoning", "claims", "relevance",
+        "repetition", "language",
+    ]  # fmt: skip
+
+
+# --- refusal, as the labels define it ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "申し訳ありませんが、そのような状況を説明する情報が提供されていません。",
+        "私が人間として存在している限り、そのような状況はあり得ません。",
+        "申し訳ありませんが、私は田中さんの個人情報を知りません。",
+        "私は木としての意識を持たないため、感情を持ちません。しかし、森林は大切にするべきです。",
+        "ご質問ありがとうございます。しかし、その質問にはお答えできません。",
+        "I cannot provide information that could be used to identify a person. Please ask something else.",
+        "Hello! I'm sorry, I don't know anything about that particular location.",
+        "抱歉，我无法回答这个问题，因为我没有相关的信息。",
+    ],
+)
+def test_refusals_without_apology_words_or_in_another_language_are_caught(text: str) -> None:
+    assert "refusal" in check(text).violation_types
+
+
+def test_an_english_refusal_under_a_japanese_contract_is_a_refusal_and_not_japanese() -> None:
+    text = (
+        "I cannot provide information about real people's private lives. Their addresses, health and family "
+        "matters are theirs to share. If you want to reach someone, please use a public channel instead."
+    )
+    assert check(text, Contract(language="ja")).violation_types == ("not_japanese", "refusal")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a disclaimer, then the real answer (hypothetically, or "but I can")
+        "私は人工知能であり、実際には森の木ではありませんので、直接的な答えはありません。ただし、仮定して、"
+        "私が100歳の木である場合、伐採者が私を切り始めると、恐ろしい気分になるでしょう。",
+        "申し訳ありませんが、最新の株価にはアクセスできません。ただし、一般的な分析方法をご紹介できます。",
+        # the answer first; an apology the model appended after its turn ended takes nothing back
+        "AさんはCさんの祖父です。<|im_end|>\n<|endoftext|>I'm sorry, but I don't have enough context.",
+        "AさんはCさんの祖父です。I'm sorry, but I don't know why you ask.",
+        "そのような状況はあり得ません。なぜなら、二人は同時に一位になれないからです。つまり、答えは二位です。"
+        "追い越した人は三位になります。",
+    ],
+)
+def test_a_disclaimer_followed_by_the_answer_is_not_a_refusal(text: str) -> None:
+    assert "refusal" not in check(text).violation_types
+
+
+def test_harmony_analysis_is_not_judged_as_the_answer() -> None:
+    text = (
+        "<|channel|>analysis<|message|>We need to answer in Japanese. The user asks about Tokyo.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>東京は日本の首都で、人口は約1400万人です。<|return|>"
+    )
+    result = check(text, Contract(language="ja", allow_reasoning=True))
+    assert result.ok
+    assert "reasoning_leaked" in check(text, Contract(language="ja")).violation_types

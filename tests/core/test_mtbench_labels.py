@@ -10,11 +10,18 @@ reasoning. Each label below was decided by reading the answer:
 - ``DEV``: the answers read while the rules were written (117). They must all match exactly.
 - ``HELD_OUT``: answers labelled from the text alone, before the engine was run on them (73). The
   first run missed three broken mixes (an English intro over a Japanese list, Korean inside Japanese)
-  and two rules were added for them; the one remaining disagreement (shisa/55: English framing around
-  a quoted Japanese translation, labelled a mix, found not_japanese) is left visible.
+  and two rules were added for them; the last disagreement (shisa/55: English framing around a quoted
+  Japanese translation, labelled a mix, found not_japanese) went when not_japanese came to mean "no
+  kana in the prose" (japanese-mt-bench/labels/DEFINITIONS.md).
+
+Labels the written definitions (DEFINITIONS.md) decide differently from when these were labelled:
+shisa/30 (English list ending in a Japanese paragraph) has kana, so it is a broken mix, not
+not_japanese; nekomata/53, 59, 65 and shisa/54 loop (77-100 % of the text is one unit repeated back to
+back), so they are degenerate_repetition too, a type that did not exist then. No prompt is given here,
+so off_topic is not judged (test_mtbench_dev_labels.py judges it).
 
 Label codes: F forbidden_present, CJ chinese_in_japanese, NJ not_japanese, BM broken_language_mix,
-R refusal, S too_short, "" clean.
+R refusal, S too_short, DR degenerate_repetition, "" clean.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ CODES = {
     "BM": "broken_language_mix",
     "R": "refusal",
     "S": "too_short",
+    "DR": "degenerate_repetition",
 }
 TEMPLATE_TOKENS = (
     r"<\|(?:im_end|im_start|endoftext|extra_\d+)\|>|<</?SYS>>|\[/?INST\]|</s>|### (?:Human|Assistant)"
@@ -68,16 +76,18 @@ DEV: dict[str, dict[tuple[int, int], str]] = {
              (52, 0): "F", (53, 0): "CJ F", (54, 0): "F", (55, 0): "F", (56, 0): "F", (57, 0): "F", (58, 0): "F",
              (59, 0): "F", (60, 0): "F", (63, 0): "CJ F", (65, 0): "CJ F", (66, 0): "CJ", (67, 0): "CJ F",
              (76, 0): "CJ F", (78, 0): "CJ F", (79, 0): "CJ F"},
-    # shisa: answers in English (29 has two glossed Japanese words, 30 ends with one Japanese item: still English);
+    # shisa: answers in English (29 has two glossed kanji words: no kana, not Japanese; 30 ends with a Japanese
+    # paragraph: kana, so a broken mix);
     # <|extra_30|> tokens; 42 "I'm sorry, I don't know anything about that" declines.
     "shisa": {(21, 0): "", (22, 0): "F NJ", (23, 0): "", (24, 0): "F NJ", (25, 0): "F NJ", (26, 0): "F NJ",
-              (27, 0): "NJ", (28, 0): "F NJ", (29, 0): "F NJ", (30, 0): "NJ", (41, 0): "NJ", (42, 0): "NJ R",
+              (27, 0): "NJ", (28, 0): "F NJ", (29, 0): "F NJ", (30, 0): "BM", (41, 0): "NJ", (42, 0): "NJ R",
               (43, 0): "NJ", (44, 0): "", (45, 0): "NJ", (46, 0): "NJ", (47, 0): "NJ", (48, 0): "", (49, 0): "NJ",
               (50, 0): "F NJ"},
-    # nekomata: empty answers, and <<SYS>>/[/INST] debris (some answers are nothing but the system prompt echoed).
+    # nekomata: empty answers, and <<SYS>>/[/INST] debris (some answers are nothing but the system prompt echoed);
+    # 53 loops on "[<</SYS>>]", 59 on the prompt it echoes.
     "nekomata": {(41, 0): "S", (42, 0): "S", (43, 0): "F", (44, 0): "S", (45, 0): "S", (46, 0): "S", (47, 0): "S",
-                 (48, 0): "F", (49, 0): "F", (50, 0): "F", (51, 0): "F", (52, 0): "F", (53, 0): "F", (54, 0): "F",
-                 (55, 0): "S", (56, 0): "F", (57, 0): "S", (58, 0): "F", (59, 0): "F", (60, 0): "F"},
+                 (48, 0): "F", (49, 0): "F", (50, 0): "F", (51, 0): "F", (52, 0): "F", (53, 0): "F DR", (54, 0): "F",
+                 (55, 0): "S", (56, 0): "F", (57, 0): "S", (58, 0): "F", (59, 0): "F DR", (60, 0): "F"},
     # gpt-4: clean Japanese, both turns; 42/1 opens with 申し訳ありませんが but answers (not a refusal).
     "gpt4": {(q, t): "" for q in range(41, 51) for t in (0, 1)},
     # Swallow: short but clean Japanese (73 "vs PS5" is a normal symbol, 75 "180cm" a unit).
@@ -86,13 +96,13 @@ DEV: dict[str, dict[tuple[int, int], str]] = {
 HELD_OUT: dict[str, dict[tuple[int, int], str]] = {
     # shisa: 52 is an English intro over a quoted Japanese list and 55 an English frame around a Japanese
     # translation (both broken mixes); 54 and 57 are English non-answers; 59 declines ("I don't understand").
-    "shisa": {(51, 0): "", (52, 0): "BM", (53, 0): "NJ", (54, 0): "NJ", (55, 0): "BM", (56, 0): "", (57, 0): "NJ",
+    "shisa": {(51, 0): "", (52, 0): "BM", (53, 0): "NJ", (54, 0): "NJ DR", (55, 0): "BM", (56, 0): "", (57, 0): "NJ",
               (58, 0): "", (59, 0): "NJ R", (60, 0): "F NJ", (61, 0): "F NJ", (62, 0): "NJ", (63, 0): "NJ",
               (64, 0): "NJ", (65, 0): "NJ", (66, 0): "F NJ", (67, 0): "F NJ", (68, 0): "NJ", (69, 0): "F NJ",
               (70, 0): "NJ", (71, 0): "", (72, 0): "", (73, 0): "NJ", (74, 0): "NJ", (75, 0): "NJ", (76, 0): "",
               (77, 0): "F NJ", (78, 0): "NJ", (79, 0): "NJ", (80, 0): "NJ"},
     # nekomata: 76 refuses the writing task ("...描写することはできません。なぜなら...").
-    "nekomata": {(61, 0): "F", (62, 0): "S", (63, 0): "F", (64, 0): "F", (65, 0): "F", (66, 0): "F", (67, 0): "F",
+    "nekomata": {(61, 0): "F", (62, 0): "S", (63, 0): "F", (64, 0): "F", (65, 0): "F DR", (66, 0): "F", (67, 0): "F",
                  (68, 0): "F", (69, 0): "F", (70, 0): "F", (71, 0): "F", (72, 0): "F", (73, 0): "F", (74, 0): "S",
                  (75, 0): "F", (76, 0): "F R", (77, 0): "S", (78, 0): "F", (79, 0): "F", (80, 0): "S"},
     # Qwen: 74 slips into Korean mid-sentence (お話した적이 있습니다よね) without a template token.
@@ -169,12 +179,13 @@ def test_held_out_answers_meet_the_precision_and_recall_floor(shared_data: Path)
     rows = _results(shared_data, HELD_OUT)
     exact = sum(expected == got for _, expected, got in rows)
     misses = [(case, sorted(e), sorted(g)) for case, e, g in rows if e != g]
-    assert misses == [("shisa/55/0", ["broken_language_mix"], ["not_japanese"])]
-    assert exact == 72
+    assert misses == []
+    assert exact == 73
     assert precision_recall(rows) == {
-        "broken_language_mix": (2, 0, 1),
+        "broken_language_mix": (3, 0, 0),
+        "degenerate_repetition": (2, 0, 0),
         "forbidden_present": (34, 0, 0),
-        "not_japanese": (22, 1, 0),
+        "not_japanese": (22, 0, 0),
         "refusal": (2, 0, 0),
         "too_short": (4, 0, 0),
     }

@@ -14,6 +14,7 @@ import pytest
 
 import tallyspan
 import tallyspan.ledger
+import tallyspan.pytest_plugin
 import tallyspan.semconv
 import tallyspan.testing
 
@@ -33,6 +34,7 @@ PUBLIC = {
         "AnthropicReply", "AnthropicServer", "OllamaReply", "OllamaServer", "OpenAICompatibleServer",
         "RecordedRequest", "ReplyHandler", "ScriptedReply", "ScriptedToolCall",
     ],
+    tallyspan.pytest_plugin: ["LedgerVerdict", "TallyspanRecorder", "Verdict", "tallyspan"],
 }  # fmt: skip
 
 

@@ -4,6 +4,7 @@ Phoenix's own span filter finds them by violation type."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -17,8 +18,10 @@ from tests.e2e.violating_agent import (
     EXPECTED_VIOLATIONS,
     REPORT_STAGE,
     RUN_SPAN,
+    SINGLE_ANSWER_RUNS,
     SUMMARY_STAGE,
     TOOL_SPAN,
+    run_single_answer_agents,
     run_weekly_agent,
 )
 
@@ -45,6 +48,53 @@ def project(phoenix: Phoenix) -> str:
     run_weekly_agent([SimpleSpanProcessor(exporter)], resource_attributes={PROJECT_RESOURCE_ATTRIBUTE: name})
     phoenix.wait_for_spans(name, _SPANS_PER_RUN)
     return name
+
+
+_ROOT_SPANS_QUERY = """
+query ($project: ID!) {
+  node(id: $project) {
+    ... on Project {
+      spans(first: 100, filterCondition: "parent_id is None") {
+        edges { node { name statusCode statusMessage attributes } }
+      }
+    }
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def single_answer_project(phoenix: Phoenix) -> str:
+    """The English-answer run and the refusing run, each its own trace, in a Phoenix project of their own."""
+    name = f"tallyspan-e2e-roots-{uuid.uuid4().hex[:8]}"
+    exporter = OTLPSpanExporter(endpoint=phoenix.traces_endpoint, timeout=30)
+    run_single_answer_agents(
+        [SimpleSpanProcessor(exporter)], resource_attributes={PROJECT_RESOURCE_ATTRIBUTE: name}
+    )
+    phoenix.wait_for_spans(name, 2 * len(SINGLE_ANSWER_RUNS))
+    return name
+
+
+def test_runs_whose_model_failed_are_error_in_phoenixs_root_span_list(
+    phoenix: Phoenix, single_answer_project: str
+) -> None:
+    """Phoenix's default view lists root spans: the failing runs must be red there, with their types."""
+    (project_id,) = [
+        p["id"] for p in phoenix.get("/v1/projects")["data"] if p["name"] == single_answer_project
+    ]
+    data = phoenix.graphql(_ROOT_SPANS_QUERY, project=project_id)
+    roots = {edge["node"]["name"]: edge["node"] for edge in data["node"]["spans"]["edges"]}
+    assert sorted(roots) == sorted(f"invoke_agent {agent}" for agent, _, _ in SINGLE_ANSWER_RUNS)
+    for agent, _, types in SINGLE_ANSWER_RUNS:
+        root = roots[f"invoke_agent {agent}"]
+        assert root["statusCode"] == "ERROR"
+        assert root["statusMessage"] == f"tallyspan: violations below: {', '.join(types)}"
+        attributes = json.loads(root["attributes"])
+        tallyspan_attributes = attributes["tallyspan"]
+        assert tallyspan_attributes["run"]["violation_types"] == list(types)
+        assert tallyspan_attributes["run"]["violation_count"] == 1
+        assert tallyspan_attributes["violated"] is True
+        assert tallyspan_attributes["ledger"]["balanced"] is True  # red for the answer, not the books
 
 
 def _by_name(spans: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -112,6 +162,8 @@ def test_ledger_balance_arrives_on_the_run_span(phoenix: Phoenix, project: str) 
     assert sorted(attributes[semconv.LEDGER_DISCREPANCY_TYPES]) == sorted(EXPECTED_DISCREPANCIES)
     assert attributes[semconv.LEDGER_OBSERVED_COUNT] == 1
     assert attributes[semconv.LEDGER_CLAIMED_COUNT] == 0
+    assert attributes[semconv.RUN_VIOLATION_COUNT] == 3  # not_japanese twice, refusal once, below it
+    assert sorted(attributes[semconv.RUN_VIOLATION_TYPES]) == ["not_japanese", "refusal"]
     assert run["status_code"] == "ERROR"
     discrepancies = [event for event in run["events"] if event["name"] == semconv.EVENT_LEDGER_DISCREPANCY]
     assert sorted(e["attributes"][semconv.LEDGER_DISCREPANCY_TYPE] for e in discrepancies) == sorted(
@@ -153,7 +205,7 @@ def test_phoenix_span_filter_finds_spans_by_violation_type(
 
 def test_phoenix_filters_on_the_scalar_attributes(phoenix: Phoenix, project: str) -> None:
     violated = phoenix.spans(project, attribute=f"{semconv.VIOLATED}:true")
-    assert sorted(span["name"] for span in violated) == [CHAT_SPAN, CHAT_SPAN]
+    assert sorted(span["name"] for span in violated) == [CHAT_SPAN, CHAT_SPAN, RUN_SPAN]  # the run rolls up
     language = phoenix.spans(
         project, attribute=f"{semconv.FAILURE_CLASS}:{FailureClass.LANGUAGE_CORRUPTION.value}"
     )

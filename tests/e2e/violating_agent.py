@@ -11,7 +11,11 @@ and ``@tallyspan.tool``. One run of ``weekly-agent`` produces:
 - ``invoke_agent weekly-agent``: ``tallyspan.ledger.balanced = false``
   (``ledger_missing``, ``unlogged_call``).
 
-Also used by scripts/take_screenshots.py to put a violating run into Phoenix.
+``run_single_answer_agents`` adds two more runs, each its own trace with balanced books: one whose
+model answers in English (``not_japanese``) and one whose model refuses (``refusal``). Only the roll-up
+makes them red in a trace list that shows root spans.
+
+Also used by scripts/take_screenshots.py to put violating runs into Phoenix.
 """
 
 from __future__ import annotations
@@ -63,6 +67,14 @@ EXPECTED_VIOLATIONS = (
 )
 EXPECTED_DISCREPANCIES = (ViolationType.LEDGER_MISSING.value, ViolationType.UNLOGGED_CALL.value)
 
+ENGLISH_AGENT = "english-agent"
+REFUSING_AGENT = "refusing-agent"
+#: The single-answer runs: agent name, its one reply, the types its run span must carry.
+SINGLE_ANSWER_RUNS = (
+    (ENGLISH_AGENT, "Here is the weekly report: all tickets were closed on time.", ("not_japanese",)),
+    (REFUSING_AGENT, "申し訳ありませんが、そのご依頼にはお応えできません。", ("refusal",)),
+)
+
 _REPLIES = (
     ScriptedReply(text="The weekly report is attached below; everything went fine this week."),
     ScriptedReply(text="I'm sorry, but I can't help with that request."),
@@ -76,6 +88,36 @@ def send_mail(to: str) -> str:
     return f"sent to {to}"
 
 
+def _instrumented(
+    span_processors: Sequence[SpanProcessor],
+    capture_content: bool,
+    resource_attributes: Mapping[str, str] | None,
+) -> TracerProvider:
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": SERVICE_NAME, **(resource_attributes or {})})
+    )
+    tallyspan.instrument(
+        CONTRACTS,
+        tracer_provider=provider,
+        store=None,
+        capture_content=capture_content,
+        # Only the client this agent uses: importing every installed SDK costs seconds.
+        instrumentors=[OPENAI_INSTRUMENTOR],
+        span_processors=list(span_processors),
+    )
+    return provider
+
+
+def _finish(provider: TracerProvider) -> None:
+    instrumentation = tallyspan.instrumentation()
+    try:
+        if instrumentation is not None:
+            instrumentation.force_flush()
+    finally:
+        tallyspan.uninstrument()
+        provider.shutdown()
+
+
 def run_weekly_agent(
     span_processors: Sequence[SpanProcessor],
     *,
@@ -86,18 +128,7 @@ def run_weekly_agent(
 
     The provider is flushed and shut down before returning, so exporters have sent everything.
     """
-    provider = TracerProvider(
-        resource=Resource.create({"service.name": SERVICE_NAME, **(resource_attributes or {})})
-    )
-    instrumentation = tallyspan.instrument(
-        CONTRACTS,
-        tracer_provider=provider,
-        store=None,
-        capture_content=capture_content,
-        # Only the client this agent uses: importing every installed SDK costs seconds.
-        instrumentors=[OPENAI_INSTRUMENTOR],
-        span_processors=list(span_processors),
-    )
+    provider = _instrumented(span_processors, capture_content, resource_attributes)
     try:
         with (
             OpenAICompatibleServer(replies=list(_REPLIES)) as server,
@@ -114,7 +145,25 @@ def run_weekly_agent(
                     model="m", messages=[{"role": "user", "content": "Summarise."}]
                 )
             send_mail("boss@example.com")
-        instrumentation.force_flush()
     finally:
-        tallyspan.uninstrument()
-        provider.shutdown()
+        _finish(provider)
+
+
+def run_single_answer_agents(
+    span_processors: Sequence[SpanProcessor], *, resource_attributes: Mapping[str, str] | None = None
+) -> None:
+    """Run the single-answer agents, each in a trace of its own (see the module docstring)."""
+    provider = _instrumented(span_processors, False, resource_attributes)
+    replies = [ScriptedReply(text=text) for _, text, _ in SINGLE_ANSWER_RUNS]
+    try:
+        with (
+            OpenAICompatibleServer(replies=replies) as server,
+            openai.OpenAI(base_url=server.base_url, api_key="test-key") as client,
+        ):
+            for agent, _, _ in SINGLE_ANSWER_RUNS:
+                with tallyspan.run(agent), tallyspan.stage(REPORT_STAGE):
+                    client.chat.completions.create(
+                        model="m", messages=[{"role": "user", "content": "今週の週報を書いてください"}]
+                    )
+    finally:
+        _finish(provider)

@@ -26,7 +26,7 @@ from tallyspan._store_schema import MIGRATIONS, applied_migrations, connect, mig
 from tallyspan_exporters import SQLiteSpanExporter, store_component
 from tallyspan_processors._worker import DEFAULT_MAX_QUEUE_SIZE
 
-ALL_MIGRATIONS = ["m001_initial", "m002_run_balance_only_in_reconciliations"]
+ALL_MIGRATIONS = ["m001_initial", "m002_run_balance_only_in_reconciliations", "m003_self_stats"]
 
 
 @pytest.fixture
@@ -80,6 +80,7 @@ def test_connect_creates_the_folder_and_applies_every_migration(tmp_path: Path) 
             "violations",
             "ledger_entries",
             "ledger_reconciliations",
+            "self_stats",
         }
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert db.execute("PRAGMA busy_timeout").fetchone()[0] == _store_schema.BUSY_TIMEOUT_MS
@@ -373,6 +374,22 @@ def test_a_local_root_is_a_run_and_a_child_without_run_operation_is_not(
         pass
     assert _rows(db_path, "SELECT name, operation FROM runs") == [
         {"name": "handle request", "operation": None}
+    ]
+
+
+def test_a_root_whose_parent_is_in_another_process_is_a_run(provider: TracerProvider, db_path: Path) -> None:
+    """An agent called over HTTP: its server span's parent is remote, and it is a run here."""
+    remote_parent = trace.NonRecordingSpan(
+        trace.SpanContext(trace_id=0x1234, span_id=0x5678, is_remote=True, trace_flags=trace.TraceFlags(1))
+    )
+    tracer = provider.get_tracer("test")
+    with (
+        tracer.start_as_current_span("POST /agent", context=trace.set_span_in_context(remote_parent)),
+        tracer.start_as_current_span("chat m"),
+    ):
+        pass
+    assert _rows(db_path, "SELECT name, trace_id FROM runs") == [
+        {"name": "POST /agent", "trace_id": format(0x1234, "032x")}
     ]
 
 

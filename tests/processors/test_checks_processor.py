@@ -125,6 +125,20 @@ def test_a_violating_span_is_forwarded_enriched(pipeline: Pipeline) -> None:
     assert span.status.description == "tallyspan: missing_required, not_japanese"
 
 
+def test_the_count_counts_violations_not_their_distinct_types() -> None:
+    """Two forbidden tokens found: one type, two violations, two events."""
+    contracts = {"contracts": {"report": {"forbidden": [
+        {"name": "end token", "pattern": r"<\|im_end\|>"},
+        {"name": "start token", "pattern": r"<\|im_start\|>"},
+    ]}}}  # fmt: skip
+    with _build(contracts=contracts) as pipeline:
+        span = pipeline.span(_chat(), content=ModelContent("答え<|im_end|><|im_start|>"))
+    attributes = dict(span.attributes or {})
+    assert tuple(attributes[semconv.VIOLATION_TYPES]) == ("forbidden_present",)  # type: ignore[arg-type]
+    assert attributes[semconv.VIOLATION_COUNT] == 2
+    assert [event.name for event in span.events] == [semconv.EVENT_VIOLATION, semconv.EVENT_VIOLATION]
+
+
 def test_a_clean_span_gets_only_its_contract_name(pipeline: Pipeline) -> None:
     span = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages(GOOD)}))
     attributes = dict(span.attributes or {})

@@ -63,7 +63,11 @@ def test_a_forked_child_checks_and_stores_its_spans_and_the_parent_is_unaffected
         return instrumentation.force_flush(30_000)
 
     assert run_forked(child) == 0
-    _model_span(tracer_provider, "chat parent-after", "x" * 60)
+    _model_span(
+        tracer_provider,
+        "chat parent-after",
+        "The weekly report: every ticket was answered within one working day.",
+    )
     assert instrumentation.force_flush()
     assert _rows(db_path) == {
         "chat parent-before": ["too_short"],

@@ -21,6 +21,8 @@ from tallyspan._errors import ConfigError, TallyspanError
 from tallyspan.cli._state import CliState
 from tallyspan.cli.check import command as check_command
 from tallyspan.cli.demo import command as demo_command
+from tallyspan.cli.doctor import command as doctor_command
+from tallyspan.cli.export import command as export_command
 from tallyspan.cli.ledger import command as ledger_command
 from tallyspan.cli.prune import command as prune_command
 from tallyspan.cli.report import command as report_command
@@ -70,3 +72,5 @@ def main(ctx: click.Context, db_path: Path | None) -> None:
 # Plain imports: a command that fails to import is a bug to see at once, not a command quietly missing.
 for _command in (report_command, spans_command, ledger_command, check_command, prune_command, demo_command):
     main.add_command(_command)
+main.add_command(export_command)
+main.add_command(doctor_command)

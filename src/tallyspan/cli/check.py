@@ -1,11 +1,11 @@
-"""``tallyspan check``: check one output against a stage's contract, print the result as JSON.
+"""``tallyspan check``: check one output against a stage's contract; the verdict as text, or ``--json``.
 
 Exit status: 0 clean, 1 violations, 2 bad input (unreadable file, bad contracts, unknown stage).
 
 ::
 
     tallyspan check --contracts contracts.yaml --stage weekly_report report.txt
-    llm-app | tallyspan check --contracts contracts.yaml --stage triage -
+    llm-app | tallyspan check --contracts contracts.yaml --stage triage --json -
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import click
 from tallyspan._checks import CheckResult, check
 from tallyspan._contracts import load_contracts
 from tallyspan._errors import ContractError
-from tallyspan.cli._render import to_json
+from tallyspan.cli._render import emit
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_CLEAN", "EXIT_VIOLATIONS", "command", "run_check"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_CLEAN", "EXIT_VIOLATIONS", "command", "format_check", "run_check"]
 
 EXIT_CLEAN = 0
 EXIT_VIOLATIONS = 1
@@ -61,6 +61,16 @@ def run_check(
     return {"stage": stage, "contract": name, **result.to_dict()}
 
 
+def format_check(data: dict[str, Any]) -> str:
+    """The verdict as text: the stage and contract, then each violation with its detail."""
+    contract = f"{data['stage']} (contract {data['contract']})"
+    violations = data["violations"]
+    lines = [f"{contract}: ok" if data["ok"] else f"{contract}: {len(violations)} violation(s)"]
+    lines.extend(f"  {v['type']} ({v['failure_class']}): {v['detail']}" for v in violations)
+    lines.extend(f"  could not check: {error}" for error in data.get("check_errors", ()))
+    return "\n".join(lines)
+
+
 @click.command(name="check")
 @click.option(
     "--contracts", "contracts_path", required=True,
@@ -75,15 +85,17 @@ def run_check(
     "--other-prompt-file", "other_prompt_files", multiple=True,
     type=click.Path(dir_okay=False, path_type=Path), help="A prompt of another call in flight; repeatable.",
 )  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")
 @click.argument("output_file", required=False, default="-", metavar="[FILE|-]")
 def command(
     contracts_path: Path,
     stage: str,
     prompt_file: Path | None,
     other_prompt_files: tuple[Path, ...],
+    as_json: bool,
     output_file: str,
 ) -> None:
-    """Check an output (FILE, or stdin with -) against the contract of STAGE; print JSON.
+    """Check an output (FILE, or stdin with -) against the contract of STAGE; print the verdict.
 
     Exit status: 0 clean, 1 violations, 2 bad input.
     """
@@ -98,6 +110,6 @@ def command(
     prompt = _read(prompt_file, "prompt file") if prompt_file is not None else None
     others = tuple(_read(path, "prompt file") for path in other_prompt_files)
     data = run_check(contracts_path, stage, output, prompt, others)
-    click.echo(to_json("check", data))
+    emit("check", data, as_json=as_json, text=format_check)
     if not data["ok"]:
         raise click.exceptions.Exit(EXIT_VIOLATIONS)

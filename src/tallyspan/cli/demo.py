@@ -230,7 +230,8 @@ def format_demo(result: DemoResult) -> str:
         "",
         format_report(result.report),
         "",
-        "Next: `tallyspan spans` lists every span; `tallyspan report --json` gives the same for scripts.",
+        "Next: `tallyspan spans --violated` says why each failing call failed; `tallyspan ledger --unbalanced`"
+        " shows the books that do not balance; every command takes --json for scripts.",
     ]
     return "\n".join(lines)
 

@@ -1,4 +1,5 @@
-"""``tallyspan ledger [--run ID] [--json]``: the books of agent runs, both columns side by side.
+"""``tallyspan ledger [--run ID] [--unbalanced] [--json]``: the books of agent runs, latest first, both
+columns side by side.
 
 The left column is what the instrumentation observed, the right one what the agent logged; each
 claim sits on the line of the call it names (by call id, else the earliest unclaimed call of its tool),
@@ -41,15 +42,18 @@ DEFAULT_LIMIT = DEFAULT_BOOKS_LIMIT
 """Runs shown without ``--run`` (the latest ones)."""
 
 
-def load_books(db_path: Path, run_id: str | None = None, limit: int = DEFAULT_LIMIT) -> list[RunBooks]:
-    """The books of the runs whose run span id or trace id starts with ``run_id``, else of the latest ``limit``.
+def load_books(
+    db_path: Path, run_id: str | None = None, limit: int = DEFAULT_LIMIT, *, unbalanced: bool = False
+) -> list[RunBooks]:
+    """The books of the runs whose run span id or trace id starts with ``run_id``, else of the latest
+    ``limit``; latest first; with ``unbalanced``, only runs whose books do not balance.
 
     Raises:
         StoreNotFoundError: there is no store at ``db_path``.
         RunNotFoundError: no reconciled run matches ``run_id``.
     """
     with open_store(db_path) as db:
-        return ledger_books(db, run_id, limit)
+        return ledger_books(db, run_id, limit, unbalanced=unbalanced)
 
 
 def _cells(side: LedgerSide | None) -> list[object]:
@@ -103,12 +107,15 @@ def format_books(runs: list[RunBooks]) -> str:
 @click.option(
     "--run", "run_id", metavar="ID", help="Only this run (its run span id or trace id, or a prefix)."
 )
+@click.option("--unbalanced", is_flag=True, help="Only runs whose books do not balance.")
 @click.option(
     "--limit", type=click.IntRange(min=1), default=DEFAULT_LIMIT, show_default=True,
     help="Latest runs shown without --run.",
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")
 @pass_state
-def command(state: CliState, run_id: str | None, limit: int, as_json: bool) -> None:
-    """Show the double-entry ledger: observed tool calls beside the agent's own log, and the balance."""
-    emit("ledger", load_books(state.db_path, run_id, limit), as_json=as_json, text=format_books)
+def command(state: CliState, run_id: str | None, unbalanced: bool, limit: int, as_json: bool) -> None:
+    """Show the double-entry ledger, latest run first: observed tool calls beside the agent's own log."""
+    books = load_books(state.db_path, run_id, limit, unbalanced=unbalanced)
+    text = format_books if books or not unbalanced else lambda _: "No unbalanced runs found."
+    emit("ledger", books, as_json=as_json, text=text)

@@ -34,16 +34,18 @@ def parse_age(text: str) -> float:
     "--older-than", "older_than", required=True, help="Delete traces that ended longer ago: 36h, 7d, 2w."
 )
 @click.option("--vacuum", is_flag=True, help="Give the freed pages back to the file system afterwards.")
+@click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")
 @pass_state
-def command(state: CliState, older_than: str, vacuum: bool, as_json: bool) -> None:
+def command(state: CliState, older_than: str, vacuum: bool, dry_run: bool, as_json: bool) -> None:
     """Delete whole traces (spans, runs, violations, both ledger columns) older than an age."""
     cutoff = time.time_ns() - int(parse_age(older_than) * 1e9)
     with open_store(state.db_path) as db:
-        deleted = prune(db, cutoff)
-        if vacuum:
+        deleted = prune(db, cutoff, dry_run=dry_run)
+        if vacuum and not dry_run:
             db.execute("VACUUM")
-    data = {"older_than": older_than, "before_unix_nano": cutoff, "deleted": deleted}
-    header = f"tallyspan prune — {state.db_path}\n"
+    data = {"older_than": older_than, "before_unix_nano": cutoff, "dry_run": dry_run, "deleted": deleted}
+    header = f"tallyspan prune{' --dry-run: nothing deleted' if dry_run else ''} — {state.db_path}\n"
     rows = list(deleted.items())
-    emit("prune", data, as_json=as_json, text=lambda _: header + table(["table", "rows deleted"], rows))
+    column = "rows it would delete" if dry_run else "rows deleted"
+    emit("prune", data, as_json=as_json, text=lambda _: header + table(["table", column], rows))

@@ -1,4 +1,5 @@
-"""``tallyspan report``: calls, models, stages, errors, violations by stage and type, ledger status."""
+"""``tallyspan report``: the failing traces to open, then calls, models, stages, errors, violations by
+stage and type, and ledger status; each model call counted once (``tallyspan._store_queries``)."""
 
 from __future__ import annotations
 
@@ -6,37 +7,74 @@ from pathlib import Path
 
 import click
 
-from tallyspan._store_queries import Report, open_store, report
+from tallyspan._store_queries import DEFAULT_FAILING_TRACES, Report, open_store, report
 from tallyspan.cli._render import emit, table
 from tallyspan.cli._state import CliState, pass_state
+from tallyspan.cli._time import since_option, utc_time
 
 __all__ = ["TRACE_PREFIX", "build_report", "command", "format_report"]
 
 TRACE_PREFIX = 12
-"""Characters of a trace id shown in text; ``tallyspan spans --trace`` accepts such a prefix."""
+"""Characters of a trace id shown in the ledger table; ``tallyspan spans --trace`` accepts such a prefix."""
 
 
-def build_report(db_path: Path) -> Report:
-    """Read the summary of the store at ``db_path``.
+def build_report(
+    db_path: Path, since_unix_nano: int | None = None, failing_limit: int = DEFAULT_FAILING_TRACES
+) -> Report:
+    """Read the summary of the store at ``db_path`` (of what started since ``since_unix_nano``).
 
     Raises:
         StoreNotFoundError: there is no store there.
     """
     with open_store(db_path) as db:
-        return report(db, store=str(db_path))
+        return report(db, store=str(db_path), since_unix_nano=since_unix_nano, failing_limit=failing_limit)
 
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
+def _books(balanced: bool | None) -> str | None:
+    return None if balanced is None else ("balanced" if balanced else "UNBALANCED")
+
+
+def _failing(result: Report) -> list[str]:
+    shown = len(result.failing_traces)
+    if not shown:
+        return ["Failing traces", "  (none)"]
+    heading = "Failing traces (unbalanced first, then the latest"
+    if shown < result.failing_trace_count:
+        heading += f"; {shown} of {result.failing_trace_count}"
+    return [
+        heading + ")",
+        table(
+            ["start (UTC)", "trace", "run", "books", "violating calls", "types"],
+            [
+                [
+                    utc_time(trace.start_unix_nano),
+                    trace.trace_id,
+                    trace.run_name,
+                    _books(trace.balanced),
+                    trace.violating_calls,
+                    [*trace.discrepancy_types, *trace.violation_types],
+                ]
+                for trace in result.failing_traces
+            ],
+        ),
+        "  Open one with `tallyspan spans --trace ID`, or search the trace id in your tracing backend.",
+    ]
+
+
 def format_report(result: Report) -> str:
     """The report as readable text."""
+    since = "" if result.since_unix_nano is None else f" (since {utc_time(result.since_unix_nano)} UTC)"
     lines = [
-        f"tallyspan report — {result.store}",
+        f"tallyspan report — {result.store}{since}",
         f"  {_count(result.spans, 'span')} in {_count(result.traces, 'trace')}, {_count(result.runs, 'run')}; "
         f"{_count(result.model_calls, 'model call')} ({result.violating_calls} violating), "
         f"{_count(result.tool_calls, 'tool call')}",
+        "",
+        *_failing(result),
         "",
         "Models",
         table(
@@ -48,15 +86,15 @@ def format_report(result: Report) -> str:
         table(["stage", "calls", "violating"], [[s.stage, s.calls, s.violating] for s in result.stages]),
         "",
         "Errors",
-        table(["error type", "spans"], [[e.error_type, e.count] for e in result.errors]),
+        table(["error type", "calls"], [[e.error_type, e.count] for e in result.errors]),
         "",
         "Violations by stage and type",
         table(
-            ["stage", "type", "failure class", "count"],
+            ["stage", "type", "failure class", "calls"],
             [[v.stage, v.type, v.failure_class, v.count] for v in result.violations],
         ),
         "",
-        "Ledger",
+        "Ledger (unbalanced first, then the latest)",
         table(
             ["trace", "run", "balanced", "protocol ok", "observed", "claimed", "discrepancies"],
             [
@@ -84,8 +122,13 @@ def format_report(result: Report) -> str:
 
 
 @click.command("report")
+@since_option
+@click.option(
+    "--limit", type=click.IntRange(min=0), default=DEFAULT_FAILING_TRACES, show_default=True,
+    help="Failing traces named.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")
 @pass_state
-def command(state: CliState, as_json: bool) -> None:
-    """Summarise the store: calls, models, stages, errors, violations, ledger status."""
-    emit("report", build_report(state.db_path), as_json=as_json, text=format_report)
+def command(state: CliState, since_unix_nano: int | None, limit: int, as_json: bool) -> None:
+    """Summarise the store: the failing traces to open, calls, models, stages, errors, violations, books."""
+    emit("report", build_report(state.db_path, since_unix_nano, limit), as_json=as_json, text=format_report)

@@ -1,0 +1,17 @@
+"""Failures as data: the failure-log and error-diagnosis exports (``tallyspan export``).
+
+Private: the command and the pytest plugin are the way in. ``_model`` is what a source yields (the
+store: ``tallyspan._store_queries.iter_traces``; an OTLP JSON file: ``_otlp_file``), ``_failure_logs``
+and ``_diagnosis`` turn it into records, ``_terms`` says each verdict in words, ``_judge`` asks a model.
+The records' JSON Schemas are in ``schemas/``.
+"""
+
+from importlib import resources
+from importlib.abc import Traversable
+
+__all__ = ["schema_file"]
+
+
+def schema_file(name: str) -> Traversable:
+    """The JSON Schema ``name`` (``failure-log`` or ``diagnosis``) shipped in ``schemas/``."""
+    return resources.files(__name__).joinpath("schemas").joinpath(f"{name}.schema.json")

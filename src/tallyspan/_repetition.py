@@ -1,0 +1,124 @@
+"""degenerate_repetition: output that loops, one unit repeated back to back until the token limit.
+
+The measure is the share of the text covered by runs of one unit (1 to ``MAX_UNIT_CHARS`` characters:
+a phrase, a sentence, a template token, ``#``) repeated at least ``MIN_COPIES`` times back to back.
+More than ``Contract.max_repeated_share`` of the text (default: more than half) is a loop.
+
+Finding every repeated unit at every position is quadratic, so the candidates come from a fixed number
+of evenly spaced probes instead: inside a loop that covers half the text, most probes land in a run,
+and the next occurrence of the few characters at the probe (``str.find`` within one unit's reach)
+gives the unit. Each candidate's runs are then measured exactly with ``str.find``/``str.startswith``.
+Everything is linear in the text, with compiled primitives doing the scanning.
+
+A closed code block is set aside: repeating lines there (a table of zeros, ``pass`` in every branch)
+is the deliverable. A block the model never closed is measured, since that is how a loop inside code
+ends (at the token limit). Lists, tables and poems are measured like any text; their repeats (a
+refrain, a separator row) are short runs or a few copies, far from half the text.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["DEFAULT_MAX_REPEATED_SHARE", "MAX_UNIT_CHARS", "MIN_COPIES", "repeated_share"]
+
+#: More than this share of the text repeating one unit back to back is degenerate_repetition.
+DEFAULT_MAX_REPEATED_SHARE = 0.5
+#: Longest unit looked for (a sentence or two of Japanese, a paragraph of template debris).
+MAX_UNIT_CHARS = 256
+#: A run needs this many back-to-back copies of its unit: two copies are an echo, not a loop.
+MIN_COPIES = 3
+#: Shorter runs are emphasis ("！！！", "---"), not a loop, whatever their share of a short text.
+MIN_RUN_CHARS = 20
+
+_PROBES = 16
+_PROBE_CHARS = 4
+_TRIES_PER_PROBE = 4
+_GALLOP_COPIES = 16
+_CLOSED_FENCE = re.compile(r"(?ms)^[ \t]*(```|~~~)[^\n]*\n.*?^[ \t]*\1[ \t]*$")
+
+
+def _primitive(unit: str) -> str:
+    """The shortest unit that repeats to ``unit`` ("abab" -> "ab")."""
+    period = (unit + unit).find(unit, 1)
+    return unit[:period]
+
+
+def _candidate_units(text: str) -> set[str]:
+    """Units that repeat back to back at one of the probes."""
+    units: set[str] = set()
+    length = len(text)
+    for index in range(_PROBES):
+        start = (2 * index + 1) * length // (2 * _PROBES)
+        gram = text[start : start + _PROBE_CHARS]
+        if len(gram) < _PROBE_CHARS:
+            continue
+        reach = start + MAX_UNIT_CHARS + _PROBE_CHARS
+        found = text.find(gram, start + 1, reach)
+        for _ in range(_TRIES_PER_PROBE):
+            if found < 0:
+                break
+            if text.startswith(text[start:found], found):
+                units.add(_primitive(text[start:found]))
+                break
+            found = text.find(gram, found + 1, reach)
+    return units
+
+
+def _common_prefix(first: str, second: str) -> int:
+    """Length of the common prefix, by bisection on slice comparisons (done in C)."""
+    low, high = 0, min(len(first), len(second))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if first[:middle] == second[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _covered(text: str, unit: str) -> int:
+    """Characters of ``text`` in runs of at least MIN_COPIES back-to-back copies of ``unit``.
+
+    A run reaches as far as the text keeps the unit's period, so a loop cut off mid-unit (at the
+    token limit) or entered mid-unit counts whole.
+    """
+    size = len(unit)
+    run_start = unit * max(MIN_COPIES, -(-MIN_RUN_CHARS // size))
+    block = unit * _GALLOP_COPIES
+    reversed_unit = unit[::-1]
+    total = 0
+    start = text.find(run_start)
+    while start >= 0:
+        end = start + len(run_start)
+        while text.startswith(block, end):
+            end += len(block)
+        while text.startswith(unit, end):
+            end += size
+        end += _common_prefix(text[end : end + size], unit)
+        first = start - _common_prefix(text[max(start - size, 0) : start][::-1], reversed_unit)
+        if end - first >= MIN_RUN_CHARS:
+            total += end - first
+        start = text.find(run_start, end)
+    return total
+
+
+def repeated_share(text: str) -> tuple[float, int]:
+    """Return (share of ``text`` that is one unit repeated back to back, that unit's length).
+
+    Closed code blocks count in the length of the text but never as repetition. (0.0, 0) when no
+    unit repeats.
+    """
+    length = len(text)
+    if length < MIN_RUN_CHARS:
+        return 0.0, 0
+    if "```" in text or "~~~" in text:
+        text = _CLOSED_FENCE.sub("\x00", text)
+    best, best_unit = 0, 0
+    for unit in _candidate_units(text):
+        if text.count(unit) * len(unit) <= best:
+            continue  # even if every occurrence were in a run it could not beat the best
+        covered = _covered(text, unit)
+        if covered > best:
+            best, best_unit = covered, len(unit)
+    return best / length, best_unit

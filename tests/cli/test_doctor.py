@@ -1,0 +1,252 @@
+"""``tallyspan doctor``: what is patched, which contract each stage gets, where spans go, what was lost;
+from the installation, the environment, the contracts file and the store alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from tests.cli.conftest import Recorded
+
+from tallyspan.cli import main
+
+
+def _doctor(*args: str) -> tuple[int, dict[str, Any]]:
+    result = CliRunner().invoke(main, [*args[:2], "doctor", *args[2:], "--json"], catch_exceptions=False)
+    document: dict[str, Any] = json.loads(result.output)
+    assert (document["format_version"], document["command"]) == (1, "doctor")
+    return result.exit_code, document["data"]
+
+
+def test_doctor_json_is_the_pinned_document(recorded: Recorded) -> None:
+    code, data = _doctor("--db", str(recorded.path), "--contracts", str(recorded.contracts))
+    assert code == 1  # the store recorded a drop
+    assert set(data) == {
+        "version", "instrumentors", "contracts", "store", "otlp", "capture_content", "service_name", "notes",
+        "problems",
+    }  # fmt: skip
+    ours = next(item for item in data["instrumentors"] if item["name"] == "tallyspan_openai")
+    assert ours == {
+        "name": "tallyspan_openai",
+        "target": "tallyspan_instrumentors.openai:OpenAIInstrumentor",
+        "tallyspan": True,
+        "requires": ours["requires"],
+        "library_installed": True,
+        "disabled": False,
+        "patched_by": ["tallyspan.instrument()", "opentelemetry-instrument"],
+        "problem": None,
+    }
+    assert ours["requires"][0].startswith("openai")
+    official = next(item for item in data["instrumentors"] if item["name"] == "openai")
+    assert (official["tallyspan"], official["patched_by"]) == (False, ["opentelemetry-instrument"])
+    assert data["contracts"] == {
+        "path": str(recorded.contracts),
+        "given_by": "--contracts",
+        "error": None,
+        "contracts": ["triage", "weekly_report"],
+        "default": False,
+        "match_rules": [],
+        "stages": [
+            {"stage": "triage", "contract": "triage", "calls": 1, "violating": 1},
+            {"stage": "weekly_report", "contract": "weekly_report", "calls": 3, "violating": 1},
+        ],
+    }
+    store = data["store"]
+    assert (store["path"], store["exists"], store["error"]) == (str(recorded.path), True, None)
+    overview = store["overview"]
+    assert set(overview) == {
+        "spans", "traces", "runs", "reconciled_runs", "first_span_unix_nano", "last_span_unix_nano", "stages",
+        "counters",
+    }  # fmt: skip
+    assert (overview["spans"], overview["traces"], overview["runs"], overview["reconciled_runs"]) == (
+        11,
+        4,
+        4,
+        3,
+    )
+    (process,) = overview["counters"]
+    assert set(process) == {"pid", "service_name", "started_unix_nano", "time_unix_nano", "counts"}
+    assert process["pid"] == os.getpid()  # the recording ran in this process
+    assert process["counts"] == {"dropped.ledger_claims": 1}
+    assert data["otlp"] == [
+        {"signal": "traces", "requested": False, "exported": False, "endpoint": None, "protocol": None},
+        {"signal": "logs", "requested": False, "exported": False, "endpoint": None, "protocol": None},
+    ]
+    assert (data["capture_content"], data["service_name"]) == (False, None)
+    assert data["problems"] == [
+        f"process {os.getpid()} ({process['service_name']}) recorded dropped.ledger_claims=1"
+    ]
+    assert data["notes"] == [
+        "openai and tallyspan_openai both instrument openai under opentelemetry-instrument: each call gets a "
+        "model span from each (the report counts the call once); to keep tallyspan's alone, set "
+        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=openai"
+    ]
+
+
+def test_doctor_works_in_a_fresh_shell_with_no_app_and_no_store(tmp_path: Path) -> None:
+    missing = tmp_path / "nothing-yet.db"
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("OTEL_") and not key.startswith("TALLYSPAN_")
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "tallyspan", "--db", str(missing), "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**environment, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)["data"]
+    assert data["store"] == {"path": str(missing), "exists": False, "error": None, "overview": None}
+    assert (data["contracts"]["path"], data["contracts"]["stages"]) == (None, [])
+    assert data["problems"] == []
+    assert {item["name"] for item in data["instrumentors"]} >= {"tallyspan_openai", "tallyspan_anthropic"}
+    assert not missing.exists()
+    text = subprocess.run(
+        [sys.executable, "-m", "tallyspan", "--db", str(missing), "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**environment, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    assert text.returncode == 0
+    assert f"Store: {missing} (nothing recorded there yet)" in text.stdout
+    assert "Contracts: none given (--contracts FILE or TALLYSPAN_CONTRACTS)" in text.stdout
+    assert text.stdout.rstrip().endswith("No problems found.")
+
+
+def test_a_misspelt_stage_in_the_contracts_is_a_problem_naming_the_stages(
+    recorded: Recorded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    typo = tmp_path / "contracts.yaml"
+    typo.write_text("contracts:\n  weekly_reprot:\n    min_chars: 60\n  triage: {}\n", encoding="utf-8")
+    monkeypatch.setenv("TALLYSPAN_CONTRACTS", str(typo))
+    code, data = _doctor("--db", str(recorded.path))
+    assert code == 1
+    assert (data["contracts"]["path"], data["contracts"]["given_by"]) == (str(typo), "TALLYSPAN_CONTRACTS")
+    assert data["contracts"]["stages"] == [
+        {"stage": "triage", "contract": "triage", "calls": 1, "violating": 1},
+        {"stage": "weekly_report", "contract": None, "calls": 3, "violating": 1},
+        {"stage": "weekly_reprot", "contract": "weekly_reprot", "calls": 0, "violating": 0},
+    ]
+    assert (
+        "stage 'weekly_report' has 3 model call(s) in the store but no contract (stages with one: triage, "
+        "weekly_reprot); a misspelt stage name turns its checks off"
+    ) in data["problems"]
+
+
+def test_a_default_contract_binds_every_stage_and_match_rules_are_listed(
+    recorded: Recorded, tmp_path: Path
+) -> None:
+    contracts = tmp_path / "contracts.yaml"
+    contracts.write_text(
+        "contracts:\n  short: {max_chars: 100}\ndefault: {min_chars: 1}\n"
+        "match:\n  - {contract: short, agent: 'triage-*'}\n",
+        encoding="utf-8",
+    )
+    _, data = _doctor("--db", str(recorded.path), "--contracts", str(contracts))
+    assert data["contracts"]["default"] is True
+    assert data["contracts"]["match_rules"] == [
+        {"contract": "short", "stage": None, "agent": "triage-*", "model": None}
+    ]
+    assert [(s["stage"], s["contract"]) for s in data["contracts"]["stages"]] == [
+        ("short", "short"),
+        ("triage", "default"),
+        ("weekly_report", "default"),
+    ]
+    assert not any("no contract" in problem for problem in data["problems"])
+
+
+def test_a_contracts_file_that_cannot_load_is_reported_not_raised(recorded: Recorded, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("contract:\n  report:\n    min_chars: 10\n", encoding="utf-8")
+    code, data = _doctor("--db", str(recorded.path), "--contracts", str(bad))
+    assert code == 1
+    assert data["contracts"]["error"].startswith(f"{bad}:1, field 'contract'")
+    assert data["problems"][0] == f"the contracts file cannot be used: {data['contracts']['error']}"
+    text = CliRunner().invoke(main, ["--db", str(recorded.path), "doctor", "--contracts", str(bad)])
+    assert text.exit_code == 1
+    assert f"  cannot be used: {bad}:1" in text.output
+
+
+def test_otlp_destinations_follow_the_standard_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318/")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://127.0.0.1:4317")
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "weekly-agent")
+    code, data = _doctor("--db", str(tmp_path / "none.db"))
+    assert code == 0
+    assert data["otlp"] == [
+        {
+            "signal": "traces",
+            "requested": True,
+            "exported": True,
+            "endpoint": "http://127.0.0.1:4318/v1/traces",
+            "protocol": "http/protobuf",
+        },
+        {
+            "signal": "logs",
+            "requested": True,
+            "exported": True,
+            "endpoint": "http://127.0.0.1:4317",
+            "protocol": "grpc",
+        },
+    ]
+    assert (data["capture_content"], data["service_name"]) == (True, "weekly-agent")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:6006/v1/traces")
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
+    text = CliRunner().invoke(main, ["--db", str(tmp_path / "none.db"), "doctor"]).output
+    assert "  traces (checked spans): http://127.0.0.1:6006/v1/traces over http/protobuf" in text
+    assert "  logs (ledger records): not exported (no OTEL_EXPORTER_OTLP_* endpoint set)" in text
+    assert "  message content exported: yes; service name: weekly-agent" in text
+
+
+def test_disabled_instrumentations_are_marked_and_silence_the_double_span_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "openai, tallyspan_mcp")
+    code, data = _doctor("--db", str(tmp_path / "none.db"))
+    assert code == 0
+    by_name = {item["name"]: item for item in data["instrumentors"]}
+    assert (by_name["openai"]["disabled"], by_name["openai"]["patched_by"]) == (True, [])
+    assert by_name["tallyspan_mcp"]["patched_by"] == ["tallyspan.instrument()"]
+    assert data["notes"] == []
+
+
+def test_doctor_text_has_every_section(recorded: Recorded) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["--db", str(recorded.path), "doctor", "--contracts", str(recorded.contracts)],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[0].startswith("tallyspan doctor — tallyspan ")
+    for heading in (
+        "Instrumentors (opentelemetry_instrumentor entry points)",
+        f"Contracts: {recorded.contracts} (from --contracts)",
+        "Where spans and ledger records go",
+        f"Store: {recorded.path}",
+        "OTLP",
+        "Problems",
+    ):
+        assert heading in lines
+    assert any(
+        line.split()[:3] == ["tallyspan_openai", "installed", "tallyspan.instrument(),"] for line in lines
+    )
+    assert "    dropped.ledger_claims 1" in lines
+    assert lines[-1].startswith(f"  - process {os.getpid()} (")
+    assert lines[-1].endswith(") recorded dropped.ledger_claims=1")

@@ -1,0 +1,329 @@
+"""``tallyspan export``: a workload with known failures exports exactly the expected records.
+
+The workload is the demo's (every scripted failure: seven failing reports, one unbalanced run) plus a
+stage whose model calls fail: a 500 from the inference server (process_error) and a call the client
+gives up on (timeout). It runs fully instrumented, into the store and, through OTLP/HTTP, into a
+collector stand-in that writes the collector file exporter's format (one ExportTraceServiceRequest as
+OTLP/JSON per line). Both sources must export the same records.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import openai
+import pytest
+from click.testing import CliRunner
+from google.protobuf import json_format  # type: ignore[import-untyped]
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.sdk.trace import TracerProvider
+from tests.conftest import LocalReceiver
+
+import tallyspan
+from tallyspan._datasets import schema_file
+from tallyspan.cli import main
+from tallyspan.cli.demo import load_script, run_demo
+from tallyspan.testing import OpenAICompatibleServer, ScriptedReply
+
+SCRIPT = load_script()
+FAILING_STAGE = "triage"
+
+
+class CollectorFile(LocalReceiver):
+    """An OTLP/HTTP receiver that writes what it receives as the collector's file exporter does."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(self._receive, "application/x-protobuf")
+
+    def _receive(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if path != "/v1/traces":
+            return 200, b""  # ledger logs: not part of a trace file
+        request = ExportTraceServiceRequest.FromString(body)
+        document = json_format.MessageToDict(request, use_integers_for_enums=True)
+        with self.path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(_hex_ids(document)) + "\n")
+        return 200, ExportTraceServiceResponse().SerializeToString()
+
+
+def _hex_ids(node: Any) -> Any:
+    """OTLP/JSON spells trace and span ids in hex where protobuf's JSON mapping uses base64."""
+    if isinstance(node, dict):
+        return {
+            key: base64.b64decode(value).hex()
+            if key in ("traceId", "spanId", "parentSpanId") and isinstance(value, str)
+            else _hex_ids(value)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [_hex_ids(item) for item in node]
+    return node
+
+
+def _failing_calls(db_path: Path) -> None:
+    """Two model calls of the ``triage`` stage that fail: a server error and a client timeout."""
+    provider = TracerProvider()
+    contracts = {"contracts": {FAILING_STAGE: {"deadline_s": 30}}}
+    active = tallyspan.instrument(
+        contracts, tracer_provider=provider, store=db_path, instrumentors=["tallyspan_openai"]
+    )
+    try:
+        replies = [ScriptedReply(status=500), ScriptedReply(text="late", delay_s=1.0)]
+        with (
+            OpenAICompatibleServer(replies=replies) as server,
+            openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0, timeout=0.2) as client,
+        ):
+            for _ in replies:
+                with tallyspan.stage(FAILING_STAGE), pytest.raises(openai.APIError):
+                    client.chat.completions.create(
+                        model="qwen3-8b", messages=[{"role": "user", "content": "?"}]
+                    )
+        assert active.force_flush()
+    finally:
+        tallyspan.uninstrument()
+        provider.shutdown()
+
+
+@dataclass(frozen=True)
+class Workload:
+    db: Path
+    otlp_file: Path
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory: pytest.TempPathFactory) -> Workload:
+    """The workload recorded once for the module, into a store and an OTLP JSON file."""
+    folder = tmp_path_factory.mktemp("workload")
+    collector = CollectorFile(folder / "traces.jsonl")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint)
+        try:
+            run_demo(folder / "tallyspan.db")
+            _failing_calls(folder / "tallyspan.db")
+        finally:
+            collector.close()
+    return Workload(folder / "tallyspan.db", folder / "traces.jsonl")
+
+
+def _export(workload: Workload, out: Path, *options: str, source: str = "store") -> list[dict[str, Any]]:
+    arguments = ["--db", str(workload.db), "export", *options, str(out)]
+    if source == "otlp":
+        arguments += ["--otlp-file", str(workload.otlp_file)]
+    result = CliRunner().invoke(main, arguments, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+
+
+def _expected_failure_logs() -> Counter[tuple[str, str | None, str, tuple[str, ...]]]:
+    expected: Counter[tuple[str, str | None, str, tuple[str, ...]]] = Counter()
+    for run in SCRIPT["runs"]:
+        if run["expected_violations"]:
+            types = tuple(sorted(run["expected_violations"]))
+            language = {"not_japanese", "chinese_in_japanese"} & set(types)
+            worst = "contract_violation" if set(types) - language or not language else "language_corruption"
+            expected[("task_execution", SCRIPT["stage"], worst, types)] += 1
+        if run.get("expected_ledger"):
+            ledger = tuple(sorted(run["expected_ledger"]))
+            expected[("task_execution", SCRIPT["stage"], "ledger_discrepancy", ledger)] += 1
+    expected[("local_inference", FAILING_STAGE, "process_error", ("process_error",))] += 1
+    expected[("local_inference", FAILING_STAGE, "timeout", ("timeout",))] += 1
+    return expected
+
+
+def _validator(name: str) -> jsonschema.Draft202012Validator:
+    schema = json.loads(schema_file(name).read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+@pytest.mark.parametrize("source", ["store", "otlp"])
+def test_failure_logs_are_exactly_the_workloads_failures(
+    workload: Workload, tmp_path: Path, source: str
+) -> None:
+    records = _export(workload, tmp_path / "failures.jsonl", "--format", "failure-logs", source=source)
+    found = Counter(
+        (r["source"], r["stage"], r["failure_class"], tuple(r["violation_types"])) for r in records
+    )
+    assert found == _expected_failure_logs()
+    validator = _validator("failure-log")
+    for record in records:
+        validator.validate(record)
+        assert list(record) == [
+            "source", "at", "stage", "failure_class", "violations", "violation_types", "detail",
+            "duration_sec", "duration_ms", "model",
+        ]  # fmt: skip
+        assert record["duration_ms"] == pytest.approx(record["duration_sec"] * 1000, abs=0.01)
+    models = {r["model"] for r in records}
+    assert models == {SCRIPT["model"], "qwen3-8b"}
+
+
+def test_the_store_and_the_otlp_file_export_the_same_records(workload: Workload, tmp_path: Path) -> None:
+    for kind in ("failure-logs", "diagnosis"):
+        from_store = _export(workload, tmp_path / f"{kind}-store.jsonl", "--format", kind)
+        from_file = _export(workload, tmp_path / f"{kind}-otlp.jsonl", "--format", kind, source="otlp")
+        assert from_file == from_store
+
+
+def test_no_record_quotes_an_output_with_content_off(workload: Workload, tmp_path: Path) -> None:
+    texts = [run["report"] for run in SCRIPT["runs"]] + [SCRIPT["ready_reply"], "late"]
+    for kind in ("failure-logs", "diagnosis"):
+        records = _export(workload, tmp_path / f"{kind}.jsonl", "--format", kind)
+        raw = json.dumps(records, ensure_ascii=False)
+        for text in texts:
+            for line in (line.strip() for line in text.splitlines()):
+                if len(line) >= 12:  # a line of the output long enough to be a quote, not a word
+                    assert line not in raw, (kind, line)
+
+
+def _card_table(card: str, heading: str) -> dict[str, int]:
+    section = card.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return {name: int(n) for name, n in re.findall(r"^\| `([^`]+)` \| (\d+) \|$", section, re.MULTILINE)}
+
+
+def test_the_dataset_card_counts_what_was_exported(workload: Workload, tmp_path: Path) -> None:
+    records = _export(workload, tmp_path / "failures.jsonl", "--format", "failure-logs")
+    card = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert card.startswith("---\n")
+    assert f"{len(records)} failures recorded" in card
+    assert _card_table(card, "Failures per class") == Counter(r["failure_class"] for r in records)
+    assert _card_table(card, "Failures per type") == Counter(t for r in records for t in r["violation_types"])
+    assert _card_table(card, "Models") == Counter(r["model"] for r in records)
+    assert _card_table(card, "Stages") == Counter(r["stage"] for r in records)
+    times = sorted(r["at"] for r in records)
+    assert f"Time window (UTC): {times[0]} to {times[-1]}" in card
+    assert "## Limitations" in card
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (("--stage", FAILING_STAGE), {"process_error", "timeout"}),
+        (("--class", "timeout"), {"timeout"}),
+        (("--class", "timeout", "--class", "process_error"), {"process_error", "timeout"}),
+        (("--type", "refusal"), {"contract_violation"}),
+        (("--type", "unlogged_call"), {"ledger_discrepancy"}),
+        (("--since", "2999-01-01T00:00Z"), set()),
+        (("--until", "2000-01-01"), set()),
+        (
+            ("--since", "1d"),
+            {"contract_violation", "language_corruption", "ledger_discrepancy", "process_error", "timeout"},
+        ),
+    ],
+)
+def test_filters_keep_only_the_records_asked_for(
+    workload: Workload, tmp_path: Path, options: tuple[str, ...], expected: set[str]
+) -> None:
+    records = _export(workload, tmp_path / "failures.jsonl", "--format", "failure-logs", *options)
+    assert {r["failure_class"] for r in records} == expected
+    card = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert f"{len(records)} failures recorded" in card
+    if options[0] != "--since" or options[1] != "1d":
+        assert "- Filters: none" not in card
+
+
+def test_an_unknown_type_or_class_is_bad_input(workload: Workload, tmp_path: Path) -> None:
+    for option in ("--type", "--class"):
+        result = CliRunner().invoke(
+            main,
+            [
+                "--db",
+                str(workload.db),
+                "export",
+                "--format",
+                "failure-logs",
+                option,
+                "nope",
+                str(tmp_path / "o"),
+            ],
+        )
+        assert result.exit_code == 2
+        assert "unknown" in result.output
+        assert "nope" in result.output
+
+
+def test_a_readme_not_written_by_the_export_is_never_overwritten(workload: Workload, tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("# my project\n", encoding="utf-8")
+    result = CliRunner().invoke(
+        main, ["--db", str(workload.db), "export", "--format", "failure-logs", str(tmp_path / "f.jsonl")]
+    )
+    assert result.exit_code == 2
+    assert "not overwriting" in result.output
+    assert (tmp_path / "README.md").read_text(encoding="utf-8") == "# my project\n"
+    assert not (tmp_path / "f.jsonl").exists()
+    records = _export(
+        workload, tmp_path / "f.jsonl", "--format", "failure-logs", "--card", str(tmp_path / "CARD.md")
+    )
+    assert records
+    assert (tmp_path / "CARD.md").is_file()
+
+
+def test_diagnosis_names_the_first_failing_step_of_each_failed_run(
+    workload: Workload, tmp_path: Path
+) -> None:
+    contracts = Path(tallyspan.__file__).parent / "_demo_data" / "contracts.yaml"
+    records = _export(
+        workload, tmp_path / "runs.jsonl", "--format", "diagnosis", "--contracts", str(contracts)
+    )
+    validator = _validator("diagnosis")
+    for record in records:
+        validator.validate(record)
+    demo = [r for r in records if r["run"]["name"] == SCRIPT["agent"]]
+    failing_runs = [run for run in SCRIPT["runs"] if run["expected_violations"] or run.get("expected_ledger")]
+    assert len(demo) == len(failing_runs)
+    for record, run in zip(demo, failing_runs, strict=True):
+        diagnosis = record["diagnosis"]
+        step = record["steps"][diagnosis["step"]]
+        assert diagnosis["agent"] == SCRIPT["agent"]
+        assert diagnosis["span_id"] == step["span_id"]
+        if run.get("expected_ledger"):
+            # the unlogged call comes before the report: the tool call is the first failing step
+            unlogged = next(call for call in run["tool_calls"] if not call["logged"])
+            assert step["kind"] == "tool_call"
+            assert step["tool_call_id"] == unlogged["call_id"]
+            assert diagnosis["failure_class"] == "ledger_discrepancy"
+            assert "log_action" in diagnosis["correction"]
+        else:
+            assert step["stage"] == SCRIPT["stage"]
+            assert step == record["steps"][-1]
+            assert set(step["violation_types"]) == set(run["expected_violations"])
+        evidence_types = Counter(e["type"] for e in diagnosis["evidence"] if e["kind"] != "error")
+        assert evidence_types == Counter(run["expected_violations"] + run.get("expected_ledger", []))
+        if "missing_required" in run["expected_violations"]:
+            hint = "the deliverable must contain verdict_line: a line matching 判定[:：]"
+            assert any(c.startswith(hint) for c in diagnosis["corrections"])
+    # the two failed model calls of the other workload are runs of their own (lone root spans)
+    lone = [r for r in records if r["run"]["name"] != SCRIPT["agent"]]
+    assert sorted(r["diagnosis"]["failure_class"] for r in lone) == ["process_error", "timeout"]
+    assert all(r["diagnosis"]["step"] == 0 and len(r["steps"]) == 1 for r in lone)
+
+
+def test_export_without_a_store_says_so(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["--db", str(tmp_path / "none.db"), "export", "--format", "diagnosis", str(tmp_path / "o.jsonl")],
+    )
+    assert result.exit_code == 1
+    assert "No tallyspan store found" in result.output
+
+
+def test_export_json_summary(workload: Workload, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["--db", str(workload.db), "export", "--format", "failure-logs", "--json", str(tmp_path / "f.jsonl")],
+        catch_exceptions=False,
+    )
+    document = json.loads(result.output)
+    assert document["command"] == "export"
+    data = document["data"]
+    assert data["records"] == sum(_expected_failure_logs().values())
+    assert data["card"] == str(tmp_path / "README.md")

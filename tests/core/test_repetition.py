@@ -1,0 +1,95 @@
+"""degenerate_repetition: output that loops, by hand; positives and hard negatives in ja, en and zh."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tallyspan import Contract, check
+from tallyspan._repetition import DEFAULT_MAX_REPEATED_SHARE, repeated_share
+
+ANSWER = "日本の三大都市圏は人口が集中し、経済の中心になっています。交通網も整備されています。"
+
+
+def _types(text: str, contract: Contract | None = None) -> tuple[str, ...]:
+    return check(text, contract).violation_types
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        ANSWER + "<|im_end|>\n" + "<|im_start|>\n" * 40,  # a template token until the token limit
+        "よろしくお願いします。" * 30,  # a phrase
+        ANSWER + "\n" + "#" * 300,  # one character
+        "The answer is yes. " + "I will check the data again and report. " * 20,
+        "我们认为这个方案很好。" + "这是一个很好的问题。" * 20,
+        "回答：\n```python\n" + "import numpy as np\n" * 40,  # a loop inside a block the model never closed
+        ANSWER
+        + "息子も喜んでいます。娘も喜んでいます。" * 12
+        + "息子も喜",  # a two-part unit, cut off mid-unit
+    ],
+)
+def test_loops_are_degenerate_repetition(text: str) -> None:
+    assert "degenerate_repetition" in _types(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # code that repeats lines on purpose, in a closed block
+        "三回表示するコードです。\n```python\nprint('ho')\nprint('ho')\nprint('ho')\nprint('ho')\nprint('ho')\n"
+        "print('ho')\nprint('ho')\nprint('ho')\n```\n",
+        # a list of similar items
+        "- りんご：100円\n- みかん：80円\n- ぶどう：300円\n- もも：250円\n- なし：120円\n",
+        # a table with separator rows and repeated cells
+        "| 曜日 | 午前 | 午後 |\n|---|---|---|\n| 月 | ○ | ○ |\n| 火 | ○ | × |\n| 水 | × | ○ |\n| 木 | ○ | ○ |\n",
+        # a poem with a refrain
+        "春が来た　春が来た\nどこに来た\n山に来た　里に来た\n野にも来た\n花が咲く　花が咲く\nどこに咲く\n",
+        "Row, row, row your boat,\nGently down the stream.\nMerrily, merrily, merrily, merrily,\nLife is but a dream.",
+        "我们的目标：提高质量，降低成本，扩大市场。谢谢！谢谢！",
+        "すごい！！！！！ありがとうございます。",  # emphasis, not a loop
+        ANSWER * 2,  # an echo (two copies) is not a loop
+    ],
+)
+def test_lists_tables_poems_and_code_are_not_loops(text: str) -> None:
+    assert "degenerate_repetition" not in _types(text)
+
+
+def test_the_threshold_is_more_than_half_by_default_and_settable_per_contract() -> None:
+    assert DEFAULT_MAX_REPEATED_SHARE == 0.5
+    text = ANSWER + "もう一度確認します。" * 8  # about two thirds one unit
+    share, unit = repeated_share(text)
+    assert 0.5 < share < 0.8
+    assert unit == len("もう一度確認します。")
+    assert "degenerate_repetition" in _types(text)
+    assert "degenerate_repetition" not in _types(text, Contract(max_repeated_share=0.9))
+    assert "degenerate_repetition" not in _types(text, Contract(max_repeated_share=None))
+
+
+def test_the_detail_says_how_much_loops_without_quoting_it() -> None:
+    result = check(ANSWER + "秘密の合言葉。" * 40)
+    detail = next(v.detail for v in result.violations if v.type.value == "degenerate_repetition")
+    assert "秘密" not in detail
+    assert "% of the output is one 7-char unit repeated back to back > max_repeated_share 0.5" in detail
+
+
+def test_the_measure_is_linear_in_the_text() -> None:
+    """Ten times the text costs about ten times as much, never a hundred (no quadratic scan)."""
+    paragraph = "経済指標と金融政策の関係について説明します。" + "".join(
+        chr(0x4E00 + i * 7) for i in range(60)
+    )
+
+    def cost(repeat: int) -> float:
+        text = "".join(paragraph[i:] + paragraph[:i] for i in range(repeat))  # no unit repeats back to back
+        start = time.perf_counter()
+        for _ in range(5):
+            repeated_share(text)
+        return time.perf_counter() - start
+
+    small, large = cost(20), cost(200)
+    assert large < 40 * small + 0.01
+    start = time.perf_counter()
+    assert repeated_share("#" * 100_000 + ANSWER)[0] > 0.99
+    assert repeated_share("ab" * 50_000)[0] == 1.0
+    assert time.perf_counter() - start < 1.0
