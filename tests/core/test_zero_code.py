@@ -94,13 +94,13 @@ def run_instrumented(tmp_path: Path) -> Any:
         )
 
     def run(
-        variables: Mapping[str, str], extra_paths: tuple[Path, ...] = ()
+        variables: Mapping[str, str], extra_paths: tuple[Path, ...] = (), script: Path = EXAMPLE
     ) -> subprocess.CompletedProcess[str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith(_FOREIGN_PREFIXES)}
         env["PYTHONPATH"] = os.pathsep.join([*paths, *map(str, extra_paths)])
         env.update(variables)
         completed = subprocess.run(
-            [str(launcher), sys.executable, str(EXAMPLE)],
+            [str(launcher), sys.executable, str(script)],
             env=env,
             cwd=tmp_path,
             capture_output=True,
@@ -196,6 +196,55 @@ def test_a_bad_contracts_file_is_logged_and_the_app_runs_on(run_instrumented: An
     with open_store(store) as db:
         assert report(db).model_calls == 4
         assert [run.run_name for run in ledger_runs(db)] == ["weekly-reporter"]  # the ledger still runs
+
+
+#: An app that sets up its own tracing in code, as with Phoenix's register(), and makes one model call.
+APP_WITH_ITS_OWN_PROVIDER = """
+import json, os
+import openai
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider(resource=Resource.create({"service.name": "the-apps-own"}))
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+
+with openai.OpenAI(base_url=os.environ["APP_MODEL_URL"], api_key="k") as client:
+    client.chat.completions.create(model="m1", messages=[{"role": "user", "content": "週報を書いて"}])
+import tallyspan
+
+assert trace.get_tracer_provider() is provider, "the app's provider was refused"
+assert tallyspan.instrumentation().tracer_provider is provider
+tallyspan.instrumentation().force_flush()
+print(json.dumps([
+    {"name": s.name, "service": s.resource.attributes["service.name"], "attributes": dict(s.attributes)}
+    for s in exporter.get_finished_spans()
+], default=list))
+"""
+
+
+def test_an_app_that_sets_up_its_own_provider_keeps_it_and_its_exporter_gets_checked_spans(
+    run_instrumented: Any, tmp_path: Path
+) -> None:
+    app = tmp_path / "app.py"
+    app.write_text(APP_WITH_ITS_OWN_PROVIDER)
+    with OpenAICompatibleServer(replies=[ScriptedReply(text="Done.")]) as server:
+        completed = run_instrumented(
+            {
+                "APP_MODEL_URL": server.base_url,
+                "TALLYSPAN_CONTRACTS": str(EXAMPLE_CONTRACTS),
+                "TALLYSPAN_DB": str(tmp_path / "zero-code.db"),
+            },
+            script=app,
+        )
+    (span,) = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert span["name"] == "chat m1"
+    assert span["service"] == "the-apps-own"
+    assert span["attributes"][semconv.VIOLATION_TYPES] == ["not_japanese", "too_short"]
 
 
 def attributes_of(span: Any) -> dict[str, Any]:
