@@ -22,6 +22,7 @@ import asyncio
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import openai
 from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
@@ -50,18 +51,14 @@ def log_action(call_id: str, tool_name: str, claimed_outcome: str, summary: str)
     return "logged"
 
 
-@contextmanager
-def model_server() -> Iterator[tuple[str | None, str]]:
-    """The configured server's URL (None: the SDK's default) and model, else a scripted local server's."""
-    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
-        yield os.environ.get("OPENAI_BASE_URL"), os.environ.get("OPENAI_MODEL", "gpt-4o-mini")
-        return
-    from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
+def scripted_replies() -> list[Any]:
+    """The scripted server's answers: the agent logs its first call, never its second, answers in English."""
+    from tallyspan.testing import ScriptedReply, ScriptedToolCall
 
     def tool(name: str, reply_id: str, **arguments: str) -> ScriptedReply:
         return ScriptedReply(tool_calls=[ScriptedToolCall(name, arguments, call_id=reply_id)])
 
-    replies = [
+    return [
         tool("look_up_sales", "c1", region="kanto"),
         tool(
             "log_action",
@@ -74,7 +71,17 @@ def model_server() -> Iterator[tuple[str | None, str]]:
         tool("send_report", "c3", to="manager@example.com", body="..."),  # never logged
         ScriptedReply(text="Done, the report was sent."),  # English, where the contract asks for Japanese
     ]
-    with OpenAICompatibleServer(replies=replies) as server:
+
+
+@contextmanager
+def model_server() -> Iterator[tuple[str | None, str]]:
+    """The configured server's URL (None: the SDK's default) and model, else a scripted local server's."""
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
+        yield os.environ.get("OPENAI_BASE_URL"), os.environ.get("OPENAI_MODEL", "gpt-4o-mini")
+        return
+    from tallyspan.testing import OpenAICompatibleServer
+
+    with OpenAICompatibleServer(replies=scripted_replies()) as server:
         yield server.base_url, "local-model"
 
 

@@ -10,13 +10,15 @@ installed metadata predates it, the subprocess gets it from a throwaway dist-inf
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ import tallyspan
 from tallyspan import semconv
 from tallyspan._store_queries import ledger_runs, list_spans, open_store, report
 from tallyspan._zero_code import instrument_from_environment
-from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
+from tallyspan.testing import OpenAICompatibleServer, ScriptedReply
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "zero_code_agent.py"
@@ -45,25 +47,14 @@ SDK_CONFIGURATOR = "configurator = opentelemetry.sdk._configuration:_OTelSDKConf
 _FOREIGN_PREFIXES = ("OTEL_", "TALLYSPAN_", "OPENAI_")
 
 
-def agent_replies() -> list[ScriptedReply]:
-    """The example agent's run: logs its first call, never its second, answers in English."""
-
-    def tool(name: str, reply_id: str, **arguments: str) -> ScriptedReply:
-        return ScriptedReply(tool_calls=[ScriptedToolCall(name, arguments, call_id=reply_id)])
-
-    return [
-        tool("look_up_sales", "c1", region="kanto"),
-        tool(
-            "log_action",
-            "c2",
-            call_id="c1",
-            tool_name="look_up_sales",
-            claimed_outcome="succeeded",
-            summary="looked up",
-        ),
-        tool("send_report", "c3", to="manager@example.com", body="..."),
-        ScriptedReply(text="Done, the report was sent."),
-    ]
+def example_module() -> Any:
+    """examples/zero_code_agent.py as a module (its scripted replies are the test's too)."""
+    spec = importlib.util.spec_from_file_location("zero_code_agent", EXAMPLE)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def dist_info(folder: Path, name: str, entry_points_text: str) -> Path:
@@ -79,9 +70,20 @@ def hook_installed() -> bool:
     return any(True for _ in entry_points(group=HOOK_GROUP, name="tallyspan"))
 
 
+@dataclass(frozen=True)
+class Ran:
+    """A program run under ``opentelemetry-instrument``: the process, its store, the model calls it made."""
+
+    completed: subprocess.CompletedProcess[str]
+    store: Path
+    model_requests: int
+
+
 @pytest.fixture
-def run_instrumented(tmp_path: Path) -> Any:
-    """Run the example under ``opentelemetry-instrument`` with the given variables; returns the process."""
+def run_instrumented(tmp_path: Path) -> Callable[..., Ran]:
+    """Run a program (the example by default) under ``opentelemetry-instrument`` against a scripted
+    server (the example's replies by default), with the example's contracts and a store in ``tmp_path``;
+    ``variables`` add to or override that environment."""
     launcher = Path(sys.executable).parent / "opentelemetry-instrument"
     if not launcher.is_file():
         found = shutil.which("opentelemetry-instrument")
@@ -89,47 +91,47 @@ def run_instrumented(tmp_path: Path) -> Any:
         launcher = Path(found)
     paths = [str(root) for root in SOURCE_ROOTS]
     if not hook_installed():  # metadata installed before the entry point was added: provide it
-        paths.append(
-            str(dist_info(tmp_path / "hook", "tallyspan_zero_code_hook", f"[{HOOK_GROUP}]\n{HOOK}\n"))
-        )
+        hook = dist_info(tmp_path / "hook", "tallyspan_zero_code_hook", f"[{HOOK_GROUP}]\n{HOOK}\n")
+        paths.append(str(hook))
+    store = tmp_path / "zero-code.db"
 
     def run(
-        variables: Mapping[str, str], extra_paths: tuple[Path, ...] = (), script: Path = EXAMPLE
-    ) -> subprocess.CompletedProcess[str]:
+        variables: Mapping[str, str] | None = None,
+        *,
+        replies: list[ScriptedReply] | None = None,
+        extra_paths: tuple[Path, ...] = (),
+        script: Path = EXAMPLE,
+    ) -> Ran:
         env = {key: value for key, value in os.environ.items() if not key.startswith(_FOREIGN_PREFIXES)}
         env["PYTHONPATH"] = os.pathsep.join([*paths, *map(str, extra_paths)])
-        env.update(variables)
-        completed = subprocess.run(
-            [str(launcher), sys.executable, str(script)],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        env.update(TALLYSPAN_CONTRACTS=str(EXAMPLE_CONTRACTS), TALLYSPAN_DB=str(store))
+        with OpenAICompatibleServer(
+            replies=example_module().scripted_replies() if replies is None else replies
+        ) as server:
+            env.update(OPENAI_BASE_URL=server.base_url, **(variables or {}))
+            completed = subprocess.run(
+                [str(launcher), sys.executable, str(script)],
+                env=env,
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+            requests = len(server.requests)
         assert completed.returncode == 0, completed.stderr
-        return completed
+        return Ran(completed, store, requests)
 
     return run
 
 
 @pytest.mark.parametrize("disabled", ["", "openai"], ids=["with openai-v2", "openai-v2 disabled"])
 def test_opentelemetry_instrument_gives_checked_spans_a_ledger_and_a_store(
-    run_instrumented: Any, tmp_path: Path, disabled: str
+    run_instrumented: Callable[..., Ran], disabled: str
 ) -> None:
-    store = tmp_path / "zero-code.db"
-    with OpenAICompatibleServer(replies=agent_replies()) as server:
-        completed = run_instrumented(
-            {
-                "OPENAI_BASE_URL": server.base_url,
-                "TALLYSPAN_CONTRACTS": str(EXAMPLE_CONTRACTS),
-                "TALLYSPAN_DB": str(store),
-                "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": disabled,
-            }
-        )
-        assert len(server.requests) == 4
-    assert "Done, the report was sent." in completed.stdout
-    with open_store(store) as db:
+    ran = run_instrumented({"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": disabled})
+    assert ran.model_requests == 4
+    assert "Done, the report was sent." in ran.completed.stdout
+    with open_store(ran.store) as db:
         summary = report(db)
         runs = ledger_runs(db)
         spans = list_spans(db)
@@ -147,53 +149,43 @@ def test_opentelemetry_instrument_gives_checked_spans_a_ledger_and_a_store(
 
 
 def test_next_to_the_sdk_configurator_its_exporter_sends_the_checked_spans_once(
-    run_instrumented: Any, tmp_path: Path, otlp_receiver: OTLPReceiver
+    run_instrumented: Callable[..., Ran], tmp_path: Path, otlp_receiver: OTLPReceiver
 ) -> None:
     distro = dist_info(
         tmp_path / "distro",
         "fake_opentelemetry_distro",
         f"[opentelemetry_configurator]\n{SDK_CONFIGURATOR}\n",
     )
-    with OpenAICompatibleServer(replies=agent_replies()) as server:
-        run_instrumented(
-            {
-                "OPENAI_BASE_URL": server.base_url,
-                "TALLYSPAN_CONTRACTS": str(EXAMPLE_CONTRACTS),
-                "TALLYSPAN_DB": str(tmp_path / "zero-code.db"),
-                # As opentelemetry-distro sets them: the configurator exports traces over OTLP.
-                "OTEL_TRACES_EXPORTER": "otlp",
-                "OTEL_METRICS_EXPORTER": "none",
-                "OTEL_LOGS_EXPORTER": "none",
-                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{otlp_receiver.endpoint}/v1/traces",
-            },
-            extra_paths=(distro,),
-        )
+    ran = run_instrumented(
+        {
+            # As opentelemetry-distro sets them: the configurator exports traces over OTLP.
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{otlp_receiver.endpoint}/v1/traces",
+        },
+        extra_paths=(distro,),
+    )
     received = list(otlp_receiver.spans)
     assert len({span.span_id for span in received}) == len(received)  # nothing exported twice
     chats = [span for span in received if span.name.startswith("chat ")]
     assert len(chats) == 4
     violating = [span for span in chats if semconv.VIOLATION_TYPES in attributes_of(span)]
     assert len(violating) == 1  # the configurator's exporter got the checked copies
-    with open_store(tmp_path / "zero-code.db") as db:
+    with open_store(ran.store) as db:
         assert report(db).model_calls == 4
 
 
-def test_a_bad_contracts_file_is_logged_and_the_app_runs_on(run_instrumented: Any, tmp_path: Path) -> None:
+def test_a_bad_contracts_file_is_logged_and_the_app_runs_on(
+    run_instrumented: Callable[..., Ran], tmp_path: Path
+) -> None:
     broken = tmp_path / "contracts.yaml"
     broken.write_text("contracts:\n  weekly_report:\n    min_chars: -5\n")
-    store = tmp_path / "zero-code.db"
-    with OpenAICompatibleServer(replies=agent_replies()) as server:
-        completed = run_instrumented(
-            {
-                "OPENAI_BASE_URL": server.base_url,
-                "TALLYSPAN_CONTRACTS": str(broken),
-                "TALLYSPAN_DB": str(store),
-            }
-        )
-    assert "min_chars" in completed.stderr
-    assert "TALLYSPAN_CONTRACTS" in completed.stderr
-    with open_store(store) as db:
+    ran = run_instrumented({"TALLYSPAN_CONTRACTS": str(broken)})
+    assert "min_chars" in ran.completed.stderr
+    assert "TALLYSPAN_CONTRACTS" in ran.completed.stderr
+    with open_store(ran.store) as db:
         assert report(db).model_calls == 4
         assert [run.run_name for run in ledger_runs(db)] == ["weekly-reporter"]  # the ledger still runs
 
@@ -213,7 +205,7 @@ provider = TracerProvider(resource=Resource.create({"service.name": "the-apps-ow
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 
-with openai.OpenAI(base_url=os.environ["APP_MODEL_URL"], api_key="k") as client:
+with openai.OpenAI(api_key="k") as client:  # at OPENAI_BASE_URL
     client.chat.completions.create(model="m1", messages=[{"role": "user", "content": "週報を書いて"}])
 import tallyspan
 
@@ -228,20 +220,12 @@ print(json.dumps([
 
 
 def test_an_app_that_sets_up_its_own_provider_keeps_it_and_its_exporter_gets_checked_spans(
-    run_instrumented: Any, tmp_path: Path
+    run_instrumented: Callable[..., Ran], tmp_path: Path
 ) -> None:
     app = tmp_path / "app.py"
     app.write_text(APP_WITH_ITS_OWN_PROVIDER)
-    with OpenAICompatibleServer(replies=[ScriptedReply(text="Done.")]) as server:
-        completed = run_instrumented(
-            {
-                "APP_MODEL_URL": server.base_url,
-                "TALLYSPAN_CONTRACTS": str(EXAMPLE_CONTRACTS),
-                "TALLYSPAN_DB": str(tmp_path / "zero-code.db"),
-            },
-            script=app,
-        )
-    (span,) = json.loads(completed.stdout.strip().splitlines()[-1])
+    ran = run_instrumented(replies=[ScriptedReply(text="Done.")], script=app)
+    (span,) = json.loads(ran.completed.stdout.strip().splitlines()[-1])
     assert span["name"] == "chat m1"
     assert span["service"] == "the-apps-own"
     assert span["attributes"][semconv.VIOLATION_TYPES] == ["not_japanese", "too_short"]
