@@ -65,7 +65,7 @@ def test_doctor_json_is_the_pinned_document(recorded: Recorded) -> None:
         "counters",
     }  # fmt: skip
     assert (overview["spans"], overview["traces"], overview["runs"], overview["reconciled_runs"]) == (
-        11,
+        10,
         4,
         4,
         3,
