@@ -4,6 +4,11 @@ Every wrapper follows one shape (:func:`run_sync` / :func:`run_async`): start th
 run the wrapped call alone in its ``try`` so its result and exceptions pass through untouched, then hand
 the result to a ``finish`` callback that runs in its own guard. :func:`model_call_wrapper` and
 :func:`tool_call_wrapper` make the wrapt wrapper of a table entry from a ``start`` and a ``finish``.
+
+One span per model call, whoever else instruments it: a framework instrumentor of ours marks the context
+(:func:`framework_model_call_context`), and another instrumentation's span for the same call, current
+when our wrapper runs, is *joined* (:func:`start_genai_call`): we add the stage and what it lacks, hand
+the output to the checks under its span id, and leave its end, status and content policy to its owner.
 """
 
 from __future__ import annotations
@@ -84,14 +89,21 @@ class Extraction:
 
 
 class GenAICall:
-    """One model call's span, from start to its single end."""
+    """One model call's span, from start to its single end.
 
-    __slots__ = ("capture_content", "ended", "prompt", "span", "started_at")
+    A *joined* call records into another instrumentation's span (see :func:`start_genai_call`): it only
+    adds what that span lacks and hands the output to the checks; the span's owner ends it.
+    """
 
-    def __init__(self, span: Span, *, capture_content: bool, prompt: str | None) -> None:
+    __slots__ = ("capture_content", "ended", "joined", "prompt", "span", "started_at")
+
+    def __init__(
+        self, span: Span, *, capture_content: bool, prompt: str | None, joined: bool = False
+    ) -> None:
         self.span = span
         self.capture_content = capture_content
         self.prompt = prompt
+        self.joined = joined
         self.started_at = time.monotonic()
         self.ended = False
 
@@ -100,6 +112,8 @@ class GenAICall:
         if self.ended:
             return
         self.ended = True
+        if self.joined:  # the owner's wrapper sees the same exception and records it on its own span
+            return
         try:
             if attributes:
                 self.span.set_attributes(attributes)
@@ -117,13 +131,17 @@ class GenAICall:
         if self.ended:
             return
         self.ended = True
+        if self.joined and not self.span.is_recording():
+            return  # its owner ended it first (a stream closed on their side): too late to add anything
         try:
             if extraction is not None:
-                self.span.set_attributes(extraction.attributes)
+                attributes = dict(extraction.attributes)
                 if self.capture_content and extraction.output_messages is not None:
-                    self.span.set_attribute(
-                        semconv.GEN_AI_OUTPUT_MESSAGES, messages_json(extraction.output_messages)
-                    )
+                    attributes[semconv.GEN_AI_OUTPUT_MESSAGES] = messages_json(extraction.output_messages)
+                if self.joined:
+                    _set_missing(self.span, attributes)
+                else:
+                    self.span.set_attributes(attributes)
                 # A span the sampler dropped never reaches a processor: its content would stay buffered.
                 if extraction.content is not None and self.span.is_recording():
                     buffer = content_buffer()
@@ -139,6 +157,8 @@ class GenAICall:
         self.finish(None)
 
     def _end(self) -> None:
+        if self.joined:
+            return
         try:
             self.span.end()
         except Exception:  # a span processor that raises in on_end must not reach the app's call or stream
@@ -156,6 +176,14 @@ def start_genai_call(
     content_attributes: Mapping[str, str] | None = None,
 ) -> GenAICall:
     """Start a CLIENT span ``{operation} {model}`` carrying the current ``tallyspan.stage``.
+
+    When the current span is another instrumentation's span of the same operation (its wrapper runs just
+    outside ours: OpenTelemetry's openai-v2, OpenLLMetry), that span stands for this call: no second span
+    is opened; the returned call is *joined* to it and adds only the attributes it lacks.
+
+    With content capture off the span gets an empty ``output.value``: Arize Phoenix fills a missing one
+    in from ``gen_ai.response.id`` and ``.model``, which its Output panel then shows as if it were the
+    model's answer.
 
     Args:
         tracer: the instrumentor's tracer.
@@ -177,10 +205,47 @@ def start_genai_call(
             span_attributes[semconv.ENQUEUED_AT] = stage.enqueued_at
     if capture_content and content_attributes:
         span_attributes.update(content_attributes)
+    if not capture_content:
+        span_attributes[semconv.OPENINFERENCE_OUTPUT_VALUE] = ""
+    foreign = _foreign_model_span(operation)
+    if foreign is not None:
+        _set_missing(foreign, span_attributes)
+        return GenAICall(foreign, capture_content=capture_content, prompt=prompt, joined=True)
     span = tracer.start_span(
         semconv.span_name(operation, model), kind=SpanKind.CLIENT, attributes=span_attributes
     )
     return GenAICall(span, capture_content=capture_content, prompt=prompt)
+
+
+def _foreign_model_span(operation: str) -> Span | None:
+    """The current span if another instrumentation opened it for this very call, else None.
+
+    Its wrapper sits just outside ours (``_post_import`` puts ours beneath), so a recording span of the
+    same operation from another instrumentation scope, current now, is this call's: it says so by its
+    ``gen_ai.operation.name``, or, before it has attributes (OpenTelemetry's util-genai sets them all at
+    the end), by a CLIENT span named by the GenAI conventions, ``{operation} {model}``.
+    """
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return None
+    scope = getattr(span, "instrumentation_scope", None)
+    attributes = getattr(span, "attributes", None)
+    if scope is None or scope.name == semconv.INSTRUMENTATION_SCOPE or not isinstance(attributes, Mapping):
+        return None
+    declared = attributes.get(semconv.GEN_AI_OPERATION_NAME)
+    if declared is not None:
+        return span if declared == operation else None
+    name = getattr(span, "name", None)
+    named = isinstance(name, str) and (name == operation or name.startswith(f"{operation} "))
+    return span if named and getattr(span, "kind", None) is SpanKind.CLIENT else None
+
+
+def _set_missing(span: Span, attributes: Mapping[str, AttributeValue]) -> None:
+    """Set on another instrumentation's span the attributes it does not have; never overwrite its own."""
+    present = getattr(span, "attributes", None) or {}
+    missing = {key: value for key, value in attributes.items() if key not in present}
+    if missing:
+        span.set_attributes(missing)
 
 
 # --- one span per model call: a framework's span stands for the provider call it wraps -----------------

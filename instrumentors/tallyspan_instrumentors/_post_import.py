@@ -4,12 +4,19 @@ Importing a client library ourselves would make every ``instrument()`` pay its i
 some SDKs) in apps that have it installed but never use it. A :class:`PatchSet` registers wrapt
 post-import hooks instead: the wrappers go on when the module is imported, or at once if it already
 is. Undoing disables the hooks not yet run and unwraps what was wrapped.
+
+**Closest to the library.** When another instrumentation (OpenTelemetry's openai-v2, OpenLLMetry) has
+already wrapped a method with wrapt, our wrapper goes *beneath* theirs, around the original, instead of
+on top. Whatever the order of instrumentation, their wrapper then runs first and its model-call span is
+current when ours runs, so ours records into it rather than opening a second span for the same call
+(``_calls.start_genai_call``). Their ``uninstrument()`` puts our wrapper back in place of theirs, and
+undoing ours takes out exactly our own wrapper, wherever it sits in the chain.
 """
 
 from __future__ import annotations
 
 import functools
-import sys
+import logging
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -18,8 +25,15 @@ import wrapt
 
 __all__ = ["PatchSet"]
 
+_logger = logging.getLogger(__name__)
+
 #: What ``wrapt.wrap_function_wrapper`` leaves in place of the original (wrapt 2 splits it from ``ObjectProxy``).
 _PROXY_TYPE: type = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
+
+
+def _is_proxy(value: Any) -> bool:
+    """True for a wrapt proxy (a function wrapper; stays ``Any`` for the type checker, unlike isinstance)."""
+    return isinstance(value, _PROXY_TYPE)
 
 
 def _resolve(root: Any, path: str) -> tuple[Any, str] | None:
@@ -31,15 +45,46 @@ def _resolve(root: Any, path: str) -> tuple[Any, str] | None:
     return (owner, name) if owner is not None and hasattr(owner, name) else None
 
 
-def _unwrap(owner: Any, name: str) -> None:
-    """Put back what ``owner.name`` held before it was wrapped; a no-op when it is not wrapped.
+def _wrap_innermost(owner: Any, name: str, wrapper: Callable[..., Any]) -> Any:
+    """Wrap ``owner.name`` with ``wrapper`` beneath any wrapt wrappers already on it; return our proxy.
 
-    Read from the owner's own ``__dict__``: wrapt wraps the raw class attribute, so a classmethod comes
-    back as the classmethod (``getattr`` would give a method bound to this class).
+    Read from the owner's own ``__dict__``: wrapt wraps the raw class attribute (a classmethod stays one).
     """
-    raw = vars(owner).get(name)
-    if isinstance(raw, _PROXY_TYPE) and hasattr(raw, "__wrapped__"):
-        setattr(owner, name, raw.__wrapped__)
+    outer = vars(owner).get(name)
+    if not _is_proxy(outer):
+        wrapt.wrap_function_wrapper(owner, name, wrapper)
+        return vars(owner).get(name)
+    innermost = outer
+    while _is_proxy(innermost.__wrapped__):
+        innermost = innermost.__wrapped__
+    ours = wrapt.FunctionWrapper(innermost.__wrapped__, wrapper)
+    try:
+        innermost.__wrapped__ = ours
+    except (AttributeError, TypeError):  # a proxy that will not be re-pointed: go on top of it
+        _logger.debug("could not wrap %s.%s beneath another wrapper; wrapping on top", owner, name)
+        wrapt.wrap_function_wrapper(owner, name, wrapper)
+        return vars(owner).get(name)
+    return ours
+
+
+def _is(proxy: Any, ours: Any) -> bool:
+    """True for our proxy, or for it bound to the class: OpenTelemetry's ``unwrap()`` reads the attribute
+    with ``getattr``, so undoing a wrapper on top of ours leaves ours behind in that bound form."""
+    return proxy is ours or getattr(proxy, "_self_parent", None) is ours
+
+
+def _unwrap(owner: Any, name: str, ours: Any) -> None:
+    """Take our proxy ``ours`` out of the wrappers on ``owner.name``, leaving the others as they are."""
+    current = vars(owner).get(name)
+    if _is(current, ours):
+        setattr(owner, name, ours.__wrapped__)
+        return
+    while _is_proxy(current):
+        inner = current.__wrapped__
+        if _is(inner, ours):
+            current.__wrapped__ = ours.__wrapped__
+            return
+        current = inner
 
 
 class PatchSet:
@@ -47,7 +92,7 @@ class PatchSet:
 
     def __init__(self) -> None:
         self.enabled = True
-        self._targets: list[tuple[str, str]] = []
+        self._applied: list[tuple[Any, str, Any]] = []
 
     def add(self, module: str, path: str, build: Callable[[], Callable[..., Any]]) -> None:
         """Wrap ``module.path`` with the wrapper ``build()`` makes, once ``module`` is imported.
@@ -55,7 +100,6 @@ class PatchSet:
         ``build`` runs in the import hook of ``module`` (the module is complete by then), so a wrapper may
         use the library; absent attributes (older versions) are skipped.
         """
-        self._targets.append((module, path))
         wrapt.register_post_import_hook(functools.partial(self._patch, path, build), module)
 
     def on_import(self, module: str, hook: Callable[[ModuleType], None]) -> None:
@@ -64,8 +108,10 @@ class PatchSet:
 
     def _patch(self, path: str, build: Callable[[], Callable[..., Any]], module: ModuleType) -> None:
         # A hook of an instrumentation undone before the import must do nothing.
-        if self.enabled and _resolve(module, path) is not None:
-            wrapt.wrap_function_wrapper(module, path, build())
+        found = _resolve(module, path) if self.enabled else None
+        if found is not None:
+            owner, name = found
+            self._applied.append((owner, name, _wrap_innermost(owner, name, build())))
 
     def _run(self, hook: Callable[[ModuleType], None], module: ModuleType) -> None:
         if self.enabled:
@@ -74,9 +120,6 @@ class PatchSet:
     def undo(self) -> None:
         """Disable the hooks not yet run and unwrap every target that was wrapped."""
         self.enabled = False
-        for module, path in self._targets:
-            loaded = sys.modules.get(module)
-            found = _resolve(loaded, path) if loaded is not None else None
-            if found is not None:
-                _unwrap(*found)
-        self._targets.clear()
+        for owner, name, ours in reversed(self._applied):
+            _unwrap(owner, name, ours)
+        self._applied.clear()

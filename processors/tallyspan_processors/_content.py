@@ -149,7 +149,7 @@ def _openinference(attributes: Mapping[str, Any]) -> ModelContent | None:
     output: str | None = str(messages[min(messages)]) if messages else None
     if output is None:
         raw = attributes.get(semconv.OPENINFERENCE_OUTPUT_VALUE)
-        if not isinstance(raw, str):
+        if not isinstance(raw, str) or not raw:  # empty: content was not captured (see _calls)
             return None
         output = _response_text(raw)
     in_prefix = semconv.OPENINFERENCE_INPUT_MESSAGES_PREFIX

@@ -32,7 +32,9 @@ are kept only with capture on.
 at ``max_span_events``) and one ``tallyspan.ledger.discrepancy`` event per discrepancy, and status ERROR
 when the books do not balance (``mark_error_status``). Entries and the reconciliation go to the
 ledger sinks. Every run span is reconciled, even an empty one; a local root that is not a run span
-only when something was entered for it.
+only when something was entered for it. A workflow span or local root with agent runs nested in it and
+nothing on its own books is their container (``is_run_container``): not reconciled, marked
+``tallyspan.run.container``, and given the roll-up only.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from tallyspan.plugin import (
     Settings,
     count,
     declares_run,
+    is_run_container,
     record_run,
     renew_lock_after_fork,
     swallowed,
@@ -95,6 +98,8 @@ class _Books:
     violation_count: int = 0
     """Violations on the spans below the run span (nested runs included), for the roll-up."""
     violation_types: set[str] = field(default_factory=set)
+    nested_runs: int = 0
+    """Runs that ended inside this one (a run with only these is their container)."""
 
 
 class LedgerProcessor(WrappingProcessor):
@@ -212,19 +217,22 @@ class LedgerProcessor(WrappingProcessor):
                 self._closed_runs.popitem(last=False)
         if books is None:
             books = _Books(context.trace_id)
-        if parent_run is not None and (books.violation_count or own_count):
+        if parent_run is not None:
             self._add_verdicts(
                 parent_run,
                 context.trace_id,
                 books.violation_count + own_count,
                 books.violation_types | set(own_types),
+                nested_run=True,
             )
         attributes = span.attributes or {}
+        has_books = bool(books.entries) or books.dropped > 0
+        container = is_run_container(attributes, nested_runs=books.nested_runs, has_books=has_books)
         # A local root with nothing on its books is no agent run to reconcile (a lone model call).
-        reconciled = declares_run(attributes) or bool(books.entries) or books.dropped > 0
-        if not reconciled and not books.violation_count:
+        reconciled = not container and (declares_run(attributes) or has_books)
+        if not reconciled and not container and not books.violation_count:
             return span
-        return self._close(span, books, reconciled)
+        return self._close(span, books, reconciled, container)
 
     def forget(self, span: ReadableSpan) -> None:
         # Left tracked, dropped spans would fill _run_of and push live runs out of it (their calls then
@@ -305,12 +313,19 @@ class LedgerProcessor(WrappingProcessor):
                 count("dropped.ledger_runs")
         return books
 
-    def _add_verdicts(self, run_id: int, trace_id: int, violations: int, types: Iterable[str]) -> None:
+    def _add_verdicts(
+        self, run_id: int, trace_id: int, violations: int, types: Iterable[str], *, nested_run: bool = False
+    ) -> None:
+        """Roll verdicts up into run ``run_id``; ``nested_run``: they come with a run that ended in it."""
         with self._lock:
+            if not violations and run_id in self._closed_runs:
+                return  # a clean nested run that ended after its parent: nothing was lost
             books = self._open_books(run_id, trace_id, "dropped.run_late_verdicts")
             if books is not None:
                 books.violation_count += violations
                 books.violation_types.update(types)
+                if nested_run:
+                    books.nested_runs += 1
 
     def _enter(self, run_id: int, trace_id: int, entry: RawEntry) -> None:
         with self._lock:
@@ -327,11 +342,14 @@ class LedgerProcessor(WrappingProcessor):
                 return
             books.entries.append(entry)
 
-    def _close(self, span: ReadableSpan, books: _Books, reconciled: bool) -> ReadableSpan:
-        """The run span with its books: the reconciliation (when ``reconciled``) and the roll-up."""
+    def _close(self, span: ReadableSpan, books: _Books, reconciled: bool, container: bool) -> ReadableSpan:
+        """The run span with its books: the reconciliation (when ``reconciled``), the container mark and
+        the roll-up."""
         attributes: dict[str, AttributeValue] = {}
         events: list[Event] = []
         problems: list[str] = []
+        if container:
+            attributes[semconv.RUN_CONTAINER] = True
         if reconciled:
             self._reconcile(span, books, attributes, events, problems)
         if books.violation_count:

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from tallyspan._errors import ConfigError
 from tallyspan._fork import renew_lock_after_fork
@@ -62,6 +62,7 @@ __all__ = [
     "otlp_traces_protocol",
     "otlp_traces_requested",
     "resolve_capture_content",
+    "resolve_contracts",
     "resolve_contracts_max_bytes",
     "resolve_db_path",
     "resolve_shutdown_timeout",
@@ -81,7 +82,9 @@ ENV_DB = "TALLYSPAN_DB"
 """Path of the embedded SQLite store; default ``./.tallyspan/tallyspan.db``."""
 
 ENV_CONTRACTS = "TALLYSPAN_CONTRACTS"
-"""The contracts file, where no ``contracts=`` argument gives one (zero-code; ``tallyspan doctor``)."""
+"""Path of the contracts file (YAML or TOML) used when ``instrument()`` is given no ``contracts``: how
+``opentelemetry-instrument python app.py`` (zero-code) gets its contracts, and what ``tallyspan doctor``
+reads. Unset: no contracts, only the checks that need none (timeouts, process errors) and the ledger."""
 
 ENV_CONTRACTS_MAX_BYTES = "TALLYSPAN_CONTRACTS_MAX_BYTES"
 """Largest contracts file read, in bytes; default 1 MiB. A larger file is refused unread."""
@@ -91,7 +94,10 @@ ENV_EXPORTER_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 ENV_EXPORTER_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 ENV_EXPORTER_OTLP_LOGS_ENDPOINT = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"
 ENV_TRACES_EXPORTER = "OTEL_TRACES_EXPORTER"
+"""The trace exporters to use (``otlp``, ``console``, ``none``, comma-separated); when set, it alone
+decides whether traces go out over OTLP (an endpoint variable only configures where to)."""
 ENV_LOGS_EXPORTER = "OTEL_LOGS_EXPORTER"
+"""The log exporters, as ``OTEL_TRACES_EXPORTER``: whether the ledger records go out over OTLP."""
 ENV_EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 """The OTLP transport of every signal: ``grpc``, ``http/protobuf`` (default) or ``http/json``."""
 ENV_EXPORTER_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
@@ -167,6 +173,14 @@ def resolve_capture_content(argument: bool | None) -> bool:
             "%s=%r is not a boolean; message content is not captured", ENV_CAPTURE_MESSAGE_CONTENT, raw
         )
     return False
+
+
+def resolve_contracts(argument: Any) -> Any:
+    """The contracts to load: the argument if given, else the file ``TALLYSPAN_CONTRACTS`` names, else None."""
+    if argument is not None:
+        return argument
+    raw = os.environ.get(ENV_CONTRACTS, "").strip()
+    return Path(raw) if raw else None
 
 
 def resolve_db_path(argument: str | os.PathLike[str] | None = None) -> Path:
@@ -286,22 +300,22 @@ def resolve_contracts_max_bytes() -> int:
 
 def _exporter_wanted(selector_env: str, endpoint_envs: tuple[str, ...]) -> bool:
     selector = os.environ.get(selector_env, "").strip().lower()
-    if selector == "none":
-        return False
-    if "otlp" in selector.split(","):
-        return True
+    if selector:  # as in the SDK: the selection decides, an endpoint only says where OTLP goes
+        return "otlp" in {name.strip() for name in selector.split(",")}
     return any(os.environ.get(name, "").strip() for name in endpoint_envs)
 
 
 def otlp_traces_requested() -> bool:
-    """True when the standard OTLP variables ask for trace export (an endpoint, or ``OTEL_TRACES_EXPORTER=otlp``)."""
+    """True when the standard variables ask for OTLP trace export: ``OTEL_TRACES_EXPORTER`` naming ``otlp``,
+    or, when it is unset, an OTLP endpoint."""
     return _exporter_wanted(
         ENV_TRACES_EXPORTER, (ENV_EXPORTER_OTLP_ENDPOINT, ENV_EXPORTER_OTLP_TRACES_ENDPOINT)
     )
 
 
 def otlp_logs_requested() -> bool:
-    """True when the standard OTLP variables ask for log export (an endpoint, or ``OTEL_LOGS_EXPORTER=otlp``)."""
+    """True when the standard variables ask for OTLP log export: ``OTEL_LOGS_EXPORTER`` naming ``otlp``, or,
+    when it is unset, an OTLP endpoint."""
     return _exporter_wanted(ENV_LOGS_EXPORTER, (ENV_EXPORTER_OTLP_ENDPOINT, ENV_EXPORTER_OTLP_LOGS_ENDPOINT))
 
 

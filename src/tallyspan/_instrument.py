@@ -51,6 +51,7 @@ from tallyspan._config import (
     otlp_traces_protocol,
     otlp_traces_requested,
     resolve_capture_content,
+    resolve_contracts,
     resolve_db_path,
     resolve_shutdown_timeout,
     warn_once,
@@ -77,6 +78,8 @@ _OVERRIDE_WARNING: Final = "Overriding of current TracerProvider"
 _SINKS: Final = ("otlp", "store")
 #: Components wrapped around the sinks, innermost first.
 _CHAIN_ORDER: Final = ("ledger", "checks")
+#: Where the SDK's OTLP span exporters (HTTP and gRPC) live: an adopted one already exports over OTLP.
+_OTLP_EXPORTER_MODULES: Final = "opentelemetry.exporter.otlp."
 
 
 class _DefaultStore:
@@ -129,6 +132,9 @@ class Instrumentation:
     processor: SpanProcessor
     instrumentors: tuple[BaseInstrumentor, ...] = ()
     components: tuple[str, ...] = ()
+    zero_code: bool = False
+    """Set up by ``opentelemetry-instrument`` from the environment (``tallyspan._zero_code``); the app's
+    own ``instrument()`` call replaces it, since arguments win over the environment."""
     _head: _Switch | None = field(default=None, repr=False)
     _adopted: tuple[Borrowed, ...] = field(default=(), repr=False)
 
@@ -177,11 +183,12 @@ def instrument(
 ) -> Instrumentation:
     """Instrument every supported library that is installed, and check every model output.
 
-    Idempotent: a second call returns the active instrumentation and warns if its arguments differ.
+    Idempotent: a second call returns the active instrumentation and warns. Under
+    ``opentelemetry-instrument`` the first call replaces the instrumentation made from the environment.
 
     Args:
-        contracts: a contracts file (YAML or TOML path), a mapping, or a list of contracts; None checks
-            nothing but the language-free defaults.
+        contracts: a contracts file (YAML or TOML path), a mapping, or a list of contracts; default the
+            file ``TALLYSPAN_CONTRACTS`` names, else none (nothing but the language-free checks).
         service_name: ``service.name`` of a tracer provider we create; else ``OTEL_SERVICE_NAME``.
         capture_content: export message content as span attributes; else
             ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``; default False. The checks read the
@@ -191,7 +198,8 @@ def instrument(
         instrumentors: entry point names to enable (``opentelemetry_instrumentor`` group; a bare
             library name such as ``"anthropic"`` means ``tallyspan_anthropic`` unless another package
             registered that exact name); default all of tallyspan's whose library is installed. A name
-            that matches nothing, or whose library is missing, is warned about once.
+            that matches nothing, or whose library is missing, is warned about once; one already
+            instrumented (by ``opentelemetry-instrument``, or by the app) is left to its owner.
         tracer_provider: the SDK provider to add our processors to; default the global one if it is
             an SDK provider, else a new one that becomes global.
         mark_error_status: set status ERROR on violating spans.
@@ -214,9 +222,12 @@ def instrument(
     """
     global _current
     with _lock:
-        if _current is not None:
+        if _current is not None and not _current.zero_code:
             _logger.warning("tallyspan.instrument() was called again; keeping the first instrumentation")
             return _current
+        if _current is not None:
+            _logger.info("tallyspan.instrument() replaces the instrumentation opentelemetry-instrument made")
+            uninstrument()
         db_path = (
             None if store is None else resolve_db_path(None if isinstance(store, _DefaultStore) else store)
         )
@@ -225,15 +236,15 @@ def instrument(
             db_path=db_path,
             export=export_settings(db_path),
             shutdown_budget=ShutdownBudget(resolve_shutdown_timeout()),
-            contracts=_load_contracts(contracts),
+            contracts=_load_contracts(resolve_contracts(contracts)),
             service_name=service_name,
             mark_error_status=mark_error_status,
             evaluation_events=evaluation_events,
             ledger_log_tool=ledger_log_tool,
         )
-        settings = _with_otlp(settings)
         provider = _resolve_provider(tracer_provider, service_name)
         adopted = adopt(provider, keep=_Switch) if adopt_processors else ()
+        settings = _with_otlp(settings, adopted)
         guarded = tuple(
             Guarded(processor, settings.shutdown_budget) for processor in (*span_processors, *adopted)
         )
@@ -334,9 +345,20 @@ def _grpc_exporters_installed() -> bool:
     return True
 
 
-def _with_otlp(settings: Settings) -> Settings:
-    """Which signals go out over OTLP, and by which protocol; a gRPC signal without its exporter is dropped."""
-    traces = otlp_traces_requested()
+def _exports_otlp(processor: Borrowed) -> bool:
+    """True for an adopted ``Simple``/``BatchSpanProcessor`` whose exporter is an OTLP span exporter."""
+    exporter = getattr(processor.processor, "span_exporter", None)
+    return type(exporter).__module__.startswith(_OTLP_EXPORTER_MODULES)
+
+
+def _with_otlp(settings: Settings, adopted: Sequence[Borrowed] = ()) -> Settings:
+    """Which signals go out over OTLP, and by which protocol; a gRPC signal without its exporter is dropped.
+
+    Traces already exported over OTLP by an adopted processor (the app's own set-up, or the SDK
+    configurator's under ``opentelemetry-instrument``) are not exported a second time by us: that
+    processor now sends the checked spans.
+    """
+    traces = otlp_traces_requested() and not any(_exports_otlp(processor) for processor in adopted)
     logs = otlp_logs_requested()
     traces_protocol: OTLPProtocol = otlp_traces_protocol() if traces else DEFAULT_OTLP_PROTOCOL
     logs_protocol: OTLPProtocol = otlp_logs_protocol() if logs else DEFAULT_OTLP_PROTOCOL
@@ -453,6 +475,9 @@ def _instrument_libraries(
         found.add(entry_point.name)
         try:
             instrumentor = entry_point.load()()
+            if instrumentor.is_instrumented_by_opentelemetry:  # opentelemetry-instrument's, or the app's
+                _logger.debug("%s is instrumented already; leaving it to its owner", entry_point.name)
+                continue
             conflict = get_dependency_conflicts(instrumentor.instrumentation_dependencies())
             if conflict is not None:
                 if wanted is None:  # instrument every library that is there: a missing one is normal

@@ -6,6 +6,13 @@ agent called over HTTP is a run of its own here). Every span belongs to the run 
 
 The ledger reconciles every declared run, and a local root only when something was entered on its
 books: a lone model call is a root span but has no books to balance.
+
+A workflow span or local root whose work all happened in agent runs nested in it (the OpenAI Agents
+SDK's trace around its agent, LangGraph's graph around a named agent, a server span around a
+``tallyspan.run``) is their *container*, not a run of its own: one ``Runner.run`` is one run in the
+ledger and the store, not two. The ledger processor finds it out when the span ends
+(:func:`is_run_container`) and marks the span ``tallyspan.run.container``, which :func:`is_run_span`
+reads; it still carries the roll-up of the violations below it.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from opentelemetry.trace import SpanContext
 
 from tallyspan import semconv
 
-__all__ = ["declares_run", "is_local_root", "is_run_span"]
+__all__ = ["declares_run", "is_local_root", "is_run_container", "is_run_span"]
 
 
 def declares_run(attributes: Mapping[str, Any]) -> bool:
@@ -33,6 +40,20 @@ def is_local_root(parent: SpanContext | None) -> bool:
     return parent is None or parent.is_remote
 
 
+def is_run_container(attributes: Mapping[str, Any], *, nested_runs: int, has_books: bool) -> bool:
+    """True for a run span that only encloses other runs: ``nested_runs`` ended inside it and nothing was
+    entered on its own books. An agent span (``invoke_agent``, ``tallyspan.run``) is always a run."""
+    if not nested_runs or has_books:
+        return False
+    return (
+        attributes.get(semconv.GEN_AI_OPERATION_NAME) != semconv.OPERATION_INVOKE_AGENT
+        and semconv.RUN_NAME not in attributes
+    )
+
+
 def is_run_span(attributes: Mapping[str, Any], parent: SpanContext | None) -> bool:
-    """True for a span that delimits an agent run: one that declares a run, or a local root."""
+    """True for a span that delimits an agent run: one that declares a run, or a local root, unless the
+    ledger marked it a container of runs (``tallyspan.run.container``)."""
+    if attributes.get(semconv.RUN_CONTAINER) is True:
+        return False
     return declares_run(attributes) or is_local_root(parent)

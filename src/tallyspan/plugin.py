@@ -14,7 +14,7 @@ Groups:
   process-wide :func:`content_buffer` instrumentors put them in (the chain's worker takes them out);
 - **tool spans**: :func:`end_tool_span`, the one way an ``execute_tool`` span ends (outcome, error,
   content for the ledger), and :func:`json_text` for tool arguments and results as attributes;
-- **runs**: :func:`is_run_span`, :func:`declares_run`, :func:`is_local_root`;
+- **runs**: :func:`is_run_span`, :func:`declares_run`, :func:`is_local_root`, :func:`is_run_container`;
 - **checks**: :func:`check`, :class:`CheckResult`, :class:`Contract`, :class:`ContractSet`;
 - **components**: :class:`Settings` (what a ``tallyspan.components`` factory is given), with its
   :class:`ExportSettings` and :class:`ShutdownBudget`,
@@ -54,7 +54,7 @@ from tallyspan._contracts import Contract, ContractSet
 from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
 from tallyspan._metrics import record_run, record_violations
-from tallyspan._runs import declares_run, is_local_root, is_run_span
+from tallyspan._runs import declares_run, is_local_root, is_run_container, is_run_span
 from tallyspan._selfstats import count, stats, swallowed
 from tallyspan._stage import current_stage
 from tallyspan._state import RunningState, active
@@ -113,6 +113,7 @@ __all__ = [
     "end_tool_span",
     "is_local_root",
     "is_locked",
+    "is_run_container",
     "is_run_span",
     "json_text",
     "migration",

@@ -124,6 +124,9 @@ OPENLLMETRY_PROMPT_PREFIX: Final = "gen_ai.prompt."
 #: OpenInference flattens output messages as llm.output_messages.{i}.message.content.
 OPENINFERENCE_OUTPUT_MESSAGES_PREFIX: Final = "llm.output_messages."
 OPENINFERENCE_OUTPUT_VALUE: Final = "output.value"
+"""OpenInference's output of a span. Empty on our model spans while content capture is off: Arize
+Phoenix fills a missing one in from ``gen_ai.response.id`` / ``.model``, and its Output panel shows that
+JSON as if it were the model's answer."""
 #: ... and input messages as llm.input_messages.{i}.message.role / .content.
 OPENINFERENCE_INPUT_MESSAGES_PREFIX: Final = "llm.input_messages."
 OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
@@ -152,6 +155,10 @@ RUN_VIOLATION_COUNT: Final = "tallyspan.run.violation_count"
 """int, on run spans (``invoke_agent``, else the local root): violations on the spans below it."""
 RUN_VIOLATION_TYPES: Final = "tallyspan.run.violation_types"
 """string[], on run spans: sorted, unique types of the violations below it."""
+RUN_CONTAINER: Final = "tallyspan.run.container"
+"""bool, true on a workflow span or local root that only encloses agent runs (the Agents SDK's trace
+around its agent, a server span around ``tallyspan.run``): not a run of its own, so it has no books and
+no ledger record; it still carries the roll-up of the violations below it."""
 CONTRACT: Final = "tallyspan.contract"
 """string: the name of the contract the span was checked against."""
 CHECK_ERRORS: Final = "tallyspan.check_errors"

@@ -188,8 +188,8 @@ class Recorded:
       too short and without its verdict line;
     - ``booker``: a run; a tool call nobody logged (its books do not balance), then a good report;
     - ``triage``: a call outside any run, in stage ``triage``: a refusal;
-    - ``both``: a run whose one call is also traced by opentelemetry-instrumentation-openai-v2, so the
-      store has two chat spans for it.
+    - ``both``: a run whose one call is also traced by opentelemetry-instrumentation-openai-v2: tallyspan
+      joins its span, so the store has one chat span for it (openai-v2's, with our stage and verdicts).
 
     A claim made outside any run was dropped, and the store recorded the counter.
     """

@@ -65,7 +65,7 @@ def test_doctor_json_is_the_pinned_document(recorded: Recorded) -> None:
         "counters",
     }  # fmt: skip
     assert (overview["spans"], overview["traces"], overview["runs"], overview["reconciled_runs"]) == (
-        11,
+        10,
         4,
         4,
         3,
@@ -83,9 +83,9 @@ def test_doctor_json_is_the_pinned_document(recorded: Recorded) -> None:
         f"process {os.getpid()} ({process['service_name']}) recorded dropped.ledger_claims=1"
     ]
     assert data["notes"] == [
-        "openai and tallyspan_openai both instrument openai under opentelemetry-instrument: each call gets a "
-        "model span from each (the report counts the call once); to keep tallyspan's alone, set "
-        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=openai"
+        "openai and tallyspan_openai both instrument openai under opentelemetry-instrument: tallyspan joins "
+        "the other's model span where it can (one span a call, checked), and the report counts a call traced "
+        "twice once; to keep tallyspan's alone, set OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=openai"
     ]
 
 

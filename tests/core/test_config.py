@@ -11,6 +11,7 @@ from tallyspan._config import (
     otlp_logs_requested,
     otlp_traces_requested,
     resolve_capture_content,
+    resolve_contracts,
     resolve_db_path,
 )
 
@@ -60,6 +61,23 @@ def test_otlp_export_is_requested_by_endpoint_or_exporter_selection(monkeypatch:
     assert otlp_traces_requested() is False
     monkeypatch.setenv("OTEL_LOGS_EXPORTER", "console,otlp")
     assert otlp_logs_requested() is True
+
+
+def test_otlp_exporter_selection_decides_over_an_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")  # as the SDK reads it: the endpoint only says where
+    assert otlp_traces_requested() is False
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console, otlp")
+    assert otlp_traces_requested() is True
+
+
+def test_contracts_argument_then_env_then_none(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    mapping = {"report": {"language": "ja"}}
+    assert resolve_contracts(mapping) is mapping
+    assert resolve_contracts(None) is None
+    monkeypatch.setenv("TALLYSPAN_CONTRACTS", f" {tmp_path / 'contracts.yaml'} ")
+    assert resolve_contracts(None) == tmp_path / "contracts.yaml"
+    assert resolve_contracts(mapping) is mapping
 
 
 def test_the_spool_sits_beside_the_store_or_where_the_environment_says(

@@ -99,6 +99,7 @@ def test_message_span_has_exact_gen_ai_attributes(
     assert span.instrumentation_scope.name == semconv.INSTRUMENTATION_SCOPE
     assert dict(span.attributes or {}) == {
         semconv.GEN_AI_OPERATION_NAME: "chat",
+        semconv.OPENINFERENCE_OUTPUT_VALUE: "",  # content off: nothing for Phoenix to show
         semconv.GEN_AI_PROVIDER_NAME: "anthropic",
         semconv.GEN_AI_REQUEST_MODEL: MODEL,
         semconv.GEN_AI_REQUEST_MAX_TOKENS: 256,
@@ -426,6 +427,7 @@ def test_exhausted_stream_ends_the_span_once_with_the_whole_response(
     assert ttfc > 0
     assert attributes == {
         semconv.GEN_AI_OPERATION_NAME: "chat",
+        semconv.OPENINFERENCE_OUTPUT_VALUE: "",  # content off: nothing for Phoenix to show
         semconv.GEN_AI_PROVIDER_NAME: "anthropic",
         semconv.GEN_AI_REQUEST_MODEL: MODEL,
         semconv.GEN_AI_REQUEST_MAX_TOKENS: 256,

@@ -27,6 +27,7 @@ from tests.conftest import AgentsExportReceiver, MakeInstrumented
 import tallyspan
 from tallyspan import semconv
 from tallyspan._content import ModelContent, ToolCallContent, ToolContent, content_buffer
+from tallyspan._store_queries import ledger_runs, open_store, report
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
 from tallyspan_instrumentors.openai import OpenAIInstrumentor
 from tallyspan_instrumentors.openai_agents import OpenAIAgentsInstrumentor
@@ -156,6 +157,7 @@ async def test_run_becomes_agent_model_and_tool_spans_in_one_tree(agent_spans):
     assert first.kind is SpanKind.CLIENT
     assert attrs(first) == {
         semconv.GEN_AI_OPERATION_NAME: "chat",
+        semconv.OPENINFERENCE_OUTPUT_VALUE: "",  # content off: nothing for Phoenix to show
         semconv.GEN_AI_PROVIDER_NAME: "openai",
         semconv.GEN_AI_REQUEST_MODEL: "m1",
         semconv.GEN_AI_USAGE_INPUT_TOKENS: 30,
@@ -587,3 +589,48 @@ def test_instrument_does_not_import_the_sdk_and_hooks_in_when_the_app_does():
     )
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr
+
+
+async def test_each_runner_run_is_one_run_in_the_ledger_and_the_store(full_chain, span_exporter, db_path):
+    def one_run() -> list[ScriptedReply]:
+        return [
+            ScriptedReply(tool_calls=[ScriptedToolCall("lookup", {"city": "Osaka"}, call_id="c1")]),
+            ScriptedReply(text="Done."),  # English, for a Japanese contract
+        ]
+
+    with OpenAICompatibleServer(replies=one_run() + one_run()) as server, tallyspan.stage("weekly_report"):
+        agent = make_agent(server, [lookup])
+        for _ in range(2):
+            await Runner.run(agent, "週報を送って")
+    assert full_chain.force_flush()
+    with open_store(db_path) as db:
+        assert [run.run_name for run in ledger_runs(db)] == ["worker", "worker"]  # not 4, no empty workflow
+        assert report(db).runs == 2
+    spans = span_exporter.get_finished_spans()
+    workflows = named(spans, "invoke_workflow")
+    assert len(workflows) == 2
+    for workflow in workflows:
+        attributes = attrs(workflow)
+        assert attributes[semconv.RUN_CONTAINER] is True
+        assert semconv.LEDGER_BALANCED not in attributes  # the books are the agent run's
+        # ... but the root of the trace still shows the failure in trace lists
+        assert attributes[semconv.RUN_VIOLATION_TYPES] == ["not_japanese", "too_short"]
+        assert workflow.status.status_code is StatusCode.ERROR
+    for agent_span in named(spans, "invoke_agent"):
+        assert attrs(agent_span)[semconv.LEDGER_DISCREPANCY_TYPES] == ("ledger_missing", "unlogged_call")
+
+
+async def test_a_handoff_gives_one_run_per_agent_under_one_workflow(full_chain, span_exporter, db_path):
+    replies = [
+        ScriptedReply(tool_calls=[ScriptedToolCall("transfer_to_expert", {}, call_id="h1")]),
+        ScriptedReply(text="専門家の回答です。"),
+    ]
+    with OpenAICompatibleServer(replies=replies) as server:
+        expert = make_agent(server, [], name="expert")
+        await Runner.run(make_agent(server, [], name="triage", handoffs=[expert]), "難しい質問")
+    assert full_chain.force_flush()
+    with open_store(db_path) as db:
+        assert sorted(str(run.run_name) for run in ledger_runs(db)) == ["expert", "triage"]
+        assert report(db).runs == 2
+    (workflow,) = named(span_exporter.get_finished_spans(), "invoke_workflow")
+    assert attrs(workflow)[semconv.RUN_CONTAINER] is True

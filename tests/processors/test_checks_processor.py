@@ -280,6 +280,13 @@ def test_openllmetry_and_openinference_content_is_read(pipeline: Pipeline) -> No
     assert (output_value.attributes or {})[semconv.CONTRACT] == "report"
 
 
+def test_an_empty_output_value_is_no_content(pipeline: Pipeline) -> None:
+    # Our model spans carry output.value "" while content capture is off (for Phoenix): nothing to judge.
+    span = pipeline.span(_chat(**{semconv.OPENINFERENCE_OUTPUT_VALUE: ""}))
+    assert semconv.VIOLATION_TYPES not in (span.attributes or {})
+    assert (span.attributes or {})[semconv.CONTRACT] == "report"
+
+
 def test_malformed_captured_content_runs_only_the_non_text_checks(pipeline: Pipeline) -> None:
     span = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: "{not json"}), duration_s=6.0)
     assert tuple((span.attributes or {})[semconv.VIOLATION_TYPES]) == ("timeout",)  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ import tallyspan
 from tallyspan import semconv
 from tallyspan._content import ModelContent, ToolCallContent, ToolContent, content_buffer
 from tallyspan.ledger import LedgerRecord
+from tallyspan.plugin import is_run_span
 from tallyspan_processors import LedgerProcessor
 
 
@@ -298,6 +299,67 @@ def test_nested_runs_keep_separate_books(books: _Books) -> None:
     outer = _attrs(books.finished("invoke_agent outer"))
     assert outer[semconv.LEDGER_BALANCED] is True
     assert outer[semconv.LEDGER_OBSERVED_COUNT] == 2
+
+
+def _workflow(books: _Books, name: str = "Agent workflow") -> Any:
+    return books.tracer.start_as_current_span(
+        f"invoke_workflow {name}",
+        attributes={
+            semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_INVOKE_WORKFLOW,
+            semconv.GEN_AI_WORKFLOW_NAME: name,
+        },
+    )
+
+
+def test_a_workflow_around_agent_runs_is_their_container_not_a_run(books: _Books) -> None:
+    with _workflow(books):
+        with books.run("triage"):
+            books.tool("search", "c1")
+        with books.run("expert"):
+            pass
+    workflow = _attrs(books.finished("invoke_workflow Agent workflow"))
+    assert workflow == {
+        semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_INVOKE_WORKFLOW,
+        semconv.GEN_AI_WORKFLOW_NAME: "Agent workflow",
+        semconv.RUN_CONTAINER: True,
+    }
+    assert [record.run_name for record in books.sink.records] == ["triage", "expert"]  # no empty third
+    assert is_run_span(workflow, None) is False
+    assert is_run_span(_attrs(books.finished("invoke_agent triage")), None) is True
+
+
+def test_a_workflow_with_books_of_its_own_stays_a_run(books: _Books) -> None:
+    with _workflow(books, "graph"):
+        books.tool("fetch", "f1")  # done by the workflow itself, outside any agent
+        with books.run("writer"):
+            pass
+    workflow = _attrs(books.finished("invoke_workflow graph"))
+    assert semconv.RUN_CONTAINER not in workflow
+    assert workflow[semconv.LEDGER_OBSERVED_COUNT] == 1
+    assert sorted(record.run_name for record in books.sink.records) == ["graph", "writer"]
+
+
+def test_a_workflow_without_agent_runs_is_the_run(books: _Books) -> None:
+    with _workflow(books, "graph"):
+        pass
+    assert _attrs(books.finished("invoke_workflow graph"))[semconv.LEDGER_BALANCED] is True
+    assert [record.run_name for record in books.sink.records] == ["graph"]
+
+
+def test_an_agent_run_around_other_agent_runs_is_still_a_run(books: _Books) -> None:
+    with books.run("orchestrator"), books.run("worker"):
+        pass
+    assert semconv.RUN_CONTAINER not in _attrs(books.finished("invoke_agent orchestrator"))
+    assert sorted(record.run_name for record in books.sink.records) == ["orchestrator", "worker"]
+
+
+def test_a_local_root_around_an_agent_run_is_its_container(books: _Books) -> None:
+    with books.tracer.start_as_current_span("POST /ask"), books.run():
+        books.tool("search", "c1")
+    root = _attrs(books.finished("POST /ask"))
+    assert root == {semconv.RUN_CONTAINER: True}
+    assert is_run_span(root, None) is False
+    assert [record.run_name for record in books.sink.records] == ["agent"]
 
 
 def test_deeper_descendants_belong_to_the_nearest_run(books: _Books) -> None:

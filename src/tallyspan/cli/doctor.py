@@ -346,9 +346,9 @@ def _notes(result: DoctorResult) -> list[str]:
         if others and len(others) < len(items):
             notes.append(
                 f"{' and '.join(item.name for item in items)} both instrument {library} under "
-                "opentelemetry-instrument: each call gets a model span from each (the report counts the "
-                f"call once); to keep tallyspan's alone, set {OTEL_PYTHON_DISABLED_INSTRUMENTATIONS}="
-                + ",".join(others)
+                "opentelemetry-instrument: tallyspan joins the other's model span where it can (one span a "
+                "call, checked), and the report counts a call traced twice once; to keep tallyspan's "
+                f"alone, set {OTEL_PYTHON_DISABLED_INSTRUMENTATIONS}=" + ",".join(others)
             )
     return notes
 
