@@ -34,6 +34,7 @@ from tallyspan._config import (
     ENV_SHUTDOWN_TIMEOUT,
     ENV_SPOOL,
 )
+from tallyspan._store_queries import open_store, process_counters
 
 RUNS = 40
 #: Short settings keep the suite fast: one export gives up after 0.5 s, retries at most 0.2 s apart.
@@ -363,9 +364,13 @@ def test_a_restart_in_the_middle_sends_what_the_last_process_left_exactly_once(
     counts = _assert_exactly_once(receiver, made)
     left = Produced.from_json(first["produced"])
     ends = "crashes" if ending == "crash" else "exits"
-    counted = {
-        key: value for key, value in first["stats"].items() if key.startswith(("errors.otlp", "dropped"))
-    }
+    # What each process counted, as the store recorded it (at its shutdown, for one that exited).
+    with open_store(tmp_path / "tallyspan.db") as db:
+        counted = {f"{p.pid} {key}": value for p in process_counters(db) for key, value in p.counts.items()}
+    at_shutdown = sum(value for key, value in counted.items() if key.endswith("dropped.otlp.traces.shutdown"))
+    if ending == "exit":
+        # The first process's clean spans waited in memory: every one of them is a counted loss.
+        assert at_shutdown == len(left.clean_spans)
     _record(
         {
             "scenario": f"refused, the app {ends}, a new process starts with the backend up",
