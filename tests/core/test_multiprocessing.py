@@ -14,6 +14,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 import tallyspan
+from tallyspan._config import ENV_SHUTDOWN_TIMEOUT
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
@@ -31,8 +32,11 @@ def _job(number: int) -> int:
 
 
 def test_a_fork_pool_closed_and_joined_stores_every_run(
-    tracer_provider: TracerProvider, db_path: Path
+    tracer_provider: TracerProvider, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The flush is under test, not its budget: four workers and this process share one SQLite file, and
+    # on a loaded machine their last writes may wait on each other longer than the default 3 s.
+    monkeypatch.setenv(ENV_SHUTDOWN_TIMEOUT, "30")
     instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=[])
     context = multiprocessing.get_context("fork")
     with warnings.catch_warnings():
@@ -45,7 +49,7 @@ def test_a_fork_pool_closed_and_joined_stores_every_run(
         pool.close()
         pool.join()
     assert instrumentation.force_flush(10_000)
-    assert len(workers) > 1
+    assert os.getpid() not in workers  # the runs were made in the pool's workers
     db = sqlite3.connect(db_path)
     try:
         runs = db.execute("SELECT count(*) FROM runs").fetchone()[0]
