@@ -112,7 +112,7 @@ def _completion_body() -> bytes:
 def _stream_body() -> bytes:
     size = -(-len(ANSWER) // (STREAM_CHUNKS - 1))
     pieces = [ANSWER[i : i + size] for i in range(0, len(ANSWER), size)]
-    events = []
+    events: list[dict[str, Any]] = []
     for index, piece in enumerate(pieces):
         delta: dict[str, Any] = {"content": piece}
         if index == 0:
@@ -121,19 +121,25 @@ def _stream_body() -> bytes:
     events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
     lines = []
     for event in events:
-        event.update(id="chatcmpl-bench", object="chat.completion.chunk", created=1, model="bench-model")
+        event |= {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "bench-model",
+        }
         lines.append(f"data: {json.dumps(event, ensure_ascii=False)}\n\n")
     lines.append("data: [DONE]\n\n")
     return "".join(lines).encode()
 
 
 def _client() -> Any:
-    import httpx
     import openai
 
+    # openai 3 ships its own fork of httpx (httpx2); older releases (OpenLIT's pin) use httpx itself.
+    httpx: Any = importlib.import_module("httpx2" if importlib.util.find_spec("httpx2") else "httpx")
     completion, stream = _completion_body(), _stream_body()
 
-    def handle(request: httpx.Request) -> httpx.Response:
+    def handle(request: Any) -> Any:
         if b'"stream":true' in request.content.replace(b" ", b""):
             return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream)
         return httpx.Response(200, headers={"content-type": "application/json"}, content=completion)
@@ -173,6 +179,9 @@ def _batch_provider() -> Any:
     return provider
 
 
+_OPENLIT_PROVIDER: Any = None
+
+
 class _Toggle:
     """Instrument and uninstrument one case; ``flush`` waits for its deferred work."""
 
@@ -197,12 +206,31 @@ class _Toggle:
                 capture_content=True,
             )
             return
-        self.provider = _batch_provider()
         if self.case == "openlit":
-            import openlit
+            # OpenLIT's instrumentor traces through the global provider: one for the whole process.
+            from opentelemetry import trace
 
-            openlit.init(tracer=self.provider.get_tracer("openlit"), disable_metrics=True)
+            global _OPENLIT_PROVIDER
+            if _OPENLIT_PROVIDER is None:
+                _OPENLIT_PROVIDER = _batch_provider()
+                trace.set_tracer_provider(_OPENLIT_PROVIDER)
+            self.provider = _OPENLIT_PROVIDER
+            config: Any = importlib.import_module("openlit._config")
+            config.OpenlitConfig.update_config(  # what openlit.init() sets, without its exporters
+                "bench", "bench", None, None, False, True, None, True, {}, True
+            )
+            module: Any = importlib.import_module("openlit.instrumentation.openai")
+            self.instrumentor = module.OpenAIInstrumentor()
+            self.instrumentor.instrument(
+                environment="bench",
+                application_name="bench",
+                pricing_info={},
+                capture_message_content=True,
+                disable_metrics=True,
+                disable_events=True,
+            )
             return
+        self.provider = _batch_provider()
         module = importlib.import_module(CASES[self.case][0])
         name = "OpenAIInstrumentor"
         self.instrumentor = getattr(module, name)()
@@ -220,7 +248,7 @@ class _Toggle:
             tallyspan.uninstrument()
         elif self.instrumentor is not None:
             self.instrumentor.uninstrument()
-        if self.provider is not None:
+        if self.provider is not None and self.provider is not _OPENLIT_PROVIDER:
             self.provider.shutdown()
         self.provider = self.instrumentor = None
 
@@ -290,7 +318,7 @@ def run_case(case: str, calls: int, rounds: int) -> dict[str, Any]:
 _IMPORT_CODE = """
 import json, os, sys, time
 os.environ["TALLYSPAN_DB"] = {db!r}
-import openai, httpx
+import openai
 import opentelemetry.sdk.trace, opentelemetry.sdk.trace.export
 from opentelemetry.sdk.trace import TracerProvider
 sys.path.insert(0, {bench!r})
@@ -494,7 +522,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     startup: dict[str, float] = {}
     for case in args.cases.split(","):
         module, label = CASES[case]
-        python = sys.executable if case.startswith("tallyspan") else args.python
+        # A peer runs here if this interpreter has it, else with --python (a venv that has it).
+        python = sys.executable if _importable(sys.executable, module) else args.python
         if not _importable(python, module):
             print(f"skipped {label}: {module} is not importable by {python} (see bench/README.md)")
             continue
