@@ -66,8 +66,6 @@ repetitions around them (``a{100}`` is 100, ``(?:ab){50}`` 150). About 250 bytes
 MAX_PATTERNS: Final = 5_000
 """Most patterns in one load (a file, a mapping or a list): each costs about 2 KB compiled."""
 MAX_LOAD_EXPANSION: Final = 200_000
-#: How long a search may hold the GIL before it goes on with the GIL released (see PatternBudget.search).
-_GIL_HELD_SLICE_S: Final = 0.002
 """Most nodes all of one load's patterns may unroll to together (about 50 MB)."""
 COMPILE_BUDGET_S: Final = 2.0
 """Time all of one load's patterns may take to compile; a load over it fails after the pattern that
@@ -268,24 +266,8 @@ class PatternBudget:
         if remaining <= 0:
             self._exhaust()
             return None
-        limit = min(self._per_pattern_s, remaining)
         try:
-            # regex releases the GIL while it matches a str. On the worker that costs a GIL hand-off per
-            # search, and with a busy app thread each hand-off waits out the switch interval (5 ms), so
-            # the worker fell behind. A search first keeps the GIL for a short slice (ordinary patterns
-            # finish in microseconds); only one that runs longer continues with the GIL released,
-            # so a slow pattern still cannot stall the app's threads.
-            quick = min(_GIL_HELD_SLICE_S, limit)
-            try:
-                return pattern.search(text, timeout=quick, concurrent=False) is not None
-            except TimeoutError:
-                if limit <= quick:
-                    raise
-            remaining = self._deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            limit = min(limit - quick, remaining)
-            return pattern.search(text, timeout=limit) is not None
+            return pattern.search(text, timeout=min(self._per_pattern_s, remaining)) is not None
         except TimeoutError:
             count("checks.regex_timeout")
             if self._deadline - time.monotonic() <= 0:
