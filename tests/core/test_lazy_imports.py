@@ -1,8 +1,9 @@
 """The check engine and its libraries load only when they are used (issue 13: startup cost).
 
-An instrumentor alone, or ``import tallyspan``, must not import the check engine, the contracts, YAML,
-``regex`` or ``jsonschema``; the names stay importable from ``tallyspan`` and ``tallyspan.plugin``.
-Each case runs in a fresh interpreter, since this test process has imported everything already.
+An instrumentor alone, ``import tallyspan``, or ``instrument()`` without contracts must not import the
+check engine, the contracts, YAML, ``regex`` or ``jsonschema``; the names stay importable from
+``tallyspan`` and ``tallyspan.plugin``. Each case runs in a fresh interpreter, since this test process
+has imported everything already.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 HEAVY = ("tallyspan._checks", "tallyspan._contracts", "yaml", "regex", "jsonschema")
 
@@ -34,6 +36,20 @@ def test_an_instrumentor_alone_imports_no_check_engine() -> None:
         from tallyspan_instrumentors.openai import OpenAIInstrumentor
 
         OpenAIInstrumentor().instrument(tracer_provider=TracerProvider())
+        """
+    )
+    assert loaded == []
+
+
+def test_instrument_without_contracts_imports_no_check_engine(tmp_path: Path) -> None:
+    loaded = _loaded_after(
+        f"""
+        import tallyspan
+        from opentelemetry.sdk.trace import TracerProvider
+
+        tallyspan.instrument(
+            tracer_provider=TracerProvider(), store={str(tmp_path / "t.db")!r}, instrumentors=["tallyspan_openai"]
+        )
         """
     )
     assert loaded == []
