@@ -24,13 +24,12 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, EntryPoints, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
@@ -235,6 +234,7 @@ def instrument(
         provider = _resolve_provider(tracer_provider, service_name)
         adopted = adopt(provider, keep=_Switch) if adopt_processors else ()
         settings = _with_otlp(settings, adopted)
+        _forget_entry_points()
         chain, names = _build_chain(settings, (*span_processors, *adopted), ledger_sinks)
         head = _Switch(chain)
         provider.add_span_processor(head)
@@ -370,8 +370,24 @@ def _with_otlp(settings: Settings, adopted: Sequence[Borrowed] = ()) -> Settings
     )
 
 
+# Entry points by group, read once per instrument() call: each entry_points() call reads the
+# metadata of every installed distribution, and building the chain asks about a dozen times.
+_entry_point_scan: dict[str, EntryPoints] = {}
+
+
+def _forget_entry_points() -> None:
+    _entry_point_scan.clear()
+
+
+def _entry_points(group: str, name: str | None = None) -> EntryPoints:
+    found = _entry_point_scan.get(group)
+    if found is None:
+        found = _entry_point_scan[group] = entry_points(group=group)
+    return found if name is None else found.select(name=name)
+
+
 def _component_entry_point(name: str) -> EntryPoint | None:
-    found = entry_points(group=COMPONENT_GROUP, name=name)
+    found = _entry_points(COMPONENT_GROUP, name)
     return next(iter(found), None)
 
 
@@ -438,7 +454,7 @@ def _instrument_libraries(
     wanted = None if names is None else {_entry_point_name(name) for name in names}
     found: set[str] = set()
     enabled: list[BaseInstrumentor] = []
-    for entry_point in entry_points(group=INSTRUMENTOR_GROUP):
+    for entry_point in _entry_points(INSTRUMENTOR_GROUP):
         if wanted is None:
             if not entry_point.value.startswith(_OWN_INSTRUMENTORS_PACKAGE):
                 continue
@@ -450,6 +466,9 @@ def _instrument_libraries(
             if instrumentor.is_instrumented_by_opentelemetry:  # opentelemetry-instrument's, or the app's
                 _logger.debug("%s is instrumented already; leaving it to its owner", entry_point.name)
                 continue
+            # Imported here: it brings in packaging's version parser, only needed to enable instrumentors.
+            from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
+
             conflict = get_dependency_conflicts(instrumentor.instrumentation_dependencies())
             if conflict is not None:
                 if wanted is None:  # instrument every library that is there: a missing one is normal
@@ -470,7 +489,7 @@ def _instrument_libraries(
     for unknown in sorted((wanted or set()) - found):
         known = sorted(
             entry_point.name
-            for entry_point in entry_points(group=INSTRUMENTOR_GROUP)
+            for entry_point in _entry_points(INSTRUMENTOR_GROUP)
             if entry_point.value.startswith(_OWN_INSTRUMENTORS_PACKAGE)
         )
         warn_once(
@@ -485,10 +504,10 @@ def _instrument_libraries(
 
 def _entry_point_name(name: str) -> str:
     """``anthropic`` means our ``tallyspan_anthropic`` when no entry point has the bare name."""
-    if any(True for _ in entry_points(group=INSTRUMENTOR_GROUP, name=name)):
+    if any(True for _ in _entry_points(INSTRUMENTOR_GROUP, name)):
         return name
     own = f"tallyspan_{name}"
-    return own if any(True for _ in entry_points(group=INSTRUMENTOR_GROUP, name=own)) else name
+    return own if any(True for _ in _entry_points(INSTRUMENTOR_GROUP, own)) else name
 
 
 @atexit.register
