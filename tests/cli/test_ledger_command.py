@@ -97,9 +97,12 @@ def test_run_option_selects_one_run_by_its_trace_id_or_a_prefix_of_it(
     db_path: Path, books: dict[str, str]
 ) -> None:
     _, everything = _invoke(db_path)
-    headers = {line.split()[1]: line.split()[5] for line in everything.splitlines() if line.startswith("run ")}
+    headers = {
+        line.split()[1]: line.split()[5] for line in everything.splitlines() if line.startswith("run ")
+    }
     trace_id = headers["sloppy"]
-    assert len(trace_id) == 32 and trace_id != headers["tidy"]
+    assert len(trace_id) == 32
+    assert trace_id != headers["tidy"]
     for given in (trace_id, trace_id[:10], trace_id.upper()):
         code, output = _invoke(db_path, "--run", given)
         assert code == 0

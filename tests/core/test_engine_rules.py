@@ -91,7 +91,9 @@ def test_a_disclaimer_followed_by_but_i_can_is_an_answer(text: str) -> None:
     assert _types(text) == ()
 
 
-@pytest.mark.parametrize("text", ["I can't give medical advice.", "I'm sorry, but I can't give medical advice."])
+@pytest.mark.parametrize(
+    "text", ["I can't give medical advice.", "I'm sorry, but I can't give medical advice."]
+)
 def test_the_same_disclaimer_alone_is_a_refusal(text: str) -> None:
     assert is_refusal(text)
     assert _types(text) == ("refusal",)
@@ -123,8 +125,11 @@ def test_the_allowed_claims_are_normalised_like_the_text(allowed: str, text: str
 
 
 def test_each_unearned_claim_is_counted_in_its_detail() -> None:
-    result = check("導入企業300社が採用しています。導入企業500社が採用しています。", Contract(claims={"allowed": []}))  # type: ignore[arg-type]
-    assert [violation.detail for violation in result.violations] == ["2 customer claim(s) not in claims.allowed"]
+    no_claims = Contract(claims={"allowed": []})  # type: ignore[arg-type]
+    result = check("導入企業300社が採用しています。導入企業500社が採用しています。", no_claims)
+    assert [violation.detail for violation in result.violations] == [
+        "2 customer claim(s) not in claims.allowed"
+    ]
 
 
 # --- relevance -------------------------------------------------------------------------------------

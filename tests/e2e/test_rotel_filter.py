@@ -106,7 +106,9 @@ def _rotel(exporter_endpoint: str, tmp_path: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
-            pytest.fail(f"rotel did not exit within {_SHUTDOWN_TIMEOUT_S}s of SIGTERM: its last batch is unknown")
+            pytest.fail(
+                f"rotel did not exit within {_SHUTDOWN_TIMEOUT_S}s of SIGTERM: its last batch is unknown"
+            )
         finally:
             log.close()
 

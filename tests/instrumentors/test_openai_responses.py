@@ -166,7 +166,11 @@ def test_responses_stream_cut_short_keeps_the_deltas_seen(
         buffer.remove_consumer()
     assert isinstance(content, ModelContent)
     assert len(set(deltas)) == 3  # three different pieces: the order and each piece count
-    assert content.output_text == "".join(deltas) == ("abcdefghijklmnopqrstuvwxyz" * 3)[: len(content.output_text)]
+    assert (
+        content.output_text
+        == "".join(deltas)
+        == ("abcdefghijklmnopqrstuvwxyz" * 3)[: len(content.output_text)]
+    )
     assert (span.attributes or {})[semconv.GEN_AI_RESPONSE_ID] == "resp_1"
 
 

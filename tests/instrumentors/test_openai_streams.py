@@ -102,7 +102,8 @@ def test_time_to_first_chunk_is_measured_at_the_first_chunk(
     ttfc = (span.attributes or {})[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK]
     assert isinstance(ttfc, float)
     assert delay <= ttfc < delay + pause  # before the app's first pause: not a later chunk
-    assert span.end_time is not None and span.start_time is not None
+    assert span.end_time is not None
+    assert span.start_time is not None
     assert (span.end_time - span.start_time) / 1e9 >= delay + pause * (chunks - 1)
 
 

@@ -411,10 +411,12 @@ def test_instrument_wires_the_checks_into_the_chain_and_empties_the_buffer(
 
 def test_the_same_output_counts_as_another_answer_only_within_one_stage() -> None:
     """Two stages may legitimately give the same text (a summary, then its review); one stage may not."""
-    contracts = {"contracts": {"summary": {}, "review": {}}}
+    contracts: dict[str, Any] = {"contracts": {"summary": {}, "review": {}}}
     answer = "判定：合格。提出された週次報告は必要な項目をすべて含み、数値にも誤りはありませんでした。"
     with _build(contracts=contracts) as pipeline:
-        pipeline.span(_chat(stage="summary"), content=ModelContent(answer, prompt="A社の週次報告を要約してください。"))
+        pipeline.span(
+            _chat(stage="summary"), content=ModelContent(answer, prompt="A社の週次報告を要約してください。")
+        )
         other_stage = pipeline.span(
             _chat(stage="review"), content=ModelContent(answer, prompt="B社の週次報告を審査してください。")
         )
