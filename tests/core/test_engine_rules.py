@@ -215,3 +215,34 @@ def test_taking_exactly_deadline_s_is_not_a_timeout() -> None:
     contract = Contract(deadline_s=30)
     assert _types(JAPANESE, contract, elapsed_s=30.0) == ()
     assert _types(JAPANESE, contract, elapsed_s=30.001) == ("timeout",)
+
+
+@pytest.mark.parametrize(
+    ("error", "detail"),
+    [
+        ("APITimeoutError: Request timed out.", "the call failed with a timeout (APITimeoutError)"),
+        (TimeoutError("read timed out"), "the call failed with a timeout (TimeoutError)"),
+        (ConnectionRefusedError(111, "refused"), "the inference server failed (ConnectionRefusedError)"),
+        ("503", "the inference server failed (503)"),
+        (": timed out", "the call failed with a timeout (error)"),  # no name before the colon
+        ("E" * 80 + ": timed out", f"the call failed with a timeout ({'E' * 60})"),
+    ],
+)
+def test_an_error_detail_names_the_error_type_only(error: str | BaseException, detail: str) -> None:
+    result = check(None, error=error)
+    assert [violation.detail for violation in result.violations] == [detail]
+
+
+def _chain(depth_of_refusal: int) -> BaseException:
+    """An exception whose cause chain holds a refused connection ``depth_of_refusal`` links down."""
+    error: BaseException = ConnectionRefusedError(111, "refused")
+    for index in range(depth_of_refusal - 1):
+        wrapper = RuntimeError(f"wrapped {index}")
+        wrapper.__context__ = error  # an exception raised while handling the previous one
+        error = wrapper
+    return error
+
+
+def test_the_cause_chain_is_followed_five_links_deep() -> None:
+    assert _types("", error=_chain(5)) == ("process_error",)
+    assert _types("", error=_chain(6)) == ()  # deeper is another failure, not the call's
