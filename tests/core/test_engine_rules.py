@@ -246,3 +246,27 @@ def _chain(depth_of_refusal: int) -> BaseException:
 def test_the_cause_chain_is_followed_five_links_deep() -> None:
     assert _types("", error=_chain(5)) == ("process_error",)
     assert _types("", error=_chain(6)) == ()  # deeper is another failure, not the call's
+
+
+@pytest.mark.parametrize(
+    ("output", "detail"),
+    [
+        ('{"score": "x"}', "json field $.score has type string, want integer|null"),
+        ('{"score": 11}', "json field $.score fails maximum 10"),
+        ('{"score": 1, "extra": 1}', "json object $ has unexpected field(s)"),
+        ('{"score": 1, "tags": ["a", "a"]}', "json field $.tags fails uniqueItems"),
+    ],
+)
+def test_each_json_schema_problem_has_its_exact_detail(output: str, detail: str) -> None:
+    contract = Contract(
+        json_schema={
+            "type": "object",
+            "properties": {
+                "score": {"type": ["integer", "null"], "maximum": 10},
+                "tags": {"type": "array", "uniqueItems": True},
+            },
+            "required": ["score"],
+            "unevaluatedProperties": False,
+        }
+    )
+    assert [violation.detail for violation in check(output, contract).violations] == [detail]
