@@ -83,10 +83,9 @@ cp "${ROOT}/pyproject.toml" "${STAGE}/pyproject.toml"
 } >"${STAGE}/setup.cfg"
 
 cd "${STAGE}"
-# Subprocesses the tests start (the CLI, forked workers) import the staged, mutated copy too. The
-# folder must exist before Python starts: a path missing at startup is cached as "no finder" for good.
-mkdir -p "${STAGE}/mutants/src"
-export PYTHONPATH="${STAGE}/mutants/src"
+# mutmut puts mutants/src first on the path itself. No PYTHONPATH: a subprocess a test starts (with
+# another working directory) cannot load mutmut's configuration, so it runs the installed, unmutated code.
+unset PYTHONPATH
 if [ "$#" -gt 0 ]; then
     exec "${VENV_BIN}/mutmut" "$@"
 fi
