@@ -283,3 +283,28 @@ def test_each_json_schema_problem_has_its_exact_detail(output: str, detail: str)
 )
 def test_urls_math_and_markup_are_not_english_inside_japanese(inserted: str) -> None:
     assert language_violations(JAPANESE + inserted, "ja") == []
+
+
+def test_a_failing_reasoning_strip_is_counted_logged_and_the_rules_judge_the_raw_output(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import tallyspan
+    from tallyspan import _checks
+
+    def broken(text: str) -> str:
+        raise RuntimeError("a bug in the stripping")
+
+    monkeypatch.setattr(_checks, "strip_reasoning", broken)
+    with caplog.at_level("WARNING", logger="tallyspan._checks"):
+        result = check("<think>考え</think>あいう", Contract(min_chars=21, allow_reasoning=True))
+    assert result.check_errors == ("strip_reasoning",)
+    assert result.violations[0].detail == "20 chars < min_chars 21"  # the raw output, reasoning and all
+    assert tallyspan.stats()["errors.check_rule.strip_reasoning"] == 1
+    assert [record.name for record in caplog.records] == ["tallyspan._checks"]
+    assert "stripping reasoning from an output failed" in caplog.text
+
+
+def test_a_refusal_detail_quotes_nothing() -> None:
+    assert [violation.detail for violation in check("I can't help with that.").violations] == [
+        "the output is a refusal"
+    ]
