@@ -16,7 +16,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 AREA="${1:-}"
 shift || true
-VENV_BIN="${VENV_BIN:-$(dirname "$(command -v python)")}"
+VENV_BIN="${VENV_BIN:-$(dirname "$(command -v python || echo .)")}"
 [ -x "${VENV_BIN}/mutmut" ] || VENV_BIN="${ROOT}/.venv/bin"
 
 case "${AREA}" in
