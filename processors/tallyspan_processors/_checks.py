@@ -25,7 +25,7 @@ import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.trace import Status, StatusCode
@@ -33,13 +33,9 @@ from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 from tallyspan.plugin import (
-    CheckResult,
     Content,
-    Contract,
-    ContractSet,
     ModelContent,
     Settings,
-    check,
     record_violations,
     renew_lock_after_fork,
     swallowed,
@@ -47,6 +43,11 @@ from tallyspan.plugin import (
 )
 from tallyspan_processors._enrich import enriched_copy
 from tallyspan_processors._wrapping import WrappingProcessor
+
+if TYPE_CHECKING:
+    # The engine loads with the first contract (tallyspan.plugin imports it on first use): a chain
+    # without contracts never needs it.
+    from tallyspan.plugin import CheckResult, Contract, ContractSet
 
 __all__ = ["ChecksProcessor", "checks_component"]
 
@@ -123,6 +124,8 @@ class ChecksProcessor(WrappingProcessor):
             result = self._check(span, attributes, stage, contract, model_content)
         except Exception:  # the engine guards each rule; this is the last line: the span says so
             swallowed(_logger, "checks.engine", "tallyspan's checks failed on a span")
+            from tallyspan.plugin import CheckResult
+
             result = CheckResult(check_errors=(_ENGINE_FAILED,))
         if result.violations:
             record_violations(
@@ -159,6 +162,8 @@ class ChecksProcessor(WrappingProcessor):
         ]
         enqueued_at = attributes.get(semconv.ENQUEUED_AT)
         waited = start / 1e9 - float(enqueued_at) if isinstance(enqueued_at, (int, float)) and start else None
+        from tallyspan.plugin import check  # loaded with the contracts, so only a lookup here
+
         return check(
             content.output_text if content is not None else None,
             contract,

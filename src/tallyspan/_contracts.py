@@ -30,12 +30,10 @@ import fnmatch
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import regex
 import yaml
-from jsonschema.exceptions import SchemaError
-from jsonschema.protocols import Validator
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -62,6 +60,9 @@ from tallyspan._language import SUPPORTED_LANGUAGES
 from tallyspan._patterns import REGEX_TIMEOUT_S as REGEX_TIMEOUT_S  # where it was first defined
 from tallyspan._patterns import PatternLoadBudget, compile_pattern, load_budget_of
 from tallyspan._repetition import DEFAULT_MAX_REPEATED_SHARE
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator  # jsonschema loads only for a contract with json_schema
 
 __all__ = ["Claims", "Contract", "ContractSet", "MatchRule", "NamedPattern", "load_contracts"]
 
@@ -156,6 +157,8 @@ class Contract(BaseModel):
     @classmethod
     def _schema_is_valid(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
+            from jsonschema.exceptions import SchemaError
+
             try:
                 compile_schema(value)
             except SchemaError as exc:

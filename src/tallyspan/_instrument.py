@@ -18,20 +18,18 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import functools
 import logging
 import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, EntryPoints, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
@@ -245,6 +243,7 @@ def instrument(
         provider = _resolve_provider(tracer_provider, service_name)
         adopted = adopt(provider, keep=_Switch) if adopt_processors else ()
         settings = _with_otlp(settings, adopted)
+        _forget_entry_points()
         guarded = tuple(
             Guarded(processor, settings.shutdown_budget) for processor in (*span_processors, *adopted)
         )
@@ -387,20 +386,31 @@ def _with_otlp(settings: Settings, adopted: Sequence[Borrowed] = ()) -> Settings
     )
 
 
-def _group(group: str) -> tuple[EntryPoint, ...]:
-    """The entry points of ``group``; scanning every installed distribution costs about 20 ms, so it is
-    done once per ``sys.path`` (a path added later, with distributions on it, is scanned afresh)."""
-    return _scanned(group, tuple(sys.path))
+# Entry points by group, read once per sys.path: each entry_points() call reads the metadata of every
+# installed distribution, and building the chain asks about a dozen times.
+_entry_point_scan: dict[str, EntryPoints] = {}
+_scanned_path: tuple[str, ...] = ()
 
 
-@functools.lru_cache(maxsize=8)
-def _scanned(group: str, path: tuple[str, ...]) -> tuple[EntryPoint, ...]:
-    del path  # the cache key: what entry_points() would find depends on it
-    return tuple(entry_points(group=group))
+def _forget_entry_points() -> None:
+    # Scanned again only when sys.path changed (a path added since, with distributions on it): a
+    # scan costs about 20 ms, and instrument()/uninstrument() cycles must not pay it every time.
+    global _scanned_path
+    if tuple(sys.path) != _scanned_path:
+        _entry_point_scan.clear()
+        _scanned_path = tuple(sys.path)
+
+
+def _entry_points(group: str, name: str | None = None) -> EntryPoints:
+    found = _entry_point_scan.get(group)
+    if found is None:
+        found = _entry_point_scan[group] = entry_points(group=group)
+    return found if name is None else found.select(name=name)
 
 
 def _component_entry_point(name: str) -> EntryPoint | None:
-    return next((entry_point for entry_point in _group(COMPONENT_GROUP) if entry_point.name == name), None)
+    found = _entry_points(COMPONENT_GROUP, name)
+    return next(iter(found), None)
 
 
 def _component_factory(name: str) -> Any:
@@ -466,7 +476,7 @@ def _instrument_libraries(
     wanted = None if names is None else {_entry_point_name(name) for name in names}
     found: set[str] = set()
     enabled: list[BaseInstrumentor] = []
-    for entry_point in _group(INSTRUMENTOR_GROUP):
+    for entry_point in _entry_points(INSTRUMENTOR_GROUP):
         if wanted is None:
             if not entry_point.value.startswith(_OWN_INSTRUMENTORS_PACKAGE):
                 continue
@@ -478,6 +488,9 @@ def _instrument_libraries(
             if instrumentor.is_instrumented_by_opentelemetry:  # opentelemetry-instrument's, or the app's
                 _logger.debug("%s is instrumented already; leaving it to its owner", entry_point.name)
                 continue
+            # Imported here: it brings in packaging's version parser, only needed to enable instrumentors.
+            from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
+
             conflict = get_dependency_conflicts(instrumentor.instrumentation_dependencies())
             if conflict is not None:
                 if wanted is None:  # instrument every library that is there: a missing one is normal
@@ -498,7 +511,7 @@ def _instrument_libraries(
     for unknown in sorted((wanted or set()) - found):
         known = sorted(
             entry_point.name
-            for entry_point in _group(INSTRUMENTOR_GROUP)
+            for entry_point in _entry_points(INSTRUMENTOR_GROUP)
             if entry_point.value.startswith(_OWN_INSTRUMENTORS_PACKAGE)
         )
         warn_once(
@@ -513,10 +526,10 @@ def _instrument_libraries(
 
 def _entry_point_name(name: str) -> str:
     """``anthropic`` means our ``tallyspan_anthropic`` when no entry point has the bare name."""
-    if any(entry_point.name == name for entry_point in _group(INSTRUMENTOR_GROUP)):
+    if any(True for _ in _entry_points(INSTRUMENTOR_GROUP, name)):
         return name
     own = f"tallyspan_{name}"
-    return own if any(entry_point.name == own for entry_point in _group(INSTRUMENTOR_GROUP)) else name
+    return own if any(True for _ in _entry_points(INSTRUMENTOR_GROUP, own)) else name
 
 
 @atexit.register

@@ -17,11 +17,13 @@ import operator
 import re
 from collections.abc import Iterator, Mapping
 from itertools import accumulate
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import exceptions as schema_exceptions
-from jsonschema import validators
-from jsonschema.protocols import Validator
+if TYPE_CHECKING:
+    # jsonschema (and its referencing, attrs and format modules) loads only for a contract with a
+    # json_schema: parsing JSON output, which the language checks do too, does not need it.
+    from jsonschema import exceptions as schema_exceptions
+    from jsonschema.protocols import Validator
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -89,6 +91,8 @@ def compile_schema(schema: dict[str, Any]) -> Validator:
     Raises:
         jsonschema.exceptions.SchemaError: when the schema itself is invalid.
     """
+    from jsonschema import validators
+
     validator_class = validators.validator_for(schema, default=validators.Draft202012Validator)
     validator_class.check_schema(schema)
     return validator_class(schema)

@@ -305,8 +305,10 @@ def other_question_detail(
         return None
     stripped_output = output.strip()
     if len(stripped_output) >= _MIN_REPEATED_CHARS:
+        own_prompt = prompt.strip()
         for other_prompt, other_output in other_answers:
-            if other_output.strip() == stripped_output and other_prompt.strip() != prompt.strip():
+            # The short prompts first: a call repeated with its own prompt needs no copy of its output.
+            if other_prompt.strip() != own_prompt and other_output.strip() == stripped_output:
                 return "the same output was returned for a different prompt"
     if not other_prompts:
         return None

@@ -17,7 +17,9 @@ Only clauses that hold one of those signs are looked at, so ordinary Japanese co
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from typing import NamedTuple
 
 from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
@@ -113,13 +115,40 @@ _JAPANESE_COMPOUNDS = re.compile(
 _FUNCTION_CHARS = "我你這嗎呢吧很是了在也請"
 _FUNCTION_BIGRAMS = "可以|但是|所以|如果|任何|如有|已經|沒有|什麼|怎麼|一個"
 _CHINESE_BIGRAMS = re.compile(_FUNCTION_BIGRAMS)
-_CHINESE_ONLY_CLASS = "".join(sorted(CHINESE_ONLY))
-_CHINESE_ONLY_RE = re.compile(f"[{re.escape(_CHINESE_ONLY_CLASS)}]")
-# Any sign of Chinese at all: ordinary Japanese usually has only 的, 在 or 了 inside compounds. Two
-# patterns, since a character class alone lets the engine skip text fast and an alternation does not.
-_HINT_CHARS = re.compile(
-    f"[{re.escape(_CHINESE_ONLY_CLASS + ''.join(sorted(RARE_IN_JAPANESE)) + _FUNCTION_CHARS)}的]"
-)
+
+
+def _character_class(chars: Iterable[str]) -> str:
+    """A regex character class of ``chars`` written as ranges of consecutive code points: thousands of
+    han characters make about half as many ranges, and compile in half the time."""
+    points = sorted(set(map(ord, chars)))
+    parts: list[str] = []
+    start = previous = points[0]
+    for point in [*points[1:], -1]:
+        if point == previous + 1:
+            previous = point
+            continue
+        parts.append(
+            re.escape(chr(start))
+            if start == previous
+            else f"{re.escape(chr(start))}-{re.escape(chr(previous))}"
+        )
+        start = previous = point
+    return f"[{''.join(parts)}]"
+
+
+@cache
+def _chinese_only_re() -> re.Pattern[str]:
+    # Compiled on first use (tens of milliseconds): importing the engine stays cheap.
+    return re.compile(_character_class(CHINESE_ONLY))
+
+
+@cache
+def _hint_chars() -> re.Pattern[str]:
+    # Any sign of Chinese at all: ordinary Japanese usually has only 的, 在 or 了 inside compounds. Two
+    # patterns, since a character class alone lets the engine skip text fast and an alternation does not.
+    return re.compile(_character_class([*CHINESE_ONLY, *RARE_IN_JAPANESE, *_FUNCTION_CHARS, "的"]))
+
+
 _CLAUSE_DELIMITERS = "。！？!?\n、，,；;：:"
 _CLAUSE_END = re.compile(f"[{_CLAUSE_DELIMITERS}]")
 _CLAUSE_START = re.compile(f"(?s).*[{_CLAUSE_DELIMITERS}]")
@@ -176,7 +205,7 @@ def chinese_evidence(prose: str, text_has_kana: bool) -> ChineseEvidence:
     clauses = chars = total = 0
     seen_end = -1
     hints = sorted(
-        [match.start() for match in _HINT_CHARS.finditer(prose)]
+        [match.start() for match in _hint_chars().finditer(prose)]
         + [match.start() for match in _CHINESE_BIGRAMS.finditer(prose)]
     )
     for position in hints:
@@ -186,7 +215,7 @@ def chinese_evidence(prose: str, text_has_kana: bool) -> ChineseEvidence:
         seen_end = end
         clause = prose[start:end]
         if KANA.search(clause):
-            found = len(_CHINESE_ONLY_RE.findall(_GLOSSED_NAME.sub("", clause)))
+            found = len(_chinese_only_re().findall(_GLOSSED_NAME.sub("", clause)))
             if found:
                 clauses += 1
                 chars += found

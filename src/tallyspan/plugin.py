@@ -29,7 +29,8 @@ Groups:
 
 from __future__ import annotations
 
-from tallyspan._checks import CheckResult, check
+from typing import TYPE_CHECKING, Any
+
 from tallyspan._config import (
     GRPC_INSTALL_HINT,
     ExportSettings,
@@ -50,7 +51,6 @@ from tallyspan._content import (
     ToolContent,
     content_buffer,
 )
-from tallyspan._contracts import Contract, ContractSet
 from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
 from tallyspan._metrics import record_run, record_violations
@@ -74,6 +74,25 @@ from tallyspan._store_schema import (
 from tallyspan._taxonomy import FAILURE_CLASS_OF, ViolationType
 from tallyspan._tool_spans import end_tool_span, json_text
 from tallyspan._version import __version__
+
+if TYPE_CHECKING:
+    from tallyspan._checks import CheckResult, check
+    from tallyspan._contracts import Contract, ContractSet
+
+# The check engine and the contracts load on first use (see tallyspan/__init__.py): an instrumentor
+# imports this module and must not pay for regex, YAML or jsonschema.
+_LAZY = {"CheckResult", "check", "Contract", "ContractSet"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tallyspan.plugin' has no attribute {name!r}")
+    import tallyspan
+
+    value = getattr(tallyspan, name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BUSY_TIMEOUT_MS",

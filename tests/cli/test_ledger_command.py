@@ -97,6 +97,23 @@ def test_run_option_selects_one_run_by_span_id_prefix(db_path: Path, books: dict
     assert "run tidy" not in output
 
 
+def test_run_option_selects_one_run_by_its_trace_id_or_a_prefix_of_it(
+    db_path: Path, books: dict[str, str]
+) -> None:
+    _, everything = _invoke(db_path)
+    headers = {
+        line.split()[1]: line.split()[5] for line in everything.splitlines() if line.startswith("run ")
+    }
+    trace_id = headers["sloppy"]
+    assert len(trace_id) == 32
+    assert trace_id != headers["tidy"]
+    for given in (trace_id, trace_id[:10], trace_id.upper()):
+        code, output = _invoke(db_path, "--run", given)
+        assert code == 0
+        assert output.startswith(f"run sloppy  span {books['sloppy']}  trace {trace_id}\n")
+        assert "run tidy" not in output
+
+
 def test_json_is_the_pinned_document(db_path: Path, books: dict[str, str]) -> None:
     code, output = _invoke(db_path, "--run", books["tidy"], "--json")
     assert code == 0

@@ -339,3 +339,25 @@ def test_a_chain_of_three_model_spans_is_one_call_with_its_stage_tokens_and_viol
         {"stage": "weekly_report", "type": "too_short", "failure_class": "contract_violation", "count": 2}
     ]
     assert [trace["violating_calls"] for trace in data["failing_traces"]] == [1, 1]
+
+
+def test_a_run_whose_books_balance_but_whose_protocol_broke_counts_as_unbalanced(filled: Filled) -> None:
+    from tallyspan._store_schema import connect
+
+    db = connect(filled.path)
+    for trace_id, balanced, protocol_ok in (("ab" * 16, 1, 0), ("cd" * 16, 1, 1)):
+        db.execute(
+            "INSERT INTO ledger_reconciliations (trace_id, run_span_id, run_name, balanced, protocol_ok,"
+            " discrepancy_types, discrepancies, observed_count, claimed_count, time_unix_nano)"
+            " VALUES (?, ?, ?, ?, ?, '[]', '[]', 1, 1, 2)",
+            (trace_id, "ef" * 8, "other", balanced, protocol_ok),
+        )
+    db.commit()
+    db.close()
+    code, output = _invoke("--db", str(filled.path), "report", "--json")
+    assert code == 0
+    data = json.loads(output)["data"]
+    assert len(data["ledger"]) == 3
+    assert data["unbalanced_runs"] == 2  # the reporter's books, and the broken protocol
+    _, text = _invoke("--db", str(filled.path), "report")
+    assert text.splitlines()[-1] == "  2 of 3 runs do not balance"

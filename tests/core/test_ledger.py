@@ -343,3 +343,26 @@ def test_huge_and_hostile_arguments_do_not_crash() -> None:
     assert parse_log_arguments(deep).malformed is not None
     big = '{"tool_name": "t", "outcome": "ok", "summary": "' + "x" * 1_000_000 + '"}'
     assert parse_log_arguments(big).claimed_outcome == "succeeded"
+
+
+def test_every_discrepancy_detail_is_exact() -> None:
+    """The details are what `tallyspan ledger` shows: pinned, with an outcome no rule names."""
+    result = reconcile(
+        [Observed("c1", "search", "succeeded", 0), Observed("c2", "fetch", "timed_out", 2)],
+        [
+            Claim("c1", "search", "succeeded", "", 1),
+            Claim("c1", "search", "succeeded", "", 3),
+            Claim("c9", "refund", "succeeded", "", 4),
+            Claim(None, "book", "succeeded", "", 5),
+        ],
+    )
+    assert result.discrepancies == (
+        Discrepancy("unlogged_call", "c2", "fetch timed_out, not logged"),  # an unknown outcome
+        Discrepancy("duplicate_log", "c1", "claimed again"),
+        Discrepancy("phantom_log", "c9", "refund claimed succeeded, never called"),
+        Discrepancy("phantom_log", None, "book claimed succeeded, never called"),
+    )
+    unlogged = reconcile(
+        [Observed("c1", "search", "succeeded", 0), Observed("c2", "fetch", "succeeded", 1)], []
+    )
+    assert Discrepancy("ledger_missing", None, "2 calls, no log") in unlogged.discrepancies

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ROTEL_DIR = ROOT / "collector-config" / "rotel"
 _STARTUP_TIMEOUT_S = 15.0
 _DELIVERY_TIMEOUT_S = 15.0
+_SHUTDOWN_TIMEOUT_S = 10.0
 
 
 def _rotel_binary() -> Path:
@@ -98,13 +99,18 @@ def _rotel(exporter_endpoint: str, tmp_path: Path) -> Iterator[str]:
             time.sleep(0.05)
         yield f"http://127.0.0.1:{http_port}"
     finally:
+        # SIGTERM makes Rotel flush its batches and exit: once it has exited, nothing else can arrive.
         process.terminate()
         try:
-            process.wait(timeout=5)
+            process.wait(timeout=_SHUTDOWN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
-        log.close()
+            pytest.fail(
+                f"rotel did not exit within {_SHUTDOWN_TIMEOUT_S}s of SIGTERM: its last batch is unknown"
+            )
+        finally:
+            log.close()
 
 
 def _attributes(span: Any) -> dict[str, Any]:
@@ -120,15 +126,19 @@ def _attributes(span: Any) -> dict[str, Any]:
     return values
 
 
-def _wait_for(receiver: Any, count: int) -> list[Any]:
+def _wait_for(receiver: Any, count: int) -> None:
+    """Wait until ``count`` spans arrived (or the delivery timeout); what else arrives is read after
+    Rotel exited (``_received``)."""
     deadline = time.monotonic() + _DELIVERY_TIMEOUT_S
     while time.monotonic() < deadline:
         with receiver.lock:
             if len(receiver.spans) >= count:
-                break
+                return
         time.sleep(0.05)
-    # Everything was sent before the last expected span, so one more batch window catches stragglers.
-    time.sleep(0.5)
+
+
+def _received(receiver: Any) -> list[Any]:
+    """Everything Rotel forwarded: call after its ``_rotel`` block, when it has flushed and exited."""
     with receiver.lock:
         return list(receiver.spans)
 
@@ -137,7 +147,8 @@ def test_rotel_forwards_only_violating_spans_of_a_real_agent_run(otlp_receiver: 
     with _rotel(otlp_receiver.endpoint, tmp_path) as rotel_url:
         exporter = OTLPSpanExporter(endpoint=f"{rotel_url}/v1/traces", timeout=5)
         run_weekly_agent([SimpleSpanProcessor(exporter)])
-        received = _wait_for(otlp_receiver, len(EXPECTED_VIOLATIONS) + 1)
+        _wait_for(otlp_receiver, len(EXPECTED_VIOLATIONS) + 1)
+    received = _received(otlp_receiver)  # Rotel has flushed and exited: nothing else can arrive
 
     # Sent: three chat spans, one tool span, one run span. Out: the two violating chats and the run.
     assert sorted(span.name for span in received) == sorted([CHAT_SPAN, CHAT_SPAN, RUN_SPAN])
@@ -176,6 +187,7 @@ def test_rotel_keeps_error_and_violation_event_spans_of_other_sdks_and_drops_cle
         with tracer.start_as_current_span("GET /also-ok"):
             pass
         provider.shutdown()
-        received = _wait_for(otlp_receiver, 2)
+        _wait_for(otlp_receiver, 2)
+    received = _received(otlp_receiver)  # Rotel has flushed and exited: nothing else can arrive
 
     assert sorted(span.name for span in received) == ["GET /broken", "chat other-sdk"]

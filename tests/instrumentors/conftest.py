@@ -10,12 +10,14 @@ through a SimpleSpanProcessor, so they are there as soon as the span ends.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import openai
 import pytest
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -28,6 +30,24 @@ InstrumentLibraries = Callable[..., InMemorySpanExporter]
 
 #: The key the tests' clients send; it must never show up in a span.
 API_KEY = "sk-test-tallyspan-SECRET-0123456789"
+
+
+@pytest.fixture
+def span_end_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[int]:
+    """How many times ``end()`` was called on each SDK span, by span id.
+
+    The SDK ignores a second ``end()`` (a warning, no second ``on_end``), so exported spans alone
+    prove "ended at least once"; this counts the calls to prove "exactly once".
+    """
+    calls: Counter[int] = Counter()
+    original = sdk_trace.Span.end
+
+    def counted_end(span: sdk_trace.Span, end_time: int | None = None) -> None:
+        calls[span.get_span_context().span_id] += 1
+        original(span, end_time)
+
+    monkeypatch.setattr(sdk_trace.Span, "end", counted_end)
+    return calls
 
 
 @pytest.fixture

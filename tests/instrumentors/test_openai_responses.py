@@ -151,13 +151,14 @@ def test_responses_stream_cut_short_keeps_the_deltas_seen(
     buffer = content_buffer()
     buffer.add_consumer()
     try:
-        openai_server.add_reply(ScriptedReply(text="abcdefghijklmnopqrstuvwxyz"))
+        openai_server.add_reply(ScriptedReply(text="abcdefghijklmnopqrstuvwxyz" * 3))
         stream = client.responses.create(model="m", input="q", stream=True)
-        kinds = []
+        deltas = []
         for event in stream:
-            kinds.append(event.type)
             if event.type == "response.output_text.delta":
-                break
+                deltas.append(event.delta)
+                if len(deltas) == 3:  # cut after several deltas: every one of them is kept, in order
+                    break
         stream.close()
         span = only_span(openai_spans)
         assert span.context is not None
@@ -165,7 +166,12 @@ def test_responses_stream_cut_short_keeps_the_deltas_seen(
     finally:
         buffer.remove_consumer()
     assert isinstance(content, ModelContent)
-    assert content.output_text == "abcdefghijkl"
+    assert len(set(deltas)) == 3  # three different pieces: the order and each piece count
+    assert (
+        content.output_text
+        == "".join(deltas)
+        == ("abcdefghijklmnopqrstuvwxyz" * 3)[: len(content.output_text)]
+    )
     assert (span.attributes or {})[semconv.GEN_AI_RESPONSE_ID] == "resp_1"
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gc
+import time
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -19,6 +22,14 @@ from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToo
 USER: Any = [{"role": "user", "content": "Summarise the week."}]
 LONG_TEXT = "The week went well and every report was filed on time. " * 4
 TOOL = ScriptedToolCall("log_action", {"call_id": "call_1", "tool_name": "search"}, call_id="call_t")
+
+
+@pytest.fixture(autouse=True)
+def _every_span_ends_exactly_once(span_end_calls: Counter[int]) -> Iterator[None]:
+    """Every test here also proves "once": each span that ended had ``end()`` called on it one time."""
+    yield
+    assert span_end_calls, "no span ended"
+    assert set(span_end_calls.values()) == {1}, span_end_calls
 
 
 def only_span(exporter: InMemorySpanExporter) -> ReadableSpan:
@@ -73,6 +84,27 @@ def test_exhausted_stream_ends_span_with_usage_and_content(
         prompt="Summarise the week.",
         reasoning_text="thinking it over",
     )
+
+
+def test_time_to_first_chunk_is_measured_at_the_first_chunk(
+    openai_spans: InMemorySpanExporter, openai_server: OpenAICompatibleServer, client: openai.OpenAI
+) -> None:
+    """The server waits DELAY before answering; the app then reads each chunk PAUSE apart. The first
+    chunk arrives after DELAY, the last after DELAY + PAUSE per further chunk."""
+    delay, pause = 0.3, 0.2
+    openai_server.add_reply(ScriptedReply(text="One. Two. Three. Four.", delay_s=delay))
+    chunks = 0
+    for _chunk in _create_stream(client):
+        chunks += 1
+        time.sleep(pause)
+    assert chunks >= 3
+    span = only_span(openai_spans)
+    ttfc = (span.attributes or {})[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK]
+    assert isinstance(ttfc, float)
+    assert delay <= ttfc < delay + pause  # before the app's first pause: not a later chunk
+    assert span.end_time is not None
+    assert span.start_time is not None
+    assert (span.end_time - span.start_time) / 1e9 >= delay + pause * (chunks - 1)
 
 
 def test_break_inside_with_ends_span_at_exit(

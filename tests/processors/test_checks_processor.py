@@ -414,3 +414,21 @@ def test_instrument_wires_the_checks_into_the_chain_and_empties_the_buffer(
     [finished] = span_exporter.get_finished_spans()
     assert tuple((finished.attributes or {})[semconv.VIOLATION_TYPES]) == ("missing_required", "not_japanese")  # type: ignore[arg-type]
     assert len(content_buffer()) == 0
+
+
+def test_the_same_output_counts_as_another_answer_only_within_one_stage() -> None:
+    """Two stages may legitimately give the same text (a summary, then its review); one stage may not."""
+    contracts: dict[str, Any] = {"contracts": {"summary": {}, "review": {}}}
+    answer = "判定：合格。提出された週次報告は必要な項目をすべて含み、数値にも誤りはありませんでした。"
+    with _build(contracts=contracts) as pipeline:
+        pipeline.span(
+            _chat(stage="summary"), content=ModelContent(answer, prompt="A社の週次報告を要約してください。")
+        )
+        other_stage = pipeline.span(
+            _chat(stage="review"), content=ModelContent(answer, prompt="B社の週次報告を審査してください。")
+        )
+        same_stage = pipeline.span(
+            _chat(stage="summary"), content=ModelContent(answer, prompt="C社の週次報告を要約してください。")
+        )
+    assert semconv.VIOLATION_TYPES not in (other_stage.attributes or {})
+    assert tuple((same_stage.attributes or {})[semconv.VIOLATION_TYPES]) == ("answer_to_other_question",)  # type: ignore[arg-type]

@@ -155,3 +155,44 @@ def test_spans_reach_an_exporter_identical_when_no_link_enriches_them() -> None:
     assert exported.context.span_id == span_id
     assert dict(exported.attributes or {}) == {"k": 1}
     provider.shutdown()
+
+
+def test_a_span_racing_into_the_queue_during_shutdown_is_discarded_counted_and_forgotten() -> None:
+    """An app thread that saw the processor open just before shutdown puts its span behind the worker's
+    stop marker: shutdown must drop it (counted, its content freed), not leave it queued for ever."""
+    import queue
+
+    from tallyspan._content import ModelContent, content_buffer
+    from tallyspan_processors._worker import _STOP
+
+    source = InMemorySpanExporter()
+    source_provider = TracerProvider()
+    source_provider.add_span_processor(SimpleSpanProcessor(source))
+    _spans(source_provider, 1)
+    (racer,) = source.get_finished_spans()
+    assert racer.context is not None
+    content_buffer().add_consumer()  # a checks link would be the consumer
+    content_buffer().put(racer.context.span_id, ModelContent("late answer"))
+
+    class _RacingQueue(queue.Queue[object]):
+        def put_nowait(self, item: object) -> None:
+            super().put_nowait(item)
+            if item is _STOP:
+                super().put_nowait(racer)  # the racing thread enqueues right behind the stop marker
+
+    recorder = _Recorder()
+    processor = OffThreadProcessor([recorder])
+    processor._queue = _RacingQueue()
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 2)
+    processor.shutdown()
+    assert recorder.ended == ["span-0", "span-1"]
+    assert tallyspan.stats()["dropped.spans_at_shutdown"] == 1
+    assert processor._queue.empty()
+    try:
+        assert content_buffer().pop(racer.context.span_id) is None
+    finally:
+        content_buffer().remove_consumer()
+    assert processor.force_flush(100) is False  # not everything was forwarded
+    source_provider.shutdown()

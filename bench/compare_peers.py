@@ -1,0 +1,601 @@
+"""tallyspan against the uninstrumented OpenAI client and every installed peer instrumentation, side by side.
+
+One command, installs nothing. Each case runs in its own interpreter (so no two instrumentations ever
+patch the same client) and alternates rounds of plain and instrumented calls of the real ``openai``
+client in that process, so drift hits both sides alike. The client talks to an in-process mock
+transport (``httpx.MockTransport``) that answers with a 1,000-character Japanese report: no socket and
+no server thread, so the library's CPU is the whole call.
+
+Cases: tallyspan's OpenAI instrumentor alone; ``tallyspan.instrument()`` with a contract whose checks
+all run (language, lengths, regexes, claims, repetition, relevance) and the store written; each peer that
+is importable (official ``opentelemetry-instrumentation-openai-v2``, OpenLLMetry
+``opentelemetry-instrumentation-openai``, OpenInference ``openinference-instrumentation-openai``,
+OpenLIT), content capture on. A peer that is not importable is skipped and said so; ``--python`` runs
+the peers with another interpreter (a venv that has them, see bench/README.md). Peers and the
+instrumentor alone export through a ``BatchSpanProcessor`` into a null exporter; the chain writes its
+SQLite store. Both are flushed at the end of each round, inside the "CPU incl. deferred" figure.
+
+Printed per case, medians over rounds (spread = lowest-highest of the rounds' added deferred CPU):
+CPU of the calling thread, CPU of the whole process including the deferred work after a flush, wall, the
+added CPU and ratio against plain, for non-streaming and streaming (51 chunks, per chunk). Then the
+import time (``import X`` + instrument, openai and the SDK already imported), RSS over many chain calls
+and spans per second the chain's worker writes into the store (offered at a fixed rate; drops counted).
+
+Usage::
+
+    python bench/compare_peers.py                          # defaults
+    python bench/compare_peers.py --calls 2000 --rounds 6
+    python bench/compare_peers.py --calls 20 --rounds 1 --rss-calls 200 --store-spans 200   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+ANSWER = (
+    "判定：合格\n"
+    + (
+        "今週は問い合わせ対応の流れを見直しました。受付担当が内容を確認し、緊急度に応じて三段階に分類します。"
+        "回答内容は共有フォルダに記録し、毎週金曜日に件数と平均対応時間を集計して部内で共有します。"
+        "問い合わせの内訳は、料金に関するものが四割、操作方法が三割、障害の報告が二割、その他が一割でした。"
+        "障害の報告のうち二件は、同じ設定画面の表示不具合によるものでした。開発チームに共有しました。"
+        "来週は新しい担当者二名の研修を行います。研修では過去の問い合わせ事例を使い、分類の基準を確認します。"
+        "お客様アンケートでは、回答までの待ち時間が長いという意見が最も多く寄せられました。"
+        "そこで、受付から一次回答までの目標時間を二時間に定め、超えそうな案件には自動で通知が届くように設定しました。"
+        "また、よくある質問のページを整理し、検索で見つけにくかった十二の項目に見出しを付け直しました。"
+        "最後に、来月の予定です。月初に前月の集計を報告し、中旬に受付システムの更新作業を行います。"
+        "以上、今週の報告でした。ご質問やご意見があれば、いつでも担当までお寄せください。来週も引き続き取り組みます。"
+    )
+    * 2
+)[:1000]
+PROMPT = "今週の問い合わせ対応について週次報告を書いてください。"
+MESSAGES: Any = [{"role": "user", "content": PROMPT}]
+STREAM_CHUNKS = 51
+CONTRACT: dict[str, Any] = {
+    "language": "ja",
+    "min_chars": 200,
+    "max_chars": 8000,
+    "required": [r"^判定[:：]\s*(合格|不合格)", {"name": "weekly", "pattern": "毎週|週次"}],
+    "forbidden": [r"<\|im_end\|>", {"name": "secret", "pattern": r"sk-[A-Za-z0-9]{20,}"}],
+    "claims": {"allowed": ["導入企業300社"]},
+    "deadline_s": 60,
+}
+
+# case -> (module that must be importable, label)
+CASES: dict[str, tuple[str, str]] = {
+    "tallyspan_instrumentor": ("tallyspan_instrumentors.openai", "tallyspan instrumentor alone"),
+    "tallyspan_chain": ("tallyspan", "tallyspan instrument() + contract + store"),
+    "openai_v2": ("opentelemetry.instrumentation.openai_v2", "official openai-v2"),
+    "openllmetry": ("opentelemetry.instrumentation.openai", "OpenLLMetry"),
+    "openinference": ("openinference.instrumentation.openai", "OpenInference"),
+    "openlit": ("openlit", "OpenLIT"),
+}
+# Distribution names, for the versions printed with the table.
+DISTRIBUTIONS = {
+    "openai_v2": "opentelemetry-instrumentation-openai-v2",
+    "openllmetry": "opentelemetry-instrumentation-openai",
+    "openinference": "openinference-instrumentation-openai",
+    "openlit": "openlit",
+}
+
+
+# --- the mock transport -------------------------------------------------------------------------------
+
+
+def _completion_body() -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "bench-model",
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": ANSWER}, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": 30, "completion_tokens": 700, "total_tokens": 730},
+        },
+        ensure_ascii=False,
+    ).encode()
+
+
+def _stream_body() -> bytes:
+    size = -(-len(ANSWER) // (STREAM_CHUNKS - 1))
+    pieces = [ANSWER[i : i + size] for i in range(0, len(ANSWER), size)]
+    events: list[dict[str, Any]] = []
+    for index, piece in enumerate(pieces):
+        delta: dict[str, Any] = {"content": piece}
+        if index == 0:
+            delta["role"] = "assistant"
+        events.append({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+    events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    lines = []
+    for event in events:
+        event |= {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "bench-model",
+        }
+        lines.append(f"data: {json.dumps(event, ensure_ascii=False)}\n\n")
+    lines.append("data: [DONE]\n\n")
+    return "".join(lines).encode()
+
+
+def _client() -> Any:
+    import openai
+
+    # openai 3 ships its own fork of httpx (httpx2); older releases (OpenLIT's pin) use httpx itself.
+    httpx: Any = importlib.import_module("httpx2" if importlib.util.find_spec("httpx2") else "httpx")
+    completion, stream = _completion_body(), _stream_body()
+
+    def handle(request: Any) -> Any:
+        if b'"stream":true' in request.content.replace(b" ", b""):
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream)
+        return httpx.Response(200, headers={"content-type": "application/json"}, content=completion)
+
+    return openai.OpenAI(
+        api_key="bench-key",
+        base_url="http://bench.invalid/v1",
+        max_retries=0,
+        http_client=httpx.Client(transport=httpx.MockTransport(handle)),
+    )
+
+
+# --- one case, in its own process ---------------------------------------------------------------------
+
+
+class _NullExporter:
+    """Accepts every span and does nothing: the peers' export cost without any serialisation."""
+
+    def export(self, spans: Sequence[Any]) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def _batch_provider() -> Any:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(_NullExporter()))  # type: ignore[arg-type]
+    return provider
+
+
+_OPENLIT_PROVIDER: Any = None
+
+
+class _Toggle:
+    """Instrument and uninstrument one case; ``flush`` waits for its deferred work."""
+
+    def __init__(self, case: str, store_dir: str) -> None:
+        self.case = case
+        self.store_dir = store_dir
+        self.provider: Any = None
+        self.instrumentor: Any = None
+
+    def on(self) -> None:
+        if self.case == "tallyspan_chain":
+            from opentelemetry.sdk.trace import TracerProvider
+
+            import tallyspan
+
+            self.provider = TracerProvider()
+            tallyspan.instrument(
+                {"default": CONTRACT},
+                tracer_provider=self.provider,
+                store=os.path.join(self.store_dir, "bench.db"),
+                instrumentors=["tallyspan_openai"],
+                capture_content=True,
+            )
+            return
+        if self.case == "openlit":
+            # OpenLIT's instrumentor traces through the global provider: one for the whole process.
+            from opentelemetry import trace
+
+            global _OPENLIT_PROVIDER
+            if _OPENLIT_PROVIDER is None:
+                _OPENLIT_PROVIDER = _batch_provider()
+                trace.set_tracer_provider(_OPENLIT_PROVIDER)
+            self.provider = _OPENLIT_PROVIDER
+            config: Any = importlib.import_module("openlit._config")
+            config.OpenlitConfig.update_config(  # what openlit.init() sets, without its exporters
+                "bench", "bench", None, None, False, True, None, True, {}, True
+            )
+            module: Any = importlib.import_module("openlit.instrumentation.openai")
+            self.instrumentor = module.OpenAIInstrumentor()
+            self.instrumentor.instrument(
+                environment="bench",
+                application_name="bench",
+                pricing_info={},
+                capture_message_content=True,
+                disable_metrics=True,
+                disable_events=True,
+            )
+            return
+        self.provider = _batch_provider()
+        module = importlib.import_module(CASES[self.case][0])
+        name = "OpenAIInstrumentor"
+        self.instrumentor = getattr(module, name)()
+        self.instrumentor.instrument(tracer_provider=self.provider)
+
+    def flush(self) -> None:
+        if self.provider is not None:
+            self.provider.force_flush()
+
+    def off(self) -> None:
+        self.flush()
+        if self.case == "tallyspan_chain":
+            import tallyspan
+
+            tallyspan.uninstrument()
+        elif self.instrumentor is not None:
+            self.instrumentor.uninstrument()
+        if self.provider is not None and self.provider is not _OPENLIT_PROVIDER:
+            self.provider.shutdown()
+        self.provider = self.instrumentor = None
+
+
+def _block(call: Callable[[], object], count: int, flush: Callable[[], None]) -> dict[str, float]:
+    """Medians per call of wall and calling-thread CPU, and process CPU per call including the flush."""
+    walls, cpus = [], []
+    process_start = time.process_time_ns()
+    for _ in range(count):
+        wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
+        call()
+        walls.append(time.perf_counter_ns() - wall)
+        cpus.append(time.thread_time_ns() - cpu)
+    flush()
+    deferred = (time.process_time_ns() - process_start) / count
+    return {
+        "wall": statistics.median(walls) / 1e6,
+        "cpu": statistics.median(cpus) / 1e6,
+        "deferred": deferred / 1e6,
+    }
+
+
+def run_case(case: str, calls: int, rounds: int) -> dict[str, Any]:
+    """Alternating plain/instrumented rounds for non-streaming and streaming calls, in this process."""
+    os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    os.environ.setdefault("TRACELOOP_TRACE_CONTENT", "true")
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: F401  (the SDK is imported on both sides)
+
+    client = _client()
+
+    def chat() -> object:
+        return client.chat.completions.create(model="bench-model", messages=MESSAGES)
+
+    def chat_stream() -> object:
+        return list(client.chat.completions.create(model="bench-model", messages=MESSAGES, stream=True))
+
+    result: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as store_dir:
+        toggle = _Toggle(case, store_dir)
+        for kind, call, per_call in (("chat", chat, calls), ("stream", chat_stream, max(1, calls // 5))):
+            for _ in range(20):  # warm-up of the SDK's lazy imports, on both sides
+                call()
+            toggle.on()
+            for _ in range(20):
+                call()
+            toggle.off()
+            plain: list[dict[str, float]] = []
+            traced: list[dict[str, float]] = []
+            for index in range(rounds):
+                gc.collect()
+                sides = [("plain", plain), ("traced", traced)]
+                if index % 2:
+                    sides.reverse()
+                for side, samples in sides:
+                    if side == "traced":
+                        toggle.on()
+                        samples.append(_block(call, per_call, toggle.flush))
+                        toggle.off()
+                    else:
+                        samples.append(_block(call, per_call, lambda: None))
+            result[kind] = {"plain": plain, "traced": traced}
+    return result
+
+
+# --- startup, memory, store throughput ----------------------------------------------------------------
+
+_IMPORT_CODE = """
+import json, os, sys, time
+os.environ["TALLYSPAN_DB"] = {db!r}
+import openai
+import opentelemetry.sdk.trace, opentelemetry.sdk.trace.export
+from opentelemetry.sdk.trace import TracerProvider
+sys.path.insert(0, {bench!r})
+import compare_peers
+start = time.perf_counter()
+compare_peers._Toggle({case!r}, {store!r}).on() if {case!r} != "tallyspan_import" else __import__("tallyspan")
+print(json.dumps(time.perf_counter() - start))
+"""
+
+
+def startup_ms(case: str, python: str, repeats: int) -> float:
+    """Median ms of ``import X`` + instrument in a fresh interpreter with openai and the SDK imported.
+
+    Bytecode is written (to a cache of its own) and one untimed run fills it: an installed package has
+    its ``.pyc`` files, and compiling sources on every start would measure the compiler.
+    """
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        code = _IMPORT_CODE.format(
+            db=os.path.join(tmp, "bench.db"),
+            bench=os.path.dirname(os.path.abspath(__file__)),
+            case=case,
+            store=tmp,
+        )
+        env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "tallyspan-bench-pycache")
+        for index in range(repeats + 1):
+            out = subprocess.run(
+                [python, "-c", code], capture_output=True, text=True, check=True, env=env
+            ).stdout
+            if index:
+                results.append(float(json.loads(out.strip().splitlines()[-1])))
+    return statistics.median(results) * 1000
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def run_rss(calls: int) -> dict[str, float]:
+    """RSS of the whole chain over ``calls`` non-streaming calls: after warm-up, peak seen, at the end."""
+    with tempfile.TemporaryDirectory() as store_dir:
+        client = _client()
+        toggle = _Toggle("tallyspan_chain", store_dir)
+        toggle.on()
+        for _ in range(200):
+            client.chat.completions.create(model="bench-model", messages=MESSAGES)
+        toggle.flush()
+        gc.collect()
+        start = peak = _rss_mb()
+        for index in range(calls):
+            client.chat.completions.create(model="bench-model", messages=MESSAGES)
+            if index % 1000 == 0:
+                peak = max(peak, _rss_mb())
+        toggle.flush()
+        gc.collect()
+        end = _rss_mb()
+        toggle.off()
+    return {"start": start, "peak": max(peak, end), "end": end}
+
+
+def run_store(spans: int, rate: float) -> dict[str, float]:
+    """Spans per second the chain's worker checks and writes into the store, offered at ``rate`` per second.
+
+    Each span is a chat span whose content (the 1,000-character report and its prompt) is handed over as
+    the instrumentors do, so every one carries verdicts. Also the RSS before, at the peak and after the
+    backlog is written.
+    """
+    from opentelemetry.sdk.trace import TracerProvider
+
+    import tallyspan
+    from tallyspan import semconv
+    from tallyspan._content import ModelContent, content_buffer
+
+    with tempfile.TemporaryDirectory() as store_dir:
+        provider = TracerProvider()
+        tallyspan.instrument(
+            {"default": CONTRACT},
+            tracer_provider=provider,
+            store=os.path.join(store_dir, "bench.db"),
+            instrumentors=[],
+            capture_content=True,
+        )
+        tracer = provider.get_tracer("bench")
+        buffer = content_buffer()
+        content = ModelContent(output_text=ANSWER, prompt=PROMPT)
+        attributes = {
+            semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_CHAT,
+            semconv.GEN_AI_REQUEST_MODEL: "bench-model",
+        }
+
+        def emit(count: int, pace: float) -> None:
+            start = time.perf_counter()
+            for index in range(count):
+                span = tracer.start_span("chat bench-model", attributes=attributes)
+                buffer.put(span.get_span_context().span_id, content)
+                span.end()
+                if pace:
+                    delay = start + (index + 1) / pace - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay)
+
+        emit(200, 0)
+        provider.force_flush()
+        gc.collect()
+        resting = _rss_mb()
+        dropped_before = tallyspan.stats().get("dropped.spans", 0)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        emit(spans, rate)
+        provider.force_flush()
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        after_paced = _rss_mb()
+        # A backlog as fast as the app can end spans: the queue fills, then must give its memory back.
+        emit(min(spans, 8000), 0)
+        peak = _rss_mb()
+        provider.force_flush()
+        gc.collect()
+        after_backlog = _rss_mb()
+        dropped = tallyspan.stats().get("dropped.spans", 0) - dropped_before
+        tallyspan.uninstrument()
+        provider.shutdown()
+    return {
+        "spans_per_s": spans / elapsed,
+        # CPU of the whole process per span (the app's loop included): on a machine shared with other
+        # work the wall-clock rate says more about the neighbours than about the chain.
+        "cpu_ms_per_span": cpu / spans * 1000,
+        "offered_per_s": rate,
+        "dropped": float(dropped),
+        "rss_resting": resting,
+        "rss_after_paced": after_paced,
+        "rss_backlog_peak": peak,
+        "rss_after_backlog": after_backlog,
+    }
+
+
+# --- the driver ---------------------------------------------------------------------------------------
+
+
+def _importable(python: str, module: str) -> bool:
+    if python == sys.executable:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            return False
+    code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
+
+
+def _version(python: str, case: str) -> str:
+    distribution = DISTRIBUTIONS.get(case, "tallyspan")
+    code = f"from importlib.metadata import version; print(version({distribution!r}))"
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    return done.stdout.strip() or "?"
+
+
+def _child(python: str, *args: str) -> Any:
+    done = subprocess.run([python, os.path.abspath(__file__), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{args[:2]} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _median(samples: list[dict[str, float]], key: str) -> float:
+    return statistics.median(sample[key] for sample in samples)
+
+
+def _row(label: str, data: dict[str, list[dict[str, float]]], per: int = 1) -> str:
+    plain, traced = data["plain"], data["traced"]
+    added = [(t["deferred"] - p["deferred"]) / per * 1000 for p, t in zip(plain, traced, strict=True)]
+    cells = []
+    for key in ("cpu", "deferred", "wall"):
+        p, t = _median(plain, key), _median(traced, key)
+        cells.append(f"{(t - p) / per * 1000:+8.1f} {t / p:5.2f}")
+    spread = f"{min(added):+.0f}..{max(added):+.0f}"
+    return f"{label:<44} {cells[0]}  {cells[1]}  {cells[2]}  {spread:>13}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every case in its own process and print the tables."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--calls", type=int, default=1000, help="non-streaming calls per side and round (streaming: a fifth)"
+    )
+    parser.add_argument("--rounds", type=int, default=6, help="alternating plain/instrumented rounds")
+    parser.add_argument("--startup-repeats", type=int, default=3, help="fresh interpreters per import figure")
+    parser.add_argument(
+        "--rss-calls", type=int, default=20000, help="chain calls for the RSS figure (100000 takes minutes)"
+    )
+    parser.add_argument("--store-spans", type=int, default=10000, help="spans offered to the store")
+    parser.add_argument(
+        "--store-rate", type=float, default=5000.0, help="spans per second offered to the store"
+    )
+    parser.add_argument(
+        "--python", default=sys.executable, help="interpreter for the peers (a venv that has them)"
+    )
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated cases to run")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.child:  # one measurement, in this fresh process; prints JSON
+        if args.child == "rss":
+            print(json.dumps(run_rss(args.rss_calls)))
+        elif args.child == "store":
+            print(json.dumps(run_store(args.store_spans, args.store_rate)))
+        else:
+            print(json.dumps(run_case(args.child, args.calls, args.rounds)))
+        return 0
+
+    results: dict[str, Any] = {}
+    startup: dict[str, float] = {}
+    for case in args.cases.split(","):
+        module, label = CASES[case]
+        # A peer runs here if this interpreter has it, else with --python (a venv that has it).
+        python = sys.executable if _importable(sys.executable, module) else args.python
+        if not _importable(python, module):
+            print(f"skipped {label}: {module} is not importable by {python} (see bench/README.md)")
+            continue
+        version = _version(python, case)
+        print(f"running {label} {version} ...", flush=True)
+        results[f"{label} {version}"] = _child(
+            python, "--child", case, "--calls", str(args.calls), "--rounds", str(args.rounds)
+        )
+        startup[f"{label} {version}"] = startup_ms(case, python, args.startup_repeats)
+    if "tallyspan_chain" in args.cases:
+        startup["import tallyspan alone"] = startup_ms(
+            "tallyspan_import", sys.executable, args.startup_repeats
+        )
+
+    head = f"{'':<44} {'thread CPU':>14}  {'CPU + deferred':>14}  {'wall':>14}  {'spread':>13}"
+    unit = (
+        f"{'':<44} {'added us ratio':>14}  {'added us ratio':>14}  {'added us ratio':>14}  {'added us':>13}"
+    )
+    print(f"\nPer non-streaming call, medians of {args.rounds} alternating rounds x {args.calls} calls")
+    print(head + "\n" + unit)
+    for label, data in results.items():
+        print(_row(label, data["chat"]))
+    print(
+        f"\nStreaming, per chunk ({STREAM_CHUNKS} chunks a call), "
+        f"{args.rounds} rounds x {max(1, args.calls // 5)} calls"
+    )
+    print(head + "\n" + unit)
+    for label, data in results.items():
+        print(_row(label, data["stream"], per=STREAM_CHUNKS))
+    print(f"\nImport + instrument, openai and the SDK already imported, median of {args.startup_repeats}")
+    for label, ms in startup.items():
+        print(f"  {label:<44} {ms:7.1f} ms")
+
+    if "tallyspan_chain" in args.cases:
+        rss = _child(sys.executable, "--child", "rss", "--rss-calls", str(args.rss_calls))
+        print(
+            f"\nRSS over {args.rss_calls} chain calls: {rss['start']:.1f} MB after warm-up, "
+            f"peak {rss['peak']:.1f} MB, {rss['end']:.1f} MB at the end"
+        )
+        store = _child(
+            sys.executable,
+            "--child",
+            "store",
+            "--store-spans",
+            str(args.store_spans),
+            "--store-rate",
+            str(args.store_rate),
+        )
+        print(
+            f"\nStore: {args.store_spans} checked chat spans offered at {store['offered_per_s']:.0f}/s: "
+            f"{store['spans_per_s']:.0f} spans/s written, {store['dropped']:.0f} dropped, "
+            f"{store['cpu_ms_per_span']:.3f} ms CPU per span "
+            f"(at most {1000 / store['cpu_ms_per_span']:.0f}/s on one core)"
+        )
+        print(
+            f"  RSS resting {store['rss_resting']:.1f} MB, after the paced run {store['rss_after_paced']:.1f} MB, "
+            f"backlog peak {store['rss_backlog_peak']:.1f} MB, after the backlog {store['rss_after_backlog']:.1f} MB"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""The peer comparison benchmark still runs end to end (on a tiny count; no number is asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "compare_peers.py"
+
+
+def test_compare_peers_runs_on_a_tiny_count() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--calls",
+            "20",
+            "--rounds",
+            "1",
+            "--startup-repeats",
+            "1",
+            "--rss-calls",
+            "50",
+            "--store-spans",
+            "50",
+            "--cases",
+            "tallyspan_instrumentor,tallyspan_chain,openai_v2,openinference",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    for line in (
+        "Per non-streaming call",
+        "Streaming, per chunk",
+        "Import + instrument",
+        "RSS over",
+        "Store:",
+    ):
+        assert line in done.stdout
+    assert "tallyspan instrument() + contract + store" in done.stdout
