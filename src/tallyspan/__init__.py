@@ -26,13 +26,14 @@ if TYPE_CHECKING:
 
 # The check engine and the contracts (regex, YAML, jsonschema, pydantic models) load on first use, so
 # an instrumentor alone, or an app that never loads a contract, does not pay for their import.
+_ENGINE, _CONTRACTS = f"{__name__}._checks", f"{__name__}._contracts"
 _LAZY = {
-    "CheckResult": "tallyspan._checks",
-    "Violation": "tallyspan._checks",
-    "check": "tallyspan._checks",
-    "Contract": "tallyspan._contracts",
-    "ContractSet": "tallyspan._contracts",
-    "load_contracts": "tallyspan._contracts",
+    "CheckResult": _ENGINE,
+    "Violation": _ENGINE,
+    "check": _ENGINE,
+    "Contract": _CONTRACTS,
+    "ContractSet": _CONTRACTS,
+    "load_contracts": _CONTRACTS,
 }
 
 __all__ = [

@@ -135,8 +135,9 @@ ENV_OTLP_QUEUE_SIZE = "TALLYSPAN_OTLP_QUEUE_SIZE"
 2048. Beyond it the oldest are dropped and counted (``dropped.otlp.traces.queue_full``)."""
 
 DEFAULT_DB_PATH = Path(".tallyspan") / "tallyspan.db"
-DEFAULT_SPOOL_PATH = Path(".tallyspan") / "tallyspan.spool.db"
-"""The spool without a store (``store=None``); with one, the spool sits beside it."""
+DEFAULT_SPOOL_PATH = DEFAULT_DB_PATH.with_suffix(".spool.db")
+"""The spool without a store (``store=None``): where the default store's spool would be; with a store,
+the spool sits beside it."""
 DEFAULT_SPOOL_MAX_BYTES: Final = 64 << 20
 DEFAULT_SPOOL_MAX_AGE_S: Final = 7 * 86400.0
 DEFAULT_EXPORT_TIMEOUT_S: Final = 5.0

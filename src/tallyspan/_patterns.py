@@ -77,7 +77,7 @@ PATTERN_BUDGET_S: Final = 0.25
 PATTERN_BUDGET_ERROR: Final = "pattern_budget"
 """The check error of a span whose patterns ran out of :data:`PATTERN_BUDGET_S`."""
 
-_LOAD_BUDGET_KEY: Final = "tallyspan.pattern_load_budget"
+_LOAD_BUDGET_KEY: Final = "pattern_load_budget"  # a key of pydantic's validation context, not an attribute
 _REPEATS: tuple[str, ...] = ("GreedyRepeat", "LazyRepeat", "PossessiveRepeat")
 _CHILD_ATTRIBUTES = ("subpattern", "items", "branches", "yes_item", "no_item")
 _SHOWN_CHARS = 60

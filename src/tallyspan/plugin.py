@@ -86,7 +86,7 @@ _LAZY = {"CheckResult", "check", "Contract", "ContractSet"}
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
-        raise AttributeError(f"module 'tallyspan.plugin' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import tallyspan
 
     value = getattr(tallyspan, name)
