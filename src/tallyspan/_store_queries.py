@@ -222,6 +222,8 @@ class Report:
     """Runs whose books do not balance first, then the latest."""
     unbalanced_runs: int
     """Runs of ``ledger`` whose books do not balance or whose logging protocol was broken."""
+    losses: list[ProcessCounters]
+    """What tallyspan itself dropped or failed on, per writing process (``tallyspan.stats()``), latest first."""
 
 
 @dataclass(frozen=True)
@@ -402,6 +404,7 @@ def report(
             failing_trace_count=len(failing),
             ledger=ledger,
             unbalanced_runs=sum(1 for run in ledger if books_broken(run)),
+            losses=process_counters(db),
         )
 
 

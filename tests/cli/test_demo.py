@@ -66,7 +66,7 @@ def test_demo_json_is_the_pinned_document(demo_json: dict[str, Any]) -> None:
     assert set(data["report"]) == {
         "store", "since_unix_nano", "spans", "traces", "runs", "model_calls", "tool_calls", "violating_calls",
         "models", "stages", "errors", "violations", "failing_traces", "failing_trace_count", "ledger",
-        "unbalanced_runs",
+        "unbalanced_runs", "losses",
     }  # fmt: skip
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,7 @@ def test_report_json_is_the_pinned_document(filled: Filled) -> None:
                 }
             ],
             "unbalanced_runs": 1,
+            "losses": [],
         },
     }
     assert json.loads(output) == expected
@@ -361,3 +363,17 @@ def test_a_run_whose_books_balance_but_whose_protocol_broke_counts_as_unbalanced
     assert data["unbalanced_runs"] == 2  # the reporter's books, and the broken protocol
     _, text = _invoke("--db", str(filled.path), "report")
     assert text.splitlines()[-1] == "  2 of 3 runs do not balance"
+
+
+def test_report_shows_what_tallyspan_itself_lost(recorded: Recorded) -> None:
+    """The recording process dropped one ledger claim (made outside any span): the report says so."""
+    [process] = _report(recorded)["losses"]
+    assert process["pid"] == os.getpid()
+    assert process["counts"] == {"dropped.ledger_claims": 1}
+    code, output = _invoke("--db", str(recorded.path), "report")
+    assert code == 0
+    lines = output.splitlines()
+    heading = lines.index(
+        "What tallyspan lost or failed on (tallyspan.stats() of the processes that wrote the store)"
+    )
+    assert lines[heading + 2].split()[-2:] == ["dropped.ledger_claims", "1"]

@@ -118,6 +118,19 @@ def format_report(result: Report) -> str:
             else f"{result.unbalanced_runs} of {len(result.ledger)} runs do not balance"
         )
         lines.append(f"  {verdict}")
+    if result.losses:
+        lines += [
+            "",
+            "What tallyspan lost or failed on (tallyspan.stats() of the processes that wrote the store)",
+            table(
+                ["pid", "service", "counter", "count"],
+                [
+                    [process.pid, process.service_name or "-", key, value]
+                    for process in result.losses
+                    for key, value in process.counts.items()
+                ],
+            ),
+        ]
     return "\n".join(lines)
 
 
