@@ -11,10 +11,10 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
@@ -32,18 +32,10 @@ USER: Any = [{"role": "user", "content": "今週の報告を書いてくださ�
 
 
 @pytest.fixture
-def exporter(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
-) -> Iterator[InMemorySpanExporter]:
-    tallyspan.instrument(
-        contracts=CONTRACTS,
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=["tallyspan_openai", "tallyspan_anthropic"],
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
-    yield span_exporter
-    tallyspan.uninstrument()
+def exporter(make_instrumented: MakeInstrumented) -> InMemorySpanExporter:
+    return make_instrumented(
+        CONTRACTS, store=None, instrumentors=["tallyspan_openai", "tallyspan_anthropic"]
+    ).spans
 
 
 @pytest.fixture

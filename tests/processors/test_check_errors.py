@@ -8,9 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
@@ -19,29 +17,21 @@ from tallyspan.testing import OpenAICompatibleServer, ScriptedReply
 USER: Any = [{"role": "user", "content": "今週の報告を書いてください。"}]
 
 
-def _checked(
-    contracts: Any, answer: str, tracer_provider: TracerProvider, exporter: InMemorySpanExporter
-) -> dict[str, Any]:
-    instrumentation = tallyspan.instrument(
-        contracts=contracts,
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=["tallyspan_openai"],
-        span_processors=[SimpleSpanProcessor(exporter)],
-    )
+def _checked(make_instrumented: MakeInstrumented, contracts: Any, answer: str) -> dict[str, Any]:
+    made = make_instrumented(contracts, store=None, instrumentors=["tallyspan_openai"])
     with (
         OpenAICompatibleServer(replies=[ScriptedReply(text=answer)]) as server,
         openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client,
         tallyspan.stage("report"),
     ):
         client.chat.completions.create(model="gpt-4o", messages=USER)
-    assert instrumentation.force_flush()
-    [span] = [span for span in exporter.get_finished_spans() if span.name.startswith("chat ")]
+    assert made.instrumentation.force_flush()
+    [span] = [span for span in made.spans.get_finished_spans() if span.name.startswith("chat ")]
     return dict(span.attributes or {})
 
 
 def test_patterns_out_of_time_are_recorded_and_the_token_is_still_found(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+    make_instrumented: MakeInstrumented,
 ) -> None:
     slow: list[Any] = [{"name": f"slow{i}", "pattern": rf"(x+x+)+y{i}"} for i in range(40)]
     contracts = {
@@ -49,23 +39,19 @@ def test_patterns_out_of_time_are_recorded_and_the_token_is_still_found(
             "report": {"forbidden": [{"name": "template token", "pattern": r"<\|im_end\|>"}, *slow]}
         }
     }
-    attributes = _checked(contracts, "<|im_end|>" + "x" * 5_000, tracer_provider, span_exporter)
+    attributes = _checked(make_instrumented, contracts, "<|im_end|>" + "x" * 5_000)
     assert tuple(attributes[semconv.CHECK_ERRORS]) == ("pattern_budget",)
     assert "forbidden_present" in tuple(attributes[semconv.VIOLATION_TYPES])
     assert tallyspan.stats()["errors.check_budget"] == 1
 
 
-def test_a_span_whose_checks_all_ran_has_no_check_errors(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
-) -> None:
-    attributes = _checked({"contracts": {"report": {"min_chars": 1}}}, "fine", tracer_provider, span_exporter)
+def test_a_span_whose_checks_all_ran_has_no_check_errors(make_instrumented: MakeInstrumented) -> None:
+    attributes = _checked(make_instrumented, {"contracts": {"report": {"min_chars": 1}}}, "fine")
     assert semconv.CHECK_ERRORS not in attributes
     assert attributes[semconv.CONTRACT] == "report"
 
 
-def test_an_answer_of_deep_json_cannot_switch_its_own_checks_off(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
-) -> None:
+def test_an_answer_of_deep_json_cannot_switch_its_own_checks_off(make_instrumented: MakeInstrumented) -> None:
     """100,000 nested ``[`` under ``json_schema``: the schema rule says it could not run, the rest still judge."""
     contracts = {
         "contracts": {
@@ -76,7 +62,7 @@ def test_an_answer_of_deep_json_cannot_switch_its_own_checks_off(
             }
         }
     }
-    attributes = _checked(contracts, "[" * 100_000 + "<|im_end|>", tracer_provider, span_exporter)
+    attributes = _checked(make_instrumented, contracts, "[" * 100_000 + "<|im_end|>")
     assert tuple(attributes[semconv.CHECK_ERRORS]) == ("json_schema",)
     assert tuple(attributes[semconv.VIOLATION_TYPES]) == ("forbidden_present",)
     assert attributes[semconv.CONTRACT] == "report"

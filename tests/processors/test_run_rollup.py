@@ -7,15 +7,14 @@ Real OpenAI client, local OpenAI-compatible server, the whole ``instrument()`` c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
@@ -33,18 +32,8 @@ USER: Any = [{"role": "user", "content": "今週の報告を書いてくださ�
 
 
 @pytest.fixture
-def exporter(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
-) -> Iterator[InMemorySpanExporter]:
-    tallyspan.instrument(
-        contracts=CONTRACTS,
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=["tallyspan_openai"],
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-    )
-    yield span_exporter
-    tallyspan.uninstrument()
+def exporter(make_instrumented: MakeInstrumented) -> InMemorySpanExporter:
+    return make_instrumented(CONTRACTS, store=None, instrumentors=["tallyspan_openai"]).spans
 
 
 def _ask(replies: list[str], *, stage: str = "answer") -> None:
@@ -131,23 +120,13 @@ def test_nested_runs_roll_up_to_each_enclosing_run_and_the_root(
     assert tuple(root_types) == ("forbidden_present", "not_japanese")  # type: ignore[arg-type]
 
 
-def test_mark_error_status_off_leaves_the_run_status_alone(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
-) -> None:
-    tallyspan.instrument(
-        contracts=CONTRACTS,
-        tracer_provider=tracer_provider,
-        store=None,
-        instrumentors=["tallyspan_openai"],
-        span_processors=[SimpleSpanProcessor(span_exporter)],
-        mark_error_status=False,
+def test_mark_error_status_off_leaves_the_run_status_alone(make_instrumented: MakeInstrumented) -> None:
+    spans = make_instrumented(
+        CONTRACTS, store=None, instrumentors=["tallyspan_openai"], mark_error_status=False
     )
-    try:
-        with tallyspan.run("writer"):
-            _ask([ENGLISH])
-        run = _finished(span_exporter)["invoke_agent writer"]
-    finally:
-        tallyspan.uninstrument()
+    with tallyspan.run("writer"):
+        _ask([ENGLISH])
+    run = _finished(spans.spans)["invoke_agent writer"]
     assert dict(run.attributes or {})[semconv.RUN_VIOLATION_COUNT] == 1
     assert run.status.status_code is StatusCode.UNSET
 
