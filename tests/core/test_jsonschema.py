@@ -35,6 +35,10 @@ def _problems(schema: dict[str, Any], value: Any, limit: int = 5) -> list[str]:
         ("[" + '"' + "[" * 100 + '"' + "]", False),  # brackets inside a string are text
         ('["\\"' + "[" * 100 + '"]', False),  # an escaped quote does not end the string
         ('["\\\\"' + "[" * 100, True),  # an escaped backslash does, and the brackets after it count
+        (
+            "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH + "[]",
+            False,
+        ),  # more openers than the limit, not deeper
         ("", False),
     ],
 )
@@ -46,6 +50,7 @@ def test_too_deep_takes_its_limit() -> None:
     assert too_deep("[[[]]]", limit=2) is True
     assert too_deep("[[[]]]", limit=3) is False
     assert too_deep("[][][]", limit=2) is False  # three openers, depth one
+    assert too_deep('"["', limit=0) is False  # an opener in a string only: no bracket left to count
 
 
 # --- parse_json_output -----------------------------------------------------------------------------
@@ -114,6 +119,10 @@ def test_a_wrong_type_names_the_json_type_found_and_wanted(wanted: str, value: A
     assert _problems({"type": wanted}, value) == [f"json field $ has type {found}, want {wanted}"]
 
 
+def test_a_value_json_cannot_hold_is_named_by_its_python_type() -> None:
+    assert _problems({"type": "array"}, (1, 2)) == ["json field $ has type tuple, want array"]
+
+
 def test_several_wanted_types_are_joined() -> None:
     assert _problems({"type": ["integer", "null", "array"]}, "x") == [
         "json field $ has type string, want integer|null|array"
@@ -128,6 +137,7 @@ def test_each_missing_required_field_is_one_problem() -> None:
 def test_enum_and_const_share_one_text() -> None:
     assert _problems({"enum": [1, 2]}, 3) == ["json field $ is not one of the allowed values"]
     assert _problems({"const": "a"}, "b") == ["json field $ is not one of the allowed values"]
+    assert _problems({"enum": ["a", "b"]}, {"c": 1}) == ["json field $ is not one of the allowed values"]
 
 
 def test_additional_and_unevaluated_properties_share_one_text() -> None:
