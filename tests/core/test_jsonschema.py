@@ -32,6 +32,7 @@ def _problems(schema: dict[str, Any], value: Any, limit: int = 5) -> list[str]:
         ("{" * (MAX_JSON_DEPTH + 1), True),  # objects nest too
         ("[{" * 33, True),  # 66 levels, half of them each kind
         ("[]" * 200, False),  # many brackets, never deeper than one
+        ("[1], " * 100, False),  # and what lies between them is no level
         ("[" + '"' + "[" * 100 + '"' + "]", False),  # brackets inside a string are text
         ('["\\"' + "[" * 100 + '"]', False),  # an escaped quote does not end the string
         ('["\\\\"' + "[" * 100, True),  # an escaped backslash does, and the brackets after it count
@@ -193,7 +194,7 @@ def test_a_field_is_named_when_any_part_of_the_schema_declares_it(schema: dict[s
 
 def test_problems_stop_at_the_limit() -> None:
     schema = {"type": "object", "required": [f"field{index}" for index in range(7)]}
-    assert len(_problems(schema, {})) == 5
+    assert len(schema_problems({}, compile_schema(schema))) == 5
     assert _problems(schema, {}, limit=2) == ["json field $.field0 missing", "json field $.field1 missing"]
     properties = {"properties": {name: {"type": "integer"} for name in "abcdefg"}}
     assert len(_problems(properties, dict.fromkeys("abcdefg", "x"), limit=3)) == 3

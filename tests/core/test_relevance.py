@@ -311,6 +311,15 @@ def test_a_short_question_is_judged_only_against_marked_text_that_shares_nothing
     assert off_topic_detail(_ja_answer(shared=1, head=MARK), _ja_prompt(7)) is None  # shares one
 
 
+def test_a_question_without_kanji_is_judged_by_its_katakana() -> None:
+    prompt = "アイスクリームとチョコレートとキャンディーについておしえてください。"
+    assert (_topic(prompt).size, _topic(prompt).kanji) == (16, frozenset())
+    assert (
+        off_topic_detail(_ja_answer(), prompt)
+        == "shares 0 of the prompt's 16 topic features, 0% of its kanji"
+    )
+
+
 def test_eight_features_make_a_full_question() -> None:
     assert off_topic_detail(_ja_answer(shared=1), _ja_prompt(8)) == (
         "shares 1 of the prompt's 8 topic features, 12% of its kanji"
@@ -334,7 +343,7 @@ def _en_answer(words: int, head: str = "") -> str:
 @pytest.mark.parametrize(
     ("answer", "detail"),
     [
-        (_en_answer(15, "Click here: "), "web boilerplate; shares none of the prompt's 11 topic features"),
+        (_en_answer(13, "Click here: "), "web boilerplate; shares none of the prompt's 11 topic features"),
         (_en_answer(12, "Click here: "), None),  # 14 words: too short to judge across languages
         (_en_answer(40), None),  # no mark, and it may use other names
         (_en_answer(15, "Click here for gdp: "), None),  # shares the prompt's GDP
