@@ -243,6 +243,20 @@ def _chain(depth_of_refusal: int) -> BaseException:
     return error
 
 
+def test_the_error_name_is_the_text_before_the_first_colon() -> None:
+    result = check(None, error="ReadTimeout: timed out: after 30 s")
+    assert [violation.detail for violation in result.violations] == [
+        "the call failed with a timeout (ReadTimeout)"
+    ]
+
+
+def test_each_cause_of_an_error_is_read_as_its_own_words() -> None:
+    """A status code at the end of one cause's message is still a whole number before the next cause."""
+    wrapper = RuntimeError("upstream answered 503")
+    wrapper.__cause__ = KeyError("missing field")
+    assert check(None, error=wrapper).violations[0].detail == "the inference server failed (RuntimeError)"
+
+
 def test_the_cause_chain_is_followed_five_links_deep() -> None:
     assert _types("", error=_chain(5)) == ("process_error",)
     assert _types("", error=_chain(6)) == ()  # deeper is another failure, not the call's

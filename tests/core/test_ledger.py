@@ -366,3 +366,27 @@ def test_every_discrepancy_detail_is_exact() -> None:
         [Observed("c1", "search", "succeeded", 0), Observed("c2", "fetch", "succeeded", 1)], []
     )
     assert Discrepancy("ledger_missing", None, "2 calls, no log") in unlogged.discrepancies
+
+
+def test_an_empty_argument_counts_as_absent_and_the_next_name_is_read() -> None:
+    claim = parse_log_arguments(
+        {"call_id": "", "log_id": "c7", "tool_name": "", "tool": "book", "outcome": "ok"}
+    )
+    assert claim == Claim("c7", "book", "succeeded", "", 0)
+
+
+def test_a_summary_that_is_not_text_is_kept_as_text() -> None:
+    assert parse_log_arguments({"tool": "book", "outcome": "ok", "summary": 42}).summary == "42"
+    assert parse_log_arguments({"tool": "book", "outcome": "ok", "summary": None}).summary == ""
+
+
+def test_a_malformed_claim_keeps_what_did_parse() -> None:
+    """The ledger view shows the call id (and the summary) of a claim it could not pair."""
+    no_tool = parse_log_arguments({"call_id": "c1", "outcome": "ok", "summary": "booked"}, seq=5)
+    assert no_tool == Claim("c1", None, None, "booked", 5, malformed="no tool name")
+    unknown = parse_log_arguments(
+        {"call_id": "c1", "tool": "book", "outcome": "maybe", "summary": "s"}, seq=6
+    )
+    assert unknown == Claim(
+        "c1", "book", None, "s", 6, malformed="unknown outcome (not succeeded, failed or rejected)"
+    )
