@@ -66,6 +66,24 @@ def test_forbidden_text_inside_reasoning_is_found() -> None:
     assert _types("<think>資料を読む</think>要約は以下の通りです。", contract) == ()
 
 
+def test_patterns_left_without_time_are_not_verified_and_the_budget_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A spent budget (here: none to begin with) leaves every pattern unverified, never passed."""
+    import functools
+
+    from tallyspan import _checks
+    from tallyspan._patterns import PatternBudget
+
+    monkeypatch.setattr(_checks, "PatternBudget", functools.partial(PatternBudget, total_s=0.0))
+    result = check("判定：合格", Contract(required=[r"判定"], forbidden=[r"社外秘"]))
+    assert [(violation.type, violation.detail) for violation in result.violations] == [
+        (ViolationType.MISSING_REQUIRED, "pattern '判定' timed out; not verified"),
+        (ViolationType.FORBIDDEN_PRESENT, "pattern '社外秘' timed out; not verified"),
+    ]
+    assert result.check_errors == ("pattern_budget",)
+
+
 # --- json_schema -----------------------------------------------------------------------------------
 
 

@@ -390,3 +390,43 @@ def test_a_malformed_claim_keeps_what_did_parse() -> None:
     assert unknown == Claim(
         "c1", "book", None, "s", 6, malformed="unknown outcome (not succeeded, failed or rejected)"
     )
+
+
+def test_a_log_tool_spec_needs_names_that_are_non_empty_strings() -> None:
+    from tallyspan import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^the log tool name must be a non-empty string$"):
+        LogToolSpec(tool="")
+    for names in [("",), ("call_id", "")]:
+        with pytest.raises(
+            ConfigError, match=r"^LogToolSpec\.call_id must be a non-empty tuple of argument names$"
+        ):
+            LogToolSpec(call_id=names)
+
+
+@pytest.mark.parametrize(("value", "outcome"), [(True, "succeeded"), (False, "failed"), (" Done ", "succeeded"),
+                                                ("DENIED", "rejected"), (1, None), ("maybe", None)])  # fmt: skip
+def test_normalize_outcome_reads_booleans_and_words(value: object, outcome: str | None) -> None:
+    assert ledger.normalize_outcome(value) == outcome
+
+
+def test_a_claim_without_id_pairs_the_earliest_call_of_its_tool_even_when_the_last_is_one() -> None:
+    result = reconcile(
+        [Observed("c1", "search", "succeeded", 0), Observed("c2", "search", "succeeded", 2)],
+        [Claim(None, "search", "succeeded", "", 1)],
+    )
+    assert _pairs(result) == [("unlogged_call", "c2")]
+
+
+def test_a_claim_at_the_same_position_as_a_call_is_not_after_it() -> None:
+    same_as_its_call = reconcile(
+        [Observed("c1", "a", "succeeded", 1)], [Claim("c1", "a", "succeeded", "", 1)]
+    )
+    assert same_as_its_call.discrepancies == (
+        Discrepancy("out_of_order_log", "c1", "logged before the call"),
+    )
+    at_the_next_call = reconcile(
+        [Observed("c1", "a", "succeeded", 0), Observed("c2", "a", "succeeded", 2)],
+        [Claim("c1", "a", "succeeded", "", 2), Claim("c2", "a", "succeeded", "", 3)],
+    )
+    assert at_the_next_call.protocol_ok is True
