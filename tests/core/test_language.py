@@ -258,7 +258,7 @@ def test_other_required_languages_follow_the_same_prose_rules() -> None:
         ('We fixed it.', ('en', 0, 0, 0, 3, 2, 1, 0, 0, 0, 0, 0, False)),
         ('資料です。\nWe fixed the bug today.\n', ('ja', 2, 2, 0, 5, 2, 3, 0, 0, 1, 0, 0, True)),
         ('a cat です。', ('ja', 2, 0, 0, 2, 1, 1, 0, 0, 0, 1, 0, True)),
-        ('A社とB社とaとbです。', ('ja', 5, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, True)),
+        ('A社とB社とaとbです。', ('ja', 5, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),  # labels, not articles
         ('これは a big 問題です。', ('ja', 5, 2, 0, 2, 1, 1, 0, 0, 0, 1, 0, True)),
         ('vs etc ok の問題です。', ('ja', 3, 2, 0, 3, 0, 0, 0, 0, 0, 0, 0, True)),
         ('mixi と mixi と mixi の話です。', ('ja', 5, 1, 0, 3, 0, 3, 0, 0, 0, 0, 0, True)),
@@ -294,6 +294,17 @@ def test_other_required_languages_follow_the_same_prose_rules() -> None:
         ('カタカナ', ('ja', 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
         ('ひらがな', ('ja', 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
         ('We need to 確認する the data.', ('ja', 2, 2, 0, 5, 4, 1, 0, 0, 0, 1, 0, False)),
+        ("[" * 70 + "日本語です。" + "]" * 70, ('ja', 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('これは A cat の話です。', ('ja', 6, 1, 0, 2, 1, 1, 0, 0, 0, 1, 0, True)),
+        ('答えは a です。', ('ja', 4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('これは a、cat です。', ('ja', 5, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, True)),
+        ('これは a Cat です。', ('ja', 5, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('資料です。\nWe fixed the bug', ('ja', 2, 2, 0, 4, 2, 2, 0, 0, 1, 0, 0, True)),
+        ('資料です。\nWe fixed it!Now we go home today.', ('ja', 2, 2, 0, 8, 3, 4, 0, 0, 1, 0, 0, True)),
+        ('Tokyo Osaka.\nWe fixed the bug today.', ('en', 0, 0, 0, 7, 2, 3, 0, 0, 1, 0, 0, False)),
+        ('We fixed the bug today.\nWe shipped the new build.', ('en', 0, 0, 0, 10, 4, 6, 0, 0, 2, 0, 0, False)),
+        ('これは the and 問題です。それは the and 問題です。', ('ja', 10, 4, 0, 4, 4, 0, 0, 0, 0, 2, 0, True)),
+        ('この件は big ox の問題です。', ('ja', 6, 3, 0, 2, 0, 2, 0, 0, 0, 0, 0, True)),
     ],
 )  # fmt: skip
 def test_each_profile_counts_exactly(text: str, fields: tuple[object, ...]) -> None:

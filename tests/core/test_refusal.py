@@ -130,7 +130,13 @@ def test_the_providers_reasoning_repeated_is_a_leak_from_thirty_characters() -> 
         ("Satisfaction is 98%. Our docs mention satisfaction is 98% too.", ["docs mention"], ["percentage"]),
         ("We are the world's first. Trusted by 300 customers.", ["WORLD'S FIRST"], ["customer", "customer"]),
         ("x" * 300 + " Trusted by many.", [], ["customer"]),  # far from the start
-        ("İİİ trusted by many", [], ["customer"]),  # lowercasing that changes the length
+        ("İ" * 200 + " trusted by many", [], ["customer"]),  # lowercasing that changes the length
+        ("Trusted by many. İ", [], ["customer"]),  # then the whole text is read, from its start
+        ("Trusted by many. " + "x" * 300 + " Trusted by all.", [], ["customer", "customer"]),  # once each
+        ("CPU usage is 97%. Trusted by many.", [], ["customer"]),  # a bare load does not stop the reading
+        # the sentence reaches 200 characters to the right at most
+        ("Trusted by 300 teams " + "x " * 100 + "as audited.", ["as audited"], ["customer", "customer"]),
+        ("Trusted by 300 teams " + "x " * 80 + "as audited.", ["as audited"], []),
     ],
 )
 def test_each_claim_counts_unless_an_allowed_phrase_is_in_its_sentence(
