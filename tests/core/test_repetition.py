@@ -115,6 +115,7 @@ def test_the_measure_is_linear_in_the_text() -> None:
         ("ab" * 15 + "cde" * 5, (30 / 45, 2)),  # the larger of two runs
         ("q" * 20 + "xyz" * 20, (60 / 80, 3)),
         ("ab" * 10 + "-" + "ab" * 10, (40 / 41, 2)),  # two runs of one unit add up
+        ("ab" * 10 + "-" + "ab" * 15, (50 / 51, 2)),  # each run from its start
         ("x\n```\n" + "0 " * 50 + "\n```\n", (0.0, 0)),  # a closed code block is the deliverable
         ("x\n~~~\n" + "0 " * 50 + "\n~~~\n", (0.0, 0)),
         ("x\n```\n" + "0 " * 50, (100 / 106, 2)),  # an unclosed one is how a loop in code ends
@@ -141,3 +142,4 @@ def test_the_helpers() -> None:
         2, 0, 3, 0
     ]  # fmt: skip
     assert _common_prefix("abcdefgh", "abcdefgX") == 7
+    assert _common_prefix("abcdefgh", "abcXefgh") == 3
