@@ -37,6 +37,8 @@ def test_the_first_turn_ends_at_the_first_end_token_after_content(text: str, tur
         (REFUSAL, True),
         ("", False),
         ("<|im_start|>" + REFUSAL, True),  # template debris before it
+        ("<|im_start|>" * 6 + REFUSAL, True),  # more debris than a lead may hold: it is removed
+        ("[INST]" * 11 + REFUSAL, True),
         ("[INST] [/INST]", False),  # only debris
         # at most 400 characters, a Latin letter counting a third: 7 + 393 is the longest refusal
         (REFUSAL + "あ" * 393, True),
@@ -92,6 +94,8 @@ HARMONY = "<|channel|>analysis<|message|>考え中<|end|><|start|>assistant<|cha
             "output opens with reasoning",
         ),
         ("x" * 200 + " Let me think", "x" * 200 + " Let me think", None),  # only the opening is read
+        (" " * 188 + "Let me think.", " " * 188 + "Let me think.", "output opens with reasoning"),
+        (" " * 189 + "Let me think.", " " * 189 + "Let me think.", None),  # 200 characters are read
     ],
 )
 def test_reasoning_is_stripped_and_named(text: str, answer: str, leak: str | None) -> None:
@@ -108,6 +112,14 @@ def test_the_providers_reasoning_repeated_is_a_leak_from_thirty_characters() -> 
     assert find_reasoning_leak("回答：別の内容です。", reasoning) is None
     spaced = " ".join(reasoning)  # whitespace does not hide it
     assert find_reasoning_leak(answer, spaced) == "the provider's reasoning is repeated in the output"
+    assert (
+        find_reasoning_leak(" ".join(answer), reasoning)
+        == "the provider's reasoning is repeated in the output"
+    )
+    longer = reasoning + "それから結論を書きます。" * 3  # 73 characters
+    assert find_reasoning_leak("回答：" + longer[:60] + "別の結論です。", longer) == (
+        "the provider's reasoning is repeated in the output"
+    )  # its first 60 characters are the probe
 
 
 # --- claims ------------------------------------------------------------------------------------------

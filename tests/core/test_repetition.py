@@ -125,6 +125,11 @@ def test_the_repeated_share_and_unit_exactly(text: str, measure: tuple[float, in
     assert repeated_share(text) == measure
 
 
+def test_a_loop_in_the_last_third_of_the_text_is_found() -> None:
+    prose = "".join(chr(0x4E00 + index * 3) for index in range(700))  # no unit repeats in it
+    assert repeated_share(prose + "ab" * 150) == (0.3, 2)
+
+
 @pytest.mark.parametrize("size", [150, 256])
 def test_units_up_to_the_longest_are_found(size: int) -> None:
     unit = "".join(chr(0x4E00 + index) for index in range(size))
