@@ -48,6 +48,9 @@ def test_the_first_turn_ends_at_the_first_end_token_after_content(text: str, tur
         ("Well, " + "x" * 54 + " " + REFUSAL, False),
         ("Here is the answer. " + REFUSAL, False),  # an answer came first
         ("Hello! " + REFUSAL, True),  # a greeting does not
+        (" " * 61 + REFUSAL, True),  # leading whitespace is no lead
+        ("Well \n" + REFUSAL, True),  # nor is whitespace at the end of the lead
+        ("ええ\nそのような状況はあり得ません。", True),
         ("ありがとうございます。申し訳ありませんが、お答えできません。", True),
         # a disclaimer followed by the answer, within 240 characters of the refusal
         (REFUSAL + " " + "あ" * 218 + " but I can help.", False),
