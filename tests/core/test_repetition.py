@@ -125,6 +125,13 @@ def test_the_repeated_share_and_unit_exactly(text: str, measure: tuple[float, in
     assert repeated_share(text) == measure
 
 
+def test_a_unit_whose_words_recur_inside_it_is_found_on_a_later_try() -> None:
+    """Each probe's characters first recur half a unit on (no repeat there), then a whole unit on."""
+    half = "".join(chr(0x4E00 + 7 * index) for index in range(100))
+    unit = half + half[:-1] + "終"
+    assert repeated_share(unit * 5) == (1.0, 200)
+
+
 def test_a_loop_in_the_last_third_of_the_text_is_found() -> None:
     prose = "".join(chr(0x4E00 + index * 3) for index in range(700))  # no unit repeats in it
     assert repeated_share(prose + "ab" * 150) == (0.3, 2)
