@@ -294,6 +294,12 @@ def test_other_required_languages_follow_the_same_prose_rules() -> None:
         ('カタカナ', ('ja', 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
         ('ひらがな', ('ja', 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
         ('We need to 確認する the data.', ('ja', 2, 2, 0, 5, 4, 1, 0, 0, 0, 1, 0, False)),
+        ("「ありがとう」 `x`", ("ja", 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),  # only quotes beside code
+        ("B社の rate and change の問題です。", ("ja", 4, 3, 0, 3, 1, 2, 0, 0, 0, 1, 0, True)),
+        ("これは a cat と dog です。", ("ja", 6, 0, 0, 3, 1, 2, 0, 0, 0, 1, 0, True)),
+        ("我去。", ("zh", 0, 2, 0, 0, 0, 0, 1, 2, 0, 0, 0, False)),  # weak evidence is enough without kana
+        ("式 $rate of change$ です。", ("ja", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ("式 \\[rate of change\\] です。", ("ja", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
         ('He said 「ありがとうございます、助かりました」 today. `x`', ('ja', 0, 0, 0, 3, 1, 2, 0, 0, 0, 0, 15, False)),
         ('{"k": "<|im_end|>"}', ('none', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
         ('{"a": "ありがとう"}', ('ja', 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),

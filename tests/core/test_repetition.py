@@ -135,6 +135,8 @@ def test_a_unit_whose_words_recur_inside_it_is_found_on_a_later_try() -> None:
 def test_a_loop_in_the_last_third_of_the_text_is_found() -> None:
     prose = "".join(chr(0x4E00 + index * 3) for index in range(700))  # no unit repeats in it
     assert repeated_share(prose + "ab" * 150) == (0.3, 2)
+    prose = "".join(chr(0x4E00 + index * 3) for index in range(960))
+    assert repeated_share(prose + "ab" * 20) == (0.04, 2)  # only the last probe lands in it
 
 
 @pytest.mark.parametrize("size", [150, 256])
