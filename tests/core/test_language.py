@@ -297,6 +297,7 @@ def test_other_required_languages_follow_the_same_prose_rules() -> None:
         ("「ありがとう」 `x`", ("ja", 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),  # only quotes beside code
         ("B社の rate and change の問題です。", ("ja", 4, 3, 0, 3, 1, 2, 0, 0, 0, 1, 0, True)),
         ("これは a cat と dog です。", ("ja", 6, 0, 0, 3, 1, 2, 0, 0, 0, 1, 0, True)),
+        ("基準率の無視(base rate neglect)です。", ("ja", 3, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),  # ASCII gloss
         ("我去。", ("zh", 0, 2, 0, 0, 0, 0, 1, 2, 0, 0, 0, False)),  # weak evidence is enough without kana
         ("式 $rate of change$ です。", ("ja", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
         ("式 \\[rate of change\\] です。", ("ja", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
