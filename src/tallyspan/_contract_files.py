@@ -35,11 +35,6 @@ from yaml.resolver import Resolver
 from tallyspan._config import ENV_CONTRACTS_MAX_BYTES
 from tallyspan._errors import ContractError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
-
 try:  # libyaml's parser: about 10x faster than the pure-Python one on large files
     from yaml._yaml import CParser as _Parser
 except ImportError:  # pragma: no cover - PyYAML built without libyaml
@@ -298,6 +293,11 @@ def _path_of(root: yaml.Node, target: yaml.Node) -> tuple[Any, ...]:
 
 
 def _parse_toml(text: str, file: str) -> Any:
+    # Imported here: a YAML file (the usual case) does not pay for the TOML parser's regexes.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

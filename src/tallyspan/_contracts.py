@@ -25,7 +25,6 @@ field and the line.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import os
 from collections.abc import Mapping, Sequence
@@ -56,10 +55,10 @@ from tallyspan._contract_files import (
 )
 from tallyspan._errors import ContractError
 from tallyspan._jsonschema import compile_schema
-from tallyspan._language import SUPPORTED_LANGUAGES
 from tallyspan._patterns import REGEX_TIMEOUT_S as REGEX_TIMEOUT_S  # where it was first defined
 from tallyspan._patterns import PatternLoadBudget, compile_pattern, load_budget_of
 from tallyspan._repetition import DEFAULT_MAX_REPEATED_SHARE
+from tallyspan._taxonomy import SUPPORTED_LANGUAGES
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator  # jsonschema loads only for a contract with json_schema
@@ -333,6 +332,8 @@ def _from_mapping(data: dict[str, Any], *, file: str | None, node: yaml.Node | N
 
 def _refuse_misspelt_section(data: dict[str, Any], *, file: str | None, node: yaml.Node | None) -> None:
     """``contract:`` (or ``matches:``) read as the short form would be a stage: say what was meant."""
+    import difflib  # only the short form gets here, and only a near miss needs it
+
     for key, value in data.items():
         if not isinstance(key, str):
             continue
@@ -384,6 +385,8 @@ def _contract_error(
     location = tuple(error["loc"])
     message = str(error["msg"])
     if error["type"] == "extra_forbidden":
+        import difflib  # a bad file only
+
         message = "unknown field"
         meant = difflib.get_close_matches(
             str(location[-1]) if location else "", _FIELD_NAMES, n=1, cutoff=0.75
