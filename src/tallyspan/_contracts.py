@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import regex
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -61,6 +60,7 @@ from tallyspan._repetition import DEFAULT_MAX_REPEATED_SHARE
 from tallyspan._taxonomy import SUPPORTED_LANGUAGES
 
 if TYPE_CHECKING:
+    import yaml  # only a YAML file loads it (tallyspan._contract_yaml)
     from jsonschema.protocols import Validator  # jsonschema loads only for a contract with json_schema
 
 __all__ = ["Claims", "Contract", "ContractSet", "MatchRule", "NamedPattern", "load_contracts"]
@@ -82,7 +82,9 @@ class Claims(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    allowed: list[str] = Field(default_factory=list)
+    # Plain defaults, not default_factory=list: pydantic copies them per instance all the same, and
+    # inspecting a builtin factory's signature costs milliseconds at import.
+    allowed: list[str] = []
 
 
 class Contract(BaseModel):
@@ -100,9 +102,9 @@ class Contract(BaseModel):
     min_chars: int | None = Field(default=None, ge=0)
     """Least characters, whitespace and stripped reasoning excluded."""
     max_chars: int | None = Field(default=None, ge=0)
-    required: list[str | NamedPattern] = Field(default_factory=list)
+    required: list[str | NamedPattern] = []
     """Regexes that must each match somewhere in the output."""
-    forbidden: list[str | NamedPattern] = Field(default_factory=list)
+    forbidden: list[str | NamedPattern] = []
     """Regexes that must not match anywhere in the output."""
     json_schema: dict[str, Any] | None = None
     """The output must be JSON valid against this JSON Schema (the ``jsonschema`` library, draft 2020-12
@@ -225,9 +227,9 @@ class ContractSet(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    contracts: dict[str, Contract] = Field(default_factory=dict)
+    contracts: dict[str, Contract] = {}
     default: Contract | None = None
-    match: list[MatchRule] = Field(default_factory=list)
+    match: list[MatchRule] = []
 
     @model_validator(mode="after")
     def _rules_name_contracts(self) -> ContractSet:
