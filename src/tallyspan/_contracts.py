@@ -31,7 +31,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import regex
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -55,17 +54,16 @@ from tallyspan._contract_files import (
 from tallyspan._errors import ContractError
 from tallyspan._jsonschema import compile_schema
 from tallyspan._patterns import REGEX_TIMEOUT_S as REGEX_TIMEOUT_S  # where it was first defined
-from tallyspan._patterns import PatternLoadBudget, compile_pattern, load_budget_of
+from tallyspan._patterns import PatternLoadBudget, compile_pattern, contract_flags, load_budget_of
 from tallyspan._repetition import DEFAULT_MAX_REPEATED_SHARE
 from tallyspan._taxonomy import SUPPORTED_LANGUAGES
 
 if TYPE_CHECKING:
+    import regex  # loads with the first pattern (tallyspan._patterns)
     import yaml  # only a YAML file loads it (tallyspan._contract_yaml)
     from jsonschema.protocols import Validator  # jsonschema loads only for a contract with json_schema
 
 __all__ = ["Claims", "Contract", "ContractSet", "MatchRule", "NamedPattern", "load_contracts"]
-
-_REGEX_FLAGS = regex.MULTILINE | regex.VERSION1
 
 
 class NamedPattern(BaseModel):
@@ -149,7 +147,7 @@ class Contract(BaseModel):
         for index, item in enumerate(value):
             pattern = item.pattern if isinstance(item, NamedPattern) else item
             try:
-                compile_pattern(pattern, _REGEX_FLAGS, budget)
+                compile_pattern(pattern, contract_flags(), budget)
             except ValueError as exc:
                 raise ValueError(f"{exc} (item {index})") from exc
         return value
@@ -194,8 +192,8 @@ class Contract(BaseModel):
 
 def _compiled(item: str | NamedPattern, budget: PatternLoadBudget | None) -> tuple[str, regex.Pattern[str]]:
     if isinstance(item, NamedPattern):
-        return item.name, compile_pattern(item.pattern, _REGEX_FLAGS, budget)
-    return item, compile_pattern(item, _REGEX_FLAGS, budget)
+        return item.name, compile_pattern(item.pattern, contract_flags(), budget)
+    return item, compile_pattern(item, contract_flags(), budget)
 
 
 class MatchRule(BaseModel):

@@ -80,6 +80,18 @@ def test_instrument_with_a_contract_mapping_validates_it_but_loads_no_engine_yam
     assert loaded == ["tallyspan._contracts", "regex"]  # the patterns are compiled: validated eagerly
 
 
+def test_a_contract_without_patterns_loads_no_regex() -> None:
+    loaded = _loaded_after(
+        """
+        import tallyspan
+
+        contracts = tallyspan.load_contracts({"report": {"language": "ja", "min_chars": 5}})
+        assert not tallyspan.check("判定：合格です。", contracts.contracts["report"]).violations
+        """
+    )
+    assert "regex" not in loaded
+
+
 def test_instrument_with_a_contracts_file_loads_yaml_but_no_engine_or_otlp(tmp_path: Path) -> None:
     path = tmp_path / "contracts.yaml"
     path.write_text("contracts:\n  report: {language: ja, required: ['判定']}\n", encoding="utf-8")
