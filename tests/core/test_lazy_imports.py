@@ -23,11 +23,11 @@ HEAVY = (*ENGINE, *OTLP, "tallyspan._contracts", "yaml", "regex")
 CONTRACT = {"language": "ja", "min_chars": 20, "required": ["判定"], "claims": {"allowed": ["導入企業300社"]}}
 
 
-def _loaded_after(code: str, **env: str) -> list[str]:
+def _loaded_after(code: str, watched: tuple[str, ...] = HEAVY, **env: str) -> list[str]:
     script = textwrap.dedent(code) + textwrap.dedent(
         f"""
         import json, sys
-        print(json.dumps([name for name in {HEAVY!r} if name in sys.modules]))
+        print(json.dumps([name for name in {watched!r} if name in sys.modules]))
         """
     )
     # No OTLP endpoint from the environment running the tests: it would (rightly) load OTLP export.
@@ -124,6 +124,12 @@ def test_an_otlp_endpoint_loads_otlp_export(tmp_path: Path) -> None:
 
 def test_import_tallyspan_imports_no_check_engine() -> None:
     assert _loaded_after("import tallyspan, tallyspan.plugin") == []
+
+
+def test_import_tallyspan_leaves_the_wiring_to_instrument() -> None:
+    wiring = ("tallyspan._instrument", "tallyspan.ledger", "tallyspan._tool", "opentelemetry.instrumentation")
+    assert _loaded_after("import tallyspan", wiring) == []
+    assert _loaded_after("import tallyspan; tallyspan.instrument", wiring) == ["tallyspan._instrument"]
 
 
 def test_the_lazy_names_are_the_engine_s_own() -> None:
