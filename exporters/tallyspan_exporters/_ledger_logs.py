@@ -15,7 +15,7 @@ each reconciled run one ``tallyspan.ledger.reconciliation`` (span id of the run 
 protocol_ok, discrepancy types and counts as attributes; the discrepancies as a list in the body).
 Every record carries ``tallyspan.ledger.record_id``, the same on every delivery.
 ``tallyspan.instrument()`` adds this sink when OTLP log export is requested, and the store sink when
-there is a store (``ledger_sinks_component``, entry point ``ledger_sinks``).
+there is a store (``_components.ledger_sinks_component``, entry point ``ledger_sinks``).
 
 Every record is durable: it goes through the spool of ``settings`` (``_delivery.Outbox``) and leaves it
 only once the backend accepted it, across restarts; a failed export is retried, and every record lost
@@ -43,11 +43,10 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.util.types import AnyValue, AttributeValue
 
 from tallyspan import semconv
-from tallyspan.ledger import LedgerEntry, LedgerRecord, LedgerSink
+from tallyspan.ledger import LedgerEntry, LedgerRecord
 from tallyspan.plugin import (
     ExportSettings,
     OTLPProtocol,
-    Settings,
     ShutdownBudget,
     __version__,
     otlp_logs_protocol,
@@ -55,10 +54,9 @@ from tallyspan.plugin import (
 )
 from tallyspan_exporters._codec import decode_log_record, encode_log_record
 from tallyspan_exporters._delivery import Codec, Outbox
-from tallyspan_exporters._ledger_store import SQLiteLedgerSink
 from tallyspan_exporters._otlp import ObservedSession, observed_session, open_spool, otlp_log_exporter
 
-__all__ = ["OTLPLedgerSink", "ledger_sinks_component"]
+__all__ = ["OTLPLedgerSink"]
 
 _logger = logging.getLogger(__name__)
 
@@ -266,23 +264,3 @@ def _shutdown_at_exit(sink_ref: weakref.ref[OTLPLedgerSink]) -> None:
     sink = sink_ref()
     if sink is not None:
         sink.shutdown()
-
-
-def ledger_sinks_component(settings: Settings) -> Sequence[LedgerSink]:
-    """The ``ledger_sinks`` entry point: the OTLP log sink when log export is requested, the store sink."""
-    sinks: list[LedgerSink] = []
-    if settings.otlp_logs:
-        try:
-            sinks.append(
-                OTLPLedgerSink(
-                    protocol=settings.otlp_logs_protocol,
-                    service_name=settings.service_name,
-                    settings=settings.export,
-                    budget=settings.shutdown_budget,
-                )
-            )
-        except Exception:  # a bad OTLP setting must not stop the app; the other sinks still work
-            swallowed(_logger, "ledger_logs.exporter", "could not create the OTLP ledger log exporter")
-    if settings.db_path is not None:
-        sinks.append(SQLiteLedgerSink(settings.db_path, budget=settings.shutdown_budget))
-    return sinks

@@ -1,12 +1,14 @@
-"""OTLP export: the ``otlp`` link of ``instrument()``'s chain, and the OTLP exporters by protocol.
+"""OTLP export: the span processor of the ``otlp`` link of ``instrument()``'s chain, and the OTLP
+exporters by protocol.
 
 Usage::
 
     from tallyspan_exporters import otlp_component
     link = otlp_component((), settings)   # an OTLPSpanProcessor over the SDK's OTLPSpanExporter, or None
 
-``tallyspan.instrument()`` finds ``otlp_component`` through the ``otlp`` entry point of
-``tallyspan.components``, like every other link; the ledger's log records go through
+``tallyspan.instrument()`` finds ``otlp_component`` (``_components``, which imports this module only
+when traces go out over OTLP) through the ``otlp`` entry point of ``tallyspan.components``, like every
+other link; the ledger's log records go through
 ``OTLPLedgerSink`` (``_ledger_logs``), which takes its exporter from here too. Which signals go out,
 and over which protocol, is configuration the core resolves (``Settings.otlp_*``): it also drops a gRPC
 signal whose exporter (the ``tallyspan[grpc]`` extra) is not installed, with one warning.
@@ -23,7 +25,6 @@ Delivery itself (spool, retries, counted losses) is ``_delivery.Outbox``.
 from __future__ import annotations
 
 import importlib
-import logging
 import math
 import os
 import time
@@ -44,9 +45,7 @@ from tallyspan.plugin import (
     ConfigError,
     ExportSettings,
     OTLPProtocol,
-    Settings,
     ShutdownBudget,
-    swallowed,
 )
 from tallyspan_exporters._codec import decode_span, encode_span
 from tallyspan_exporters._delivery import Attempt, Codec, Outbox
@@ -59,12 +58,10 @@ __all__ = [
     "carries_verdict",
     "observed_session",
     "open_spool",
-    "otlp_component",
     "otlp_log_exporter",
     "otlp_span_exporter",
 ]
 
-_logger = logging.getLogger(__name__)
 
 #: (module, class) of each signal's exporter, by protocol.
 _SPAN_EXPORTERS: Final = {
@@ -300,30 +297,3 @@ class OTLPSpanProcessor(SpanProcessor):
 
     def shutdown(self) -> None:
         self._outbox.shutdown()
-
-
-def otlp_component(downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor | None:
-    """The ``otlp`` link of ``instrument()``'s chain: the enriched spans to the OTLP endpoint.
-
-    Returns None when trace export is not requested (``settings.otlp_traces``), or when the exporter
-    cannot be made (a missing certificate file, ...): that is logged once, and the app goes on.
-
-    Args:
-        downstream: unused; OTLP export is a sink.
-        settings: ``otlp_traces`` and ``otlp_traces_protocol`` say whether and how to export; ``export``
-            the spool and the timeouts; ``shutdown_budget`` bounds the shutdown.
-    """
-    del downstream
-    if not settings.otlp_traces:
-        return None
-    session = observed_session("traces", settings.otlp_traces_protocol)
-    try:
-        exporter = otlp_span_exporter(
-            settings.otlp_traces_protocol, timeout_s=settings.export.export_timeout_s, session=session
-        )
-    except Exception:  # a bad OTLP setting must not stop the app; the other links still work
-        swallowed(_logger, "otlp.traces", "could not create the OTLP span exporter; traces are not exported")
-        return None
-    return OTLPSpanProcessor(
-        exporter, settings=settings.export, budget=settings.shutdown_budget, session=session
-    )

@@ -9,24 +9,34 @@ Usage::
         client.chat.completions.create(...)            # a "chat" span, checked against the contract
 """
 
+from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
-from tallyspan import ledger
 from tallyspan._errors import ConfigError, ContractError, Rejected, TallyspanError
-from tallyspan._instrument import DEFAULT_STORE, Instrumentation, instrument, instrumentation, uninstrument
 from tallyspan._selfstats import reset_stats, stats
 from tallyspan._stage import StageInfo, current_stage, stage
 from tallyspan._taxonomy import FAILURE_CLASS_OF, FailureClass, ViolationType
-from tallyspan._tool import run, tool
 from tallyspan._version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from tallyspan import ledger
     from tallyspan._checks import CheckResult, Violation, check
     from tallyspan._contracts import Contract, ContractSet, load_contracts
+    from tallyspan._instrument import (
+        DEFAULT_STORE,
+        Instrumentation,
+        instrument,
+        instrumentation,
+        uninstrument,
+    )
+    from tallyspan._tool import run, tool
 
-# The check engine and the contracts (regex, YAML, jsonschema, pydantic models) load on first use, so
-# an instrumentor alone, or an app that never loads a contract, does not pay for their import.
+# Loaded on first use, so that what needs only a part of the core does not pay for the rest: an
+# instrumentor (which imports tallyspan.semconv and tallyspan.plugin) never loads the wiring of
+# instrument(), the ledger or the tool decorator; the check engine and the contracts (regex, YAML,
+# jsonschema, pydantic models) load with the first contract or check.
 _ENGINE, _CONTRACTS = f"{__name__}._checks", f"{__name__}._contracts"
+_INSTRUMENT, _TOOL = f"{__name__}._instrument", f"{__name__}._tool"
 _LAZY = {
     "CheckResult": _ENGINE,
     "Violation": _ENGINE,
@@ -34,6 +44,14 @@ _LAZY = {
     "Contract": _CONTRACTS,
     "ContractSet": _CONTRACTS,
     "load_contracts": _CONTRACTS,
+    "DEFAULT_STORE": _INSTRUMENT,
+    "Instrumentation": _INSTRUMENT,
+    "instrument": _INSTRUMENT,
+    "instrumentation": _INSTRUMENT,
+    "uninstrument": _INSTRUMENT,
+    "run": _TOOL,
+    "tool": _TOOL,
+    "ledger": f"{__name__}.ledger",  # the public submodule itself
 }
 
 __all__ = [
@@ -67,7 +85,7 @@ __all__ = [
 
 
 def _as_ours(obj: Any) -> Any:
-    if hasattr(obj, "__module__") and isinstance(obj, type | type(instrument)):
+    if isinstance(obj, type | FunctionType):
         obj.__module__ = "tallyspan"
     return obj
 
@@ -77,9 +95,13 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'tallyspan' has no attribute {name!r}")
     import importlib
 
-    for lazy_name, module_name in _LAZY.items():  # one module gives several names: bind them all
-        if module_name == _LAZY[name]:
-            globals()[lazy_name] = _as_ours(getattr(importlib.import_module(module_name), lazy_name))
+    module_name = _LAZY[name]
+    module = importlib.import_module(module_name)
+    if module_name == f"{__name__}.{name}":  # a submodule: importing it bound it here already
+        return module
+    for lazy_name, lazy_module in _LAZY.items():  # one module gives several names: bind them all
+        if lazy_module == module_name:
+            globals()[lazy_name] = _as_ours(getattr(module, lazy_name))
     return globals()[name]
 
 

@@ -6,7 +6,8 @@ must not hang or exhaust the process that calls ``instrument()``:
 - only a regular file is read (``/dev/zero``, a FIFO, a directory are refused unopened), at most
   ``TALLYSPAN_CONTRACTS_MAX_BYTES`` (1 MiB by default; a larger file is refused unread);
 - it must be UTF-8 (a byte-order mark is accepted); UTF-16, UTF-32 and Latin-1 are named as such;
-- YAML is parsed by libyaml when present, composed by a loader that counts: more than
+- YAML is parsed by libyaml when present (``tallyspan._contract_yaml``, imported only for a YAML
+  file), composed by a loader that counts: more than
   :data:`MAX_DEPTH` levels of nesting or :data:`MAX_NODES` values is refused while composing, before
   Python's recursion limit; a number longer than :data:`MAX_NUMBER_CHARS` characters is refused
   before it is converted;
@@ -25,34 +26,13 @@ import stat
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
-
-import yaml
-from yaml.composer import Composer
-from yaml.constructor import SafeConstructor
-from yaml.resolver import Resolver
+from typing import TYPE_CHECKING, Any, Final
 
 from tallyspan._config import ENV_CONTRACTS_MAX_BYTES
 from tallyspan._errors import ContractError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
-
-try:  # libyaml's parser: about 10x faster than the pure-Python one on large files
-    from yaml._yaml import CParser as _Parser
-except ImportError:  # pragma: no cover - PyYAML built without libyaml
-    from yaml.parser import Parser as _PyParser
-    from yaml.reader import Reader
-    from yaml.scanner import Scanner
-
-    class _Parser(Reader, Scanner, _PyParser):  # type: ignore[no-redef]
-        def __init__(self, stream: str) -> None:
-            Reader.__init__(self, stream)
-            Scanner.__init__(self)
-            _PyParser.__init__(self)
-
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = [
     "MAX_DEPTH",
@@ -169,135 +149,18 @@ def parse_contracts_text(text: str, *, file: str, toml: bool) -> tuple[Any, yaml
     """
     if toml:
         return _parse_toml(text, file), None
-    return _parse_yaml(text, file)
+    # Imported here: PyYAML costs about 10 ms to import, and contracts given as a mapping never need it.
+    from tallyspan._contract_yaml import parse_yaml
 
-
-class _Refused(Exception):  # noqa: N818 - internal: carries where a YAML value was refused
-    def __init__(self, message: str, *, path: tuple[Any, ...] = (), node: yaml.Node | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.path = path
-        self.node = node
-
-
-class _BoundedLoader(Composer, _Parser, SafeConstructor, Resolver):
-    """A safe YAML loader that counts nesting and values while it composes, and bounds numbers."""
-
-    def __init__(self, text: str) -> None:
-        _Parser.__init__(self, text)
-        Composer.__init__(self)
-        SafeConstructor.__init__(self)
-        Resolver.__init__(self)
-        self._depth = 0
-        self._nodes = 0
-        self._path: list[Any] = []
-        self.short_form = False
-        self.failed_at: tuple[Any, ...] | None = None
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> Any:
-        named = index is not None  # a mapping's value (index: its key node) or a list's item (an int)
-        if named and not self._path and isinstance(parent, yaml.MappingNode):
-            # The top-level keys so far tell the short form {stage: contract}, whose paths need a prefix.
-            keys = [key.value for key, _ in parent.value] + [getattr(index, "value", None)]
-            self.short_form = not TOP_KEYS.intersection(key for key in keys if isinstance(key, str))
-        if named:
-            self._path.append(index.value if isinstance(index, yaml.ScalarNode) else index)
-        try:
-            self._nodes += 1
-            if self._nodes > MAX_NODES:
-                raise _Refused(f"the file holds more than {MAX_NODES:,} values", path=tuple(self._path))
-            opens = isinstance(self.peek_event(), (yaml.MappingStartEvent, yaml.SequenceStartEvent))
-            if opens and self._depth >= MAX_DEPTH:
-                raise _Refused(f"nested deeper than {MAX_DEPTH} levels", path=tuple(self._path))
-            self._depth += opens
-            try:
-                return super().compose_node(parent, index)
-            finally:
-                self._depth -= opens
-        except yaml.YAMLError:
-            if self.failed_at is None:
-                self.failed_at = tuple(self._path)  # the innermost place: the stack unwinds from here
-            raise
-        finally:
-            if named:
-                self._path.pop()
-
-    def where(self, path: tuple[Any, ...] | None) -> tuple[Any, ...]:
-        """``path`` as a path in the full form: the short form's gain their ``contracts`` prefix."""
-        if not path:
-            return ()
-        return ("contracts", *path) if self.short_form else path
-
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep)
-        except (yaml.YAMLError, _Refused):
-            raise
-        except Exception as exc:  # a value the safe constructor cannot build (a 30th of February...)
-            raise _Refused(f"cannot read this value: {type(exc).__name__}: {exc}", node=node) from exc
-
-    def _construct_int(self, node: yaml.ScalarNode) -> Any:
-        if len(str(node.value)) > MAX_NUMBER_CHARS:
-            raise _Refused(
-                f"a number of {len(str(node.value)):,} characters, more than {MAX_NUMBER_CHARS}", node=node
-            )
-        return self.construct_yaml_int(node)
-
-
-_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader._construct_int)  # type: ignore[type-var]
-
-
-def _parse_yaml(text: str, file: str) -> tuple[Any, yaml.Node | None]:
-    loader = _BoundedLoader(text)
-    node: yaml.Node | None = None
-    try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        message = f"invalid YAML: {getattr(exc, 'problem', None) or exc}"
-        line = mark.line + 1 if mark is not None else None
-        raise contract_error_at(
-            message, loader.where(loader.failed_at), file=file, node=None, line=line
-        ) from exc
-    except _Refused as exc:
-        path = exc.path if exc.node is None or node is None else _path_of(node, exc.node)
-        line = exc.node.start_mark.line + 1 if exc.node is not None else _mark_line(loader)
-        raise contract_error_at(exc.message, loader.where(path), file=file, node=None, line=line) from exc
-    finally:
-        loader.dispose()
-    return data, node
-
-
-def _mark_line(loader: _BoundedLoader) -> int | None:
-    try:
-        event = loader.peek_event()
-    except yaml.YAMLError:  # the parser is past its last event: no line to give
-        return None
-    mark = getattr(event, "start_mark", None)
-    return int(mark.line) + 1 if mark is not None else None
-
-
-def _path_of(root: yaml.Node, target: yaml.Node) -> tuple[Any, ...]:
-    """The keys and indexes from ``root`` to ``target`` in a composed YAML tree (first occurrence)."""
-    stack: list[tuple[yaml.Node, tuple[Any, ...]]] = [(root, ())]
-    seen: set[int] = set()
-    while stack:
-        node, path = stack.pop()
-        if node is target:
-            return path
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            stack.extend((value, (*path, key.value)) for key, value in node.value)
-            stack.extend((key, path) for key, _ in node.value)
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend((item, (*path, index)) for index, item in enumerate(node.value))
-    return ()
+    return parse_yaml(text, file)
 
 
 def _parse_toml(text: str, file: str) -> Any:
+    # Imported here: a YAML file (the usual case) does not pay for the TOML parser's regexes.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -425,6 +288,8 @@ def _line_of(node: yaml.Node | None, location: tuple[Any, ...]) -> int | None:
     """The 1-based line of the deepest YAML node on ``location`` (pydantic's error path)."""
     if node is None or node.start_mark is None:
         return None
+    import yaml  # loaded already: the node comes from it
+
     line = int(node.start_mark.line) + 1
     for part in location:
         child: yaml.Node | None = None
@@ -447,5 +312,7 @@ def wrap_node(node: yaml.Node | None) -> yaml.Node | None:
     """``node`` under a ``contracts`` key, as the short form ``{stage: contract}`` is read."""
     if node is None:
         return None
+    import yaml  # loaded already: the node comes from it
+
     key = yaml.ScalarNode("tag:yaml.org,2002:str", "contracts", node.start_mark, node.start_mark)
     return yaml.MappingNode("tag:yaml.org,2002:map", [(key, node)], node.start_mark, node.end_mark)

@@ -25,15 +25,12 @@ field and the line.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import regex
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -56,17 +53,17 @@ from tallyspan._contract_files import (
 )
 from tallyspan._errors import ContractError
 from tallyspan._jsonschema import compile_schema
-from tallyspan._language import SUPPORTED_LANGUAGES
 from tallyspan._patterns import REGEX_TIMEOUT_S as REGEX_TIMEOUT_S  # where it was first defined
-from tallyspan._patterns import PatternLoadBudget, compile_pattern, load_budget_of
+from tallyspan._patterns import PatternLoadBudget, compile_pattern, contract_flags, load_budget_of
 from tallyspan._repetition import DEFAULT_MAX_REPEATED_SHARE
+from tallyspan._taxonomy import SUPPORTED_LANGUAGES
 
 if TYPE_CHECKING:
+    import regex  # loads with the first pattern (tallyspan._patterns)
+    import yaml  # only a YAML file loads it (tallyspan._contract_yaml)
     from jsonschema.protocols import Validator  # jsonschema loads only for a contract with json_schema
 
 __all__ = ["Claims", "Contract", "ContractSet", "MatchRule", "NamedPattern", "load_contracts"]
-
-_REGEX_FLAGS = regex.MULTILINE | regex.VERSION1
 
 
 class NamedPattern(BaseModel):
@@ -83,7 +80,9 @@ class Claims(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    allowed: list[str] = Field(default_factory=list)
+    # Plain defaults, not default_factory=list: pydantic copies them per instance all the same, and
+    # inspecting a builtin factory's signature costs milliseconds at import.
+    allowed: list[str] = []
 
 
 class Contract(BaseModel):
@@ -101,9 +100,9 @@ class Contract(BaseModel):
     min_chars: int | None = Field(default=None, ge=0)
     """Least characters, whitespace and stripped reasoning excluded."""
     max_chars: int | None = Field(default=None, ge=0)
-    required: list[str | NamedPattern] = Field(default_factory=list)
+    required: list[str | NamedPattern] = []
     """Regexes that must each match somewhere in the output."""
-    forbidden: list[str | NamedPattern] = Field(default_factory=list)
+    forbidden: list[str | NamedPattern] = []
     """Regexes that must not match anywhere in the output."""
     json_schema: dict[str, Any] | None = None
     """The output must be JSON valid against this JSON Schema (the ``jsonschema`` library, draft 2020-12
@@ -148,7 +147,7 @@ class Contract(BaseModel):
         for index, item in enumerate(value):
             pattern = item.pattern if isinstance(item, NamedPattern) else item
             try:
-                compile_pattern(pattern, _REGEX_FLAGS, budget)
+                compile_pattern(pattern, contract_flags(), budget)
             except ValueError as exc:
                 raise ValueError(f"{exc} (item {index})") from exc
         return value
@@ -199,8 +198,8 @@ class Contract(BaseModel):
 
 def _compiled(item: str | NamedPattern, budget: PatternLoadBudget | None) -> tuple[str, regex.Pattern[str]]:
     if isinstance(item, NamedPattern):
-        return item.name, compile_pattern(item.pattern, _REGEX_FLAGS, budget)
-    return item, compile_pattern(item, _REGEX_FLAGS, budget)
+        return item.name, compile_pattern(item.pattern, contract_flags(), budget)
+    return item, compile_pattern(item, contract_flags(), budget)
 
 
 class MatchRule(BaseModel):
@@ -232,9 +231,9 @@ class ContractSet(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    contracts: dict[str, Contract] = Field(default_factory=dict)
+    contracts: dict[str, Contract] = {}
     default: Contract | None = None
-    match: list[MatchRule] = Field(default_factory=list)
+    match: list[MatchRule] = []
 
     @model_validator(mode="after")
     def _rules_name_contracts(self) -> ContractSet:
@@ -339,6 +338,8 @@ def _from_mapping(data: dict[str, Any], *, file: str | None, node: yaml.Node | N
 
 def _refuse_misspelt_section(data: dict[str, Any], *, file: str | None, node: yaml.Node | None) -> None:
     """``contract:`` (or ``matches:``) read as the short form would be a stage: say what was meant."""
+    import difflib  # only the short form gets here, and only a near miss needs it
+
     for key, value in data.items():
         if not isinstance(key, str):
             continue
@@ -390,6 +391,8 @@ def _contract_error(
     location = tuple(error["loc"])
     message = str(error["msg"])
     if error["type"] == "extra_forbidden":
+        import difflib  # a bad file only
+
         message = "unknown field"
         meant = difflib.get_close_matches(
             str(location[-1]) if location else "", _FIELD_NAMES, n=1, cutoff=0.75

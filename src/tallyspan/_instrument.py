@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
@@ -61,6 +60,10 @@ from tallyspan._selfstats import swallowed
 from tallyspan._state import RunningState, set_active
 
 if TYPE_CHECKING:
+    # For the types only: importing it costs about 25 ms (packaging's parsers), paid by the first
+    # instrumentor enabled, not by ``import tallyspan``.
+    from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+
     from tallyspan._contracts import ContractSet
 
 __all__ = ["DEFAULT_STORE", "Instrumentation", "instrument", "instrumentation", "uninstrument"]
@@ -386,8 +389,8 @@ def _with_otlp(settings: Settings, adopted: Sequence[Borrowed] = ()) -> Settings
     )
 
 
-# Entry points by group, read once per sys.path: each entry_points() call reads the metadata of every
-# installed distribution, and building the chain asks about a dozen times.
+# Our entry points, read once per sys.path: each entry_points() call reads the metadata of every
+# installed distribution (whatever the group asked), and building the chain asks about a dozen times.
 _entry_point_scan: dict[str, EntryPoints] = {}
 _scanned_path: tuple[str, ...] = ()
 
@@ -402,6 +405,11 @@ def _forget_entry_points() -> None:
 
 
 def _entry_points(group: str, name: str | None = None) -> EntryPoints:
+    if not _entry_point_scan:
+        # One scan for both groups instead of one per group: the walk of the distributions is the cost.
+        every = entry_points()
+        for wanted in (COMPONENT_GROUP, INSTRUMENTOR_GROUP):
+            _entry_point_scan[wanted] = every.select(group=wanted)
     found = _entry_point_scan.get(group)
     if found is None:
         found = _entry_point_scan[group] = entry_points(group=group)
@@ -503,7 +511,12 @@ def _instrument_libraries(
                         conflict,
                     )
                 continue
-            instrumentor.instrument(tracer_provider=provider, capture_content=settings.capture_content)
+            instrumentor.instrument(
+                # Checked just above: a second check would read the library's metadata again.
+                skip_dep_check=True,
+                tracer_provider=provider,
+                capture_content=settings.capture_content,
+            )
         except Exception:  # one instrumentor failing to install must not stop the app or the others
             swallowed(_logger, f"instrumentor.{entry_point.name}", f"could not instrument {entry_point.name}")
             continue

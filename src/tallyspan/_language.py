@@ -27,12 +27,9 @@ from itertools import pairwise
 
 from tallyspan._jsonschema import parse_json_output
 from tallyspan._scripts import KANA, chinese_evidence, script_counts
-from tallyspan._taxonomy import ViolationType
+from tallyspan._taxonomy import SUPPORTED_LANGUAGES, ViolationType
 
 __all__ = ["SUPPORTED_LANGUAGES", "ScriptProfile", "language_violations", "profile"]
-
-#: Languages a contract may require.
-SUPPORTED_LANGUAGES = frozenset({"ja", "en", "zh", "ko"})
 
 _CODE_FENCE = re.compile(r"(?ms)^[ \t]*(```|~~~)[^\n]*\n.*?(?:^[ \t]*\1[ \t]*$|\Z)")
 _INLINE_CODE = re.compile(r"`[^`\n]+`")

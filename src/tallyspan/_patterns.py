@@ -19,23 +19,19 @@ things in it can hurt the process that loads it, and neither is a syntax error:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final
-
-import regex
+from typing import TYPE_CHECKING, Any, Final
 
 from tallyspan._selfstats import count
 
-try:  # regex's own parser: the same tree the compiler gets, built without unrolling anything
-    _core: Any = importlib.import_module("regex._regex_core")
-    _Info, _RegexBase, _Source = _core.Info, _core.RegexBase, _core.Source
-    _parse_pattern, _UnscopedFlagSet = _core._parse_pattern, _core._UnscopedFlagSet
-except (ImportError, AttributeError):  # pragma: no cover - a regex release that moved its parser
-    _parse_pattern = None  # the cruder bound below is used instead
-    _RegexBase = type(None)
+if TYPE_CHECKING:
+    # ``regex`` (about 8 ms to import) loads with the first pattern compiled: a contract without
+    # patterns, and the check of its spans, never need it.
+    import regex
 
 __all__ = [
     "COMPILE_BUDGET_S",
@@ -85,6 +81,36 @@ _SHOWN_CHARS = 60
 
 class PatternError(ValueError):
     """A pattern that is invalid, or that would cost too much to compile."""
+
+
+@dataclass(frozen=True)
+class _RegexParser:
+    """``regex``'s own parser: the same tree the compiler gets, built without unrolling anything."""
+
+    info: Any
+    regex_base: type
+    source: Any
+    parse_pattern: Any
+    unscoped_flag_set: type[BaseException]
+
+
+@functools.cache
+def _regex_parser() -> _RegexParser | None:
+    """The parser of the installed ``regex``, or None when a release moved it (the cruder bound is used)."""
+    try:
+        core: Any = importlib.import_module("regex._regex_core")
+        return _RegexParser(
+            core.Info, core.RegexBase, core.Source, core._parse_pattern, core._UnscopedFlagSet
+        )
+    except (ImportError, AttributeError):  # pragma: no cover - a regex release that moved its parser
+        return None
+
+
+def contract_flags() -> int:
+    """The flags of every contract pattern: multi-line (``^`` and ``$`` at line ends), regex version 1."""
+    import regex
+
+    return int(regex.MULTILINE | regex.VERSION1)
 
 
 @dataclass
@@ -144,6 +170,8 @@ def compile_pattern(pattern: str, flags: int, budget: PatternLoadBudget | None =
         compiled = budget.compiled.get((pattern, flags))
         if compiled is not None:
             return compiled
+    import regex  # a contract's load: the first one pays for the import
+
     expansion = _checked_expansion(pattern, flags)
     if budget is not None:
         budget._charge(expansion)
@@ -170,9 +198,10 @@ def _checked_expansion(pattern: str, flags: int) -> int:
         raise PatternError(
             f"regex {_shown(pattern)} is longer than {MAX_PATTERN_CHARS:,} characters; refused unparsed"
         )
-    tree = _parsed(pattern, flags)
-    if tree is None:
+    parser = _regex_parser()
+    if parser is None:  # pragma: no cover - see _regex_parser
         return _conservative_expansion(pattern)
+    tree = _parsed(parser, pattern, flags)
     expansion = alternatives = 0
     stack: list[tuple[Any, int, int]] = [(tree, 1, 1)]  # (node, product of the counts around it, depth)
     while stack:
@@ -193,33 +222,33 @@ def _checked_expansion(pattern: str, flags: int) -> int:
         if type(node).__name__ in _REPEATS:
             # The compiler unrolls the mandatory part of a repetition: {n} and {n,m} cost n copies.
             factor *= max(1, int(getattr(node, "min_count", 1) or 1))
-        stack.extend((child, factor, depth + 1) for child in _children(node))
+        stack.extend((child, factor, depth + 1) for child in _children(node, parser.regex_base))
     return expansion
 
 
-def _children(node: Any) -> Iterator[Any]:
+def _children(node: Any, regex_base: type) -> Iterator[Any]:
     for name in _CHILD_ATTRIBUTES:
         value = getattr(node, name, None)
         if isinstance(value, list):
-            yield from (item for item in value if isinstance(item, _RegexBase))
-        elif isinstance(value, _RegexBase):
+            yield from (item for item in value if isinstance(item, regex_base))
+        elif isinstance(value, regex_base):
             yield value
 
 
-def _parsed(pattern: str, flags: int) -> Any:
-    """``regex``'s parse tree of ``pattern``, or None when this ``regex`` has no parser we know."""
-    if _parse_pattern is None:  # pragma: no cover - see the import above
-        return None
+def _parsed(parser: _RegexParser, pattern: str, flags: int) -> Any:
+    """``regex``'s parse tree of ``pattern``."""
+    import regex
+
     global_flags = flags
     try:
         for _ in range(3):  # an inline global flag ((?x) mid-pattern) restarts the parse, as regex does
-            source = _Source(pattern)
-            info = _Info(global_flags, source.char_type, {})
+            source = parser.source(pattern)
+            info = parser.info(global_flags, source.char_type, {})
             info.guess_encoding = regex.UNICODE
             source.ignore_space = bool(info.flags & regex.VERBOSE)
             try:
-                tree = _parse_pattern(source, info)
-            except _UnscopedFlagSet:
+                tree = parser.parse_pattern(source, info)
+            except parser.unscoped_flag_set:
                 global_flags = info.global_flags
                 continue
             if not source.at_end():
@@ -234,8 +263,10 @@ def _parsed(pattern: str, flags: int) -> Any:
     raise PatternError(f"invalid regex {_shown(pattern)}: its inline flags do not settle")
 
 
-def _conservative_expansion(pattern: str) -> int:  # pragma: no cover - see the import above
+def _conservative_expansion(pattern: str) -> int:  # pragma: no cover - see _regex_parser
     """Without a parse tree: as if every counted repetition were nested in every other."""
+    import regex
+
     product = 1
     for found in regex.finditer(r"\{(\d+)(?:,\d*)?\}", pattern):
         product *= max(1, int(found.group(1)))

@@ -1,30 +1,40 @@
 """The check engine and its libraries load only when they are used (issue 13: startup cost).
 
 An instrumentor alone, ``import tallyspan``, or ``instrument()`` without contracts must not import the
-check engine, the contracts, YAML, ``regex`` or ``jsonschema``; the names stay importable from
-``tallyspan`` and ``tallyspan.plugin``. Each case runs in a fresh interpreter, since this test process
-has imported everything already.
+check engine, the contracts, YAML, ``regex``, ``jsonschema`` or OTLP export (the SDK's logs module,
+``requests``); the names stay importable from ``tallyspan`` and ``tallyspan.plugin``. A contract is
+still validated at ``instrument()`` (``regex`` compiles its patterns), but the language checks load
+with the first check, YAML only for a YAML file and OTLP export only when an endpoint is configured.
+Each case runs in a fresh interpreter, since this test process has imported everything already.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-HEAVY = ("tallyspan._checks", "tallyspan._contracts", "yaml", "regex", "jsonschema")
+ENGINE = ("tallyspan._checks", "tallyspan._language", "jsonschema")
+OTLP = ("opentelemetry.sdk._logs", "requests")
+HEAVY = (*ENGINE, *OTLP, "tallyspan._contracts", "yaml", "regex")
+CONTRACT = {"language": "ja", "min_chars": 20, "required": ["判定"], "claims": {"allowed": ["導入企業300社"]}}
 
 
-def _loaded_after(code: str) -> list[str]:
+def _loaded_after(code: str, watched: tuple[str, ...] = HEAVY, **env: str) -> list[str]:
     script = textwrap.dedent(code) + textwrap.dedent(
         f"""
         import json, sys
-        print(json.dumps([name for name in {HEAVY!r} if name in sys.modules]))
+        print(json.dumps([name for name in {watched!r} if name in sys.modules]))
         """
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    # No OTLP endpoint from the environment running the tests: it would (rightly) load OTLP export.
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_EXPORTER_OTLP")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, env={**clean, **env}
+    )
     loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
     return loaded
 
@@ -55,8 +65,71 @@ def test_instrument_without_contracts_imports_no_check_engine(tmp_path: Path) ->
     assert loaded == []
 
 
+def test_instrument_with_a_contract_mapping_validates_it_but_loads_no_engine_yaml_or_otlp(
+    tmp_path: Path,
+) -> None:
+    loaded = _loaded_after(
+        f"""
+        import tallyspan
+        from opentelemetry.sdk.trace import TracerProvider
+
+        tallyspan.instrument({{"report": {CONTRACT!r}}}, tracer_provider=TracerProvider())
+        """,
+        TALLYSPAN_DB=str(tmp_path / "t.db"),
+    )
+    assert loaded == ["tallyspan._contracts", "regex"]  # the patterns are compiled: validated eagerly
+
+
+def test_a_contract_without_patterns_loads_no_regex() -> None:
+    loaded = _loaded_after(
+        """
+        import tallyspan
+
+        contracts = tallyspan.load_contracts({"report": {"language": "ja", "min_chars": 5}})
+        assert not tallyspan.check("判定：合格です。", contracts.contracts["report"]).violations
+        """
+    )
+    assert "regex" not in loaded
+
+
+def test_instrument_with_a_contracts_file_loads_yaml_but_no_engine_or_otlp(tmp_path: Path) -> None:
+    path = tmp_path / "contracts.yaml"
+    path.write_text("contracts:\n  report: {language: ja, required: ['判定']}\n", encoding="utf-8")
+    loaded = _loaded_after(
+        f"""
+        import tallyspan
+        from opentelemetry.sdk.trace import TracerProvider
+
+        tallyspan.instrument({str(path)!r}, tracer_provider=TracerProvider())
+        """,
+        TALLYSPAN_DB=str(tmp_path / "t.db"),
+    )
+    assert loaded == ["tallyspan._contracts", "yaml", "regex"]
+
+
+def test_an_otlp_endpoint_loads_otlp_export(tmp_path: Path) -> None:
+    loaded = _loaded_after(
+        """
+        import tallyspan
+        from opentelemetry.sdk.trace import TracerProvider
+
+        tallyspan.instrument(tracer_provider=TracerProvider(), store=None, instrumentors=[])
+        tallyspan.uninstrument()
+        """,
+        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",
+        TALLYSPAN_SPOOL=str(tmp_path / "spool.db"),
+    )
+    assert set(OTLP) <= set(loaded)
+
+
 def test_import_tallyspan_imports_no_check_engine() -> None:
     assert _loaded_after("import tallyspan, tallyspan.plugin") == []
+
+
+def test_import_tallyspan_leaves_the_wiring_to_instrument() -> None:
+    wiring = ("tallyspan._instrument", "tallyspan.ledger", "tallyspan._tool", "opentelemetry.instrumentation")
+    assert _loaded_after("import tallyspan", wiring) == []
+    assert _loaded_after("import tallyspan; tallyspan.instrument", wiring) == ["tallyspan._instrument"]
 
 
 def test_the_lazy_names_are_the_engine_s_own() -> None:
