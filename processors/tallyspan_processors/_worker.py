@@ -13,7 +13,6 @@ A worker that is gone (it did not survive ``fork()``) is started again on the ne
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import logging
 import queue
@@ -86,6 +85,8 @@ def release_free_memory() -> None:
 def _malloc_trim() -> Callable[[int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes  # here: every instrument() would pay for it, and only a backlog needs it
+
     try:
         return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
