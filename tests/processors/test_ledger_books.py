@@ -1,0 +1,527 @@
+"""LedgerProcessor's bookkeeping around the reconciliation: the run's name and status message, what the
+sinks are handed (and when they fail), the redaction of claims with capture off, the bounds and their
+counters, and the ``ledger`` component's settings. Real spans through a real provider; the sinks are
+recording doubles of the public ``LedgerSink`` protocol."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
+from tests.recording import RecordingLedgerSink
+
+import tallyspan
+from tallyspan import semconv
+from tallyspan._config import Settings
+from tallyspan._content import ToolContent, content_buffer
+from tallyspan.ledger import LedgerEntry, LedgerRecord
+from tallyspan_processors import LedgerProcessor
+from tallyspan_processors._ledger import ledger_component
+
+
+class _CallsSink(RecordingLedgerSink):
+    """Records every call, and answers each with ``answer`` (False: the sink could not write)."""
+
+    def __init__(self, answer: bool = True, flushed: bool = True) -> None:
+        super().__init__()
+        self.answer = answer
+        self.flushed = flushed
+        self.entry_calls: list[int] = []
+
+    def export_entries(self, entries: Sequence[LedgerEntry]) -> bool:
+        self.entry_calls.append(len(entries))
+        super().export_entries(entries)
+        return self.answer
+
+    def export_reconciliation(self, record: LedgerRecord) -> bool:
+        super().export_reconciliation(record)
+        return self.answer
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.flushed
+
+
+class _BrokenSink(RecordingLedgerSink):
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        raise RuntimeError("a sink that cannot flush")
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        raise RuntimeError("a sink that cannot shut down")
+
+
+class _Downstream(SimpleSpanProcessor):
+    def __init__(self, exporter: InMemorySpanExporter, flushed: bool = True) -> None:
+        super().__init__(exporter)
+        self.flushed = flushed
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.flushed
+
+
+class _Chain:
+    def __init__(self, *, flushed: bool = True, **options: Any) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.sink = _CallsSink()
+        options.setdefault("sinks", [self.sink])
+        self.processor = LedgerProcessor([_Downstream(self.exporter, flushed)], **options)
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(self.processor)
+        self.tracer = self.provider.get_tracer("test")
+
+    def run(self, name: str = "invoke_agent agent", **attributes: Any) -> Any:
+        return self.tracer.start_as_current_span(
+            name, attributes={semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_INVOKE_AGENT, **attributes}
+        )
+
+    def tool(self, name: str, call_id: str | None = None, **attributes: Any) -> None:
+        own: dict[str, Any] = {semconv.GEN_AI_OPERATION_NAME: "execute_tool", semconv.GEN_AI_TOOL_NAME: name}
+        if call_id is not None:
+            own[semconv.GEN_AI_TOOL_CALL_ID] = call_id
+        with self.tracer.start_as_current_span(f"execute_tool {name}", attributes={**own, **attributes}):
+            pass
+
+    def log(self, call_id: str | None, tool_name: str, outcome: str = "succeeded") -> None:
+        arguments: dict[str, Any] = {"tool_name": tool_name, "claimed_outcome": outcome, "summary": "words"}
+        if call_id is not None:
+            arguments["call_id"] = call_id
+        with self.tracer.start_as_current_span(
+            "execute_tool log_action",
+            attributes={
+                semconv.GEN_AI_OPERATION_NAME: "execute_tool",
+                semconv.GEN_AI_TOOL_NAME: "log_action",
+            },
+        ) as span:
+            content_buffer().put(span.get_span_context().span_id, ToolContent(arguments=arguments))
+
+    def finished(self, name: str = "invoke_agent agent") -> ReadableSpan:
+        (span,) = [s for s in self.exporter.get_finished_spans() if s.name == name]
+        return span
+
+    def close(self) -> None:
+        self.provider.shutdown()
+
+
+@pytest.fixture
+def chain() -> Iterator[_Chain]:
+    made = _Chain()
+    yield made
+    made.close()
+
+
+def _attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def _events(span: ReadableSpan, name: str) -> list[dict[str, Any]]:
+    return [dict(event.attributes or {}) for event in span.events if event.name == name]
+
+
+# --- construction ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option", ["max_tracked_spans", "max_open_runs", "max_entries_per_run"])
+def test_a_bound_below_one_is_refused_and_one_is_accepted(option: str) -> None:
+    with pytest.raises(ValueError, match=f"^{option} must be at least 1$"):
+        LedgerProcessor([], **{option: 0})  # type: ignore[arg-type]
+    LedgerProcessor([], **{option: 1}).shutdown()  # type: ignore[arg-type]
+
+
+def test_the_sinks_are_the_ones_given() -> None:
+    sinks = [RecordingLedgerSink(), RecordingLedgerSink()]
+    processor = LedgerProcessor([], sinks=sinks)
+    assert processor.sinks == tuple(sinks)
+    processor.shutdown()
+
+
+def test_the_ledger_component_takes_the_settings() -> None:
+    sink = RecordingLedgerSink()
+    settings = Settings(
+        ledger_sinks=(sink, object()),  # type: ignore[arg-type]
+        ledger_log_tool="note",
+        capture_content=True,
+        mark_error_status=False,
+    )
+    exporter = InMemorySpanExporter()
+    processor = ledger_component([SimpleSpanProcessor(exporter)], settings)
+    assert isinstance(processor, LedgerProcessor)
+    assert processor.sinks == (sink,)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("test")
+    with (
+        tracer.start_as_current_span(
+            "invoke_agent a", attributes={semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_INVOKE_AGENT}
+        ),
+        tracer.start_as_current_span(
+            "execute_tool note",
+            attributes={semconv.GEN_AI_OPERATION_NAME: "execute_tool", semconv.GEN_AI_TOOL_NAME: "note"},
+        ) as note,
+    ):
+        arguments = {"tool_name": "x", "claimed_outcome": "ok", "summary": "said so"}
+        content_buffer().put(note.get_span_context().span_id, ToolContent(arguments=arguments))
+    provider.shutdown()
+    (run,) = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent a"]
+    assert _attrs(run)[semconv.LEDGER_CLAIMED_COUNT] == 1  # "note" is the log tool
+    assert _attrs(run)[semconv.LEDGER_BALANCED] is False  # a claim of a call never made
+    (entry,) = sink.entries
+    assert (entry.tool_name, entry.summary) == ("x", "said so")  # captured: not redacted, summary kept
+    assert run.status.status_code is StatusCode.UNSET  # mark_error_status off
+
+
+# --- the run span ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("attributes", "expected"),
+    [
+        ({semconv.RUN_NAME: "r", semconv.GEN_AI_AGENT_NAME: "a", semconv.GEN_AI_WORKFLOW_NAME: "w"}, "r"),
+        ({semconv.GEN_AI_AGENT_NAME: "a", semconv.GEN_AI_WORKFLOW_NAME: "w"}, "a"),
+        ({semconv.GEN_AI_WORKFLOW_NAME: "w"}, "w"),
+        ({}, "invoke_agent agent"),
+    ],
+)
+def test_the_run_name_is_the_run_name_else_the_agent_else_the_workflow_else_the_span_name(
+    chain: _Chain, attributes: dict[str, str], expected: str
+) -> None:
+    with chain.run(**attributes):
+        pass
+    (record,) = chain.sink.records
+    assert record.run_name == expected
+
+
+def test_the_record_carries_the_counts_and_the_run_span_end(chain: _Chain) -> None:
+    with chain.run():
+        chain.tool("search", "c1")
+        chain.tool("fetch", "c2")
+        chain.log("c1", "search")
+    run = chain.finished()
+    (record,) = chain.sink.records
+    assert (record.observed_count, record.claimed_count) == (2, 1)
+    assert record.time_unix_nano == run.end_time
+    assert record.trace_id == run.context.trace_id
+    assert chain.sink.entry_calls == [3]
+
+
+def test_the_status_names_unbalanced_types_only_and_the_violations_below(chain: _Chain) -> None:
+    with chain.run():
+        chain.log("c1", "search")  # logged before the call: out_of_order_log, a protocol finding
+        chain.tool("search", "c1")
+        chain.tool("refund", "c2", **{semconv.TOOL_OUTCOME: "rejected"})
+        chain.tool("fetch", None, **{semconv.VIOLATION_TYPES: ["too_short", "not_json"]})
+    run = chain.finished()
+    assert _attrs(run)[semconv.LEDGER_DISCREPANCY_TYPES] == (
+        "out_of_order_log",
+        "unlogged_call",
+        "unlogged_refusal",
+    )
+    assert run.status.description == (
+        "ledger unbalanced: unlogged_call, unlogged_refusal; tallyspan: violations below: not_json, too_short"
+    )
+    assert _attrs(run)[semconv.RUN_VIOLATION_COUNT] == 2
+    assert _attrs(run)[semconv.RUN_VIOLATION_TYPES] == ["not_json", "too_short"]
+    assert _attrs(run)[semconv.VIOLATED] is True
+
+
+def test_an_error_status_of_the_run_span_is_kept(chain: _Chain) -> None:
+    with chain.run() as run_span:
+        chain.tool("search", "c1")
+        run_span.set_status(Status(StatusCode.ERROR, "the agent crashed"))
+    assert chain.finished().status.description == "the agent crashed"
+
+
+@pytest.mark.parametrize(
+    ("attributes", "count", "types"),
+    [
+        ({semconv.VIOLATION_TYPES: ["a", "b"], semconv.VIOLATION_COUNT: 5}, 5, ("a", "b")),
+        ({semconv.VIOLATION_TYPES: ["a", "b"]}, 2, ("a", "b")),
+        ({semconv.VIOLATION_TYPES: ["a", "b"], semconv.VIOLATION_COUNT: True}, 2, ("a", "b")),
+        ({semconv.VIOLATION_TYPES: ["a"], semconv.VIOLATION_COUNT: "3"}, 1, ("a",)),
+        ({semconv.VIOLATION_TYPES: "a", semconv.VIOLATION_COUNT: 1}, None, None),
+        ({semconv.VIOLATION_TYPES: [], semconv.VIOLATION_COUNT: 1}, None, None),
+        ({semconv.VIOLATION_COUNT: 1}, None, None),
+    ],
+)
+def test_the_verdicts_rolled_up_are_read_from_the_checks_attributes(
+    chain: _Chain, attributes: dict[str, Any], count: int | None, types: tuple[str, ...] | None
+) -> None:
+    with chain.run():
+        chain.tool("search", **attributes)
+    run = _attrs(chain.finished())
+    assert run.get(semconv.RUN_VIOLATION_COUNT) == count
+    assert run.get(semconv.RUN_VIOLATION_TYPES) == (None if types is None else list(types))
+
+
+def test_verdicts_of_a_lone_root_span_are_its_own_not_a_roll_up(chain: _Chain) -> None:
+    with chain.tracer.start_as_current_span("chat m", attributes={semconv.VIOLATION_TYPES: ["too_short"]}):
+        pass
+    assert semconv.RUN_VIOLATION_COUNT not in _attrs(chain.finished("chat m"))
+    assert chain.sink.records == []
+
+
+def test_entry_events_carry_only_what_the_entry_has_at_its_time(chain: _Chain) -> None:
+    with chain.run():
+        chain.tool("search")
+        chain.log(None, "search")
+    run = chain.finished()
+    observed, claimed = _events(run, semconv.EVENT_LEDGER_ENTRY)
+    assert observed == {
+        semconv.LEDGER_SIDE: "observed",
+        semconv.LEDGER_SEQ: 0,
+        semconv.LEDGER_TOOL_NAME: "search",
+        semconv.LEDGER_OUTCOME: "succeeded",
+    }
+    assert claimed == {
+        semconv.LEDGER_SIDE: "claimed",
+        semconv.LEDGER_SEQ: 1,
+        semconv.LEDGER_TOOL_NAME: "search",
+        semconv.LEDGER_OUTCOME: "succeeded",
+    }  # no summary: content is not captured
+    times = [event.timestamp for event in run.events if event.name == semconv.EVENT_LEDGER_ENTRY]
+    assert times == [entry.time_unix_nano for entry in chain.sink.entries]
+    assert [entry.summary for entry in chain.sink.entries] == ["", ""]
+
+
+def test_a_malformed_claim_event_names_why_and_discrepancy_events_sit_at_the_run_end(chain: _Chain) -> None:
+    with (
+        chain.run(),
+        chain.tracer.start_as_current_span(
+            "execute_tool log_action",
+            attributes={
+                semconv.GEN_AI_OPERATION_NAME: "execute_tool",
+                semconv.GEN_AI_TOOL_NAME: "log_action",
+                semconv.GEN_AI_TOOL_CALL_ARGUMENTS: json.dumps({"tool_name": "x"}),
+            },
+        ),
+    ):
+        pass
+    run = chain.finished()
+    (entry,) = _events(run, semconv.EVENT_LEDGER_ENTRY)
+    assert entry[semconv.LEDGER_MALFORMED] == "no outcome"
+    assert semconv.LEDGER_CALL_ID not in entry
+    discrepancies = [event for event in run.events if event.name == semconv.EVENT_LEDGER_DISCREPANCY]
+    assert [event.timestamp for event in discrepancies] == [run.end_time] * len(discrepancies)
+    assert all(semconv.LEDGER_CALL_ID not in (event.attributes or {}) for event in discrepancies)
+
+
+def test_no_span_events_at_all_when_the_cap_is_zero_or_below() -> None:
+    chain = _Chain(max_span_events=-1)
+    with chain.run():
+        chain.tool("search", "c1")
+    run = chain.finished()
+    assert [event.name for event in run.events] == []
+    assert _attrs(run)[semconv.LEDGER_DISCREPANCY_COUNT] == 2
+    assert tallyspan.stats()["dropped.ledger_span_events"] == 3  # one entry, two discrepancies
+    chain.close()
+
+
+def test_events_up_to_the_cap_exactly_are_not_counted_as_dropped() -> None:
+    chain = _Chain(max_span_events=2)
+    with chain.run():
+        chain.tool("search", "c1")
+        chain.log("c1", "search")
+    assert len(_events(chain.finished(), semconv.EVENT_LEDGER_ENTRY)) == 2
+    assert "dropped.ledger_span_events" not in tallyspan.stats()
+    chain.close()
+
+
+# --- the sinks -------------------------------------------------------------------------------------
+
+
+def test_an_empty_run_hands_the_sinks_no_entries_only_its_reconciliation(chain: _Chain) -> None:
+    with chain.run():
+        pass
+    assert chain.sink.entry_calls == []
+    assert len(chain.sink.records) == 1
+
+
+def test_a_sink_that_cannot_write_is_counted_per_kind() -> None:
+    failing = _CallsSink(answer=False)
+    chain = _Chain(sinks=[failing])
+    with chain.run():
+        chain.tool("search", "c1")
+    with chain.run():
+        pass
+    stats = tallyspan.stats()
+    assert stats["errors.ledger_sink.entries"] == 1
+    assert stats["errors.ledger_sink.reconciliation"] == 2
+    chain.close()
+
+
+def test_force_flush_is_true_only_when_the_downstream_and_every_sink_flushed() -> None:
+    chains = [
+        _Chain(),
+        _Chain(flushed=False),
+        _Chain(sinks=[_CallsSink(flushed=False), _CallsSink()]),
+        _Chain(sinks=[_CallsSink(), _CallsSink(flushed=False)]),
+    ]
+    assert [chain.processor.force_flush() for chain in chains] == [True, False, False, False]
+    for chain in chains:
+        chain.close()
+
+
+def test_a_sink_raising_in_flush_or_shutdown_is_counted_and_the_others_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken, after = _BrokenSink(), _CallsSink(flushed=True)
+    chain = _Chain(sinks=[broken, after])
+    with caplog.at_level(logging.WARNING):
+        assert chain.processor.force_flush() is False
+        chain.close()
+    assert (broken.shutdowns, after.shutdowns) == (1, 1)
+    stats = tallyspan.stats()
+    assert stats["errors.ledger.sink.flush"] == 1
+    assert stats["errors.ledger.sink.shutdown"] == 1
+
+
+def test_runs_still_open_at_shutdown_are_counted_as_dropped(chain: _Chain) -> None:
+    first = chain.tracer.start_span(
+        "invoke_agent a", attributes={semconv.GEN_AI_OPERATION_NAME: "invoke_agent"}
+    )
+    second = chain.tracer.start_span(
+        "invoke_agent b", attributes={semconv.GEN_AI_OPERATION_NAME: "invoke_agent"}
+    )
+    for run in (first, second):
+        with trace.use_span(run):
+            chain.tool("search", "c1")
+    chain.close()
+    assert tallyspan.stats()["dropped.ledger_runs"] == 2
+    assert chain.sink.shutdowns == 1
+
+
+def test_shutdown_without_open_runs_counts_nothing(chain: _Chain) -> None:
+    with chain.run():
+        chain.tool("search", "c1")
+    chain.close()
+    assert "dropped.ledger_runs" not in tallyspan.stats()
+
+
+# --- privacy: claims that name nothing observed ---------------------------------------------------
+
+
+def test_without_capture_claims_naming_nothing_observed_are_unobserved(chain: _Chain) -> None:
+    with chain.run():
+        chain.tool("search", "c1")
+        chain.log("c1", "search")
+        chain.log("c9", "secret_tool")
+        chain.log(None, "log_action")  # the log tool's own name is no secret
+    names = [(entry.side, entry.call_id, entry.tool_name) for entry in chain.sink.entries]
+    assert names == [
+        ("observed", "c1", "search"),
+        ("claimed", "c1", "search"),
+        ("claimed", "unobserved", "unobserved"),
+        ("claimed", None, "log_action"),
+    ]
+    assert [entry.summary for entry in chain.sink.entries] == ["", "", "", ""]
+
+
+def test_with_capture_claims_keep_their_words() -> None:
+    chain = _Chain(capture_content=True)
+    with chain.run():
+        chain.log("c9", "secret_tool")
+    (entry,) = chain.sink.entries
+    assert (entry.call_id, entry.tool_name, entry.summary) == ("c9", "secret_tool", "words")
+    chain.close()
+
+
+def test_without_capture_claim_events_are_redacted_on_their_span_too(chain: _Chain) -> None:
+    with chain.run():
+        chain.tool("search", "c1")
+        with chain.tracer.start_as_current_span("step") as step:
+            step.add_event(
+                semconv.EVENT_LEDGER_CLAIM,
+                {
+                    semconv.LEDGER_CALL_ID: "c1",
+                    semconv.LEDGER_TOOL_NAME: "search",
+                    semconv.LEDGER_OUTCOME: "ok",
+                },
+                timestamp=111,
+            )
+            step.add_event(
+                semconv.EVENT_LEDGER_CLAIM,
+                {
+                    semconv.LEDGER_CALL_ID: "c7",
+                    semconv.LEDGER_TOOL_NAME: "secret",
+                    semconv.LEDGER_OUTCOME: "ok",
+                },
+                timestamp=222,
+            )
+            step.add_event(
+                semconv.EVENT_LEDGER_CLAIM, {semconv.LEDGER_OUTCOME: "ok"}, timestamp=333
+            )  # nothing to redact
+            step.add_event("note", {semconv.LEDGER_TOOL_NAME: "secret"}, timestamp=444)
+    step_span = chain.finished("step")
+    assert [(event.name, dict(event.attributes or {}), event.timestamp) for event in step_span.events] == [
+        (
+            semconv.EVENT_LEDGER_CLAIM,
+            {semconv.LEDGER_CALL_ID: "c1", semconv.LEDGER_TOOL_NAME: "search", semconv.LEDGER_OUTCOME: "ok"},
+            111,
+        ),
+        (
+            semconv.EVENT_LEDGER_CLAIM,
+            {
+                semconv.LEDGER_CALL_ID: "unobserved",
+                semconv.LEDGER_TOOL_NAME: "unobserved",
+                semconv.LEDGER_OUTCOME: "ok",
+            },
+            222,
+        ),
+        (semconv.EVENT_LEDGER_CLAIM, {semconv.LEDGER_OUTCOME: "ok"}, 333),
+        ("note", {semconv.LEDGER_TOOL_NAME: "secret"}, 444),  # not a claim: the app's own event
+    ]
+
+
+def test_a_span_without_claim_events_is_forwarded_as_it_is(chain: _Chain) -> None:
+    with chain.run(), chain.tracer.start_as_current_span("step") as step:
+        step.add_event("note", {"k": "v"})
+        step.set_attribute("kept", 1)
+    finished = chain.finished("step")
+    assert _attrs(finished) == {"kept": 1}
+    assert [event.name for event in finished.events] == ["note"]
+
+
+# --- which run ------------------------------------------------------------------------------------
+
+
+def test_a_span_under_a_remote_parent_starts_a_run_of_its_own(chain: _Chain) -> None:
+    remote = trace.NonRecordingSpan(
+        trace.SpanContext(trace_id=0xABC, span_id=0xDEF, is_remote=True, trace_flags=trace.TraceFlags(1))
+    )
+    with chain.tracer.start_as_current_span("POST /agent", context=trace.set_span_in_context(remote)):
+        chain.tool("search", "c1")
+    (record,) = chain.sink.records
+    assert record.run_name == "POST /agent"
+    assert record.observed_count == 1
+
+
+def test_live_spans_over_the_tracking_bound_are_forgotten_and_counted() -> None:
+    chain = _Chain(max_tracked_spans=2)
+    with chain.run(), chain.tracer.start_as_current_span("step"):
+        assert "dropped.ledger_tracked_spans" not in tallyspan.stats()
+        chain.tool("search", "c1")  # a third live span: the oldest (the run) is forgotten
+        assert tallyspan.stats()["dropped.ledger_tracked_spans"] == 1
+    chain.close()
+
+
+def test_a_nested_run_rolls_its_violations_up_even_when_the_parent_ended_first(chain: _Chain) -> None:
+    outer = chain.tracer.start_span(
+        "invoke_agent outer", attributes={semconv.GEN_AI_OPERATION_NAME: "invoke_agent"}
+    )
+    with trace.use_span(outer):
+        inner = chain.tracer.start_span(
+            "invoke_agent inner", attributes={semconv.GEN_AI_OPERATION_NAME: "invoke_agent"}
+        )
+    outer.end()
+    with trace.use_span(inner):
+        chain.tool("search", "c1", **{semconv.VIOLATION_TYPES: ["too_short"]})
+    inner.end()
+    assert tallyspan.stats()["dropped.run_late_verdicts"] == 1
+    assert _attrs(chain.finished("invoke_agent inner"))[semconv.RUN_VIOLATION_COUNT] == 1
