@@ -130,8 +130,10 @@ def _events(span: ReadableSpan, name: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("option", ["max_tracked_spans", "max_open_runs", "max_entries_per_run"])
 def test_a_bound_below_one_is_refused_and_one_is_accepted(option: str) -> None:
+    before = content_buffer().active
     with pytest.raises(ValueError, match=f"^{option} must be at least 1$"):
         LedgerProcessor([], **{option: 0})  # type: ignore[arg-type]
+    assert content_buffer().active is before  # refused: not left consuming the content buffer
     LedgerProcessor([], **{option: 1}).shutdown()  # type: ignore[arg-type]
 
 
