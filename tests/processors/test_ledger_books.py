@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
@@ -22,9 +23,10 @@ import tallyspan
 from tallyspan import semconv
 from tallyspan._config import Settings
 from tallyspan._content import ToolContent, content_buffer
-from tallyspan.ledger import LedgerEntry, LedgerRecord
-from tallyspan_processors import LedgerProcessor
+from tallyspan.ledger import LedgerEntry, LedgerRecord, LogToolSpec
+from tallyspan_processors import LedgerProcessor, OffThreadProcessor
 from tallyspan_processors._ledger import ledger_component
+from tallyspan_processors._wrapping import WrappingProcessor
 
 
 class _CallsSink(RecordingLedgerSink):
@@ -527,3 +529,142 @@ def test_a_nested_run_rolls_its_violations_up_even_when_the_parent_ended_first(c
     inner.end()
     assert tallyspan.stats()["dropped.run_late_verdicts"] == 1
     assert _attrs(chain.finished("invoke_agent inner"))[semconv.RUN_VIOLATION_COUNT] == 1
+
+
+def test_a_workflow_with_only_violations_below_is_a_run_not_a_container(chain: _Chain) -> None:
+    with (
+        chain.tracer.start_as_current_span(
+            "invoke_workflow graph",
+            attributes={semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_INVOKE_WORKFLOW},
+        ),
+        chain.tracer.start_as_current_span("chat m", attributes={semconv.VIOLATION_TYPES: ["too_short"]}),
+    ):
+        pass
+    workflow = _attrs(chain.finished("invoke_workflow graph"))
+    assert semconv.RUN_CONTAINER not in workflow
+    assert workflow[semconv.LEDGER_BALANCED] is True
+    assert workflow[semconv.RUN_VIOLATION_COUNT] == 1
+
+
+def test_an_enclosing_run_with_no_entries_of_its_own_is_recorded_in_its_trace(chain: _Chain) -> None:
+    with chain.run("invoke_agent outer") as outer, chain.run("invoke_agent inner"):
+        chain.tool("search", "c1")
+    trace_id = outer.get_span_context().trace_id
+    assert {record.run_name: record.trace_id for record in chain.sink.records} == {
+        "invoke_agent inner": trace_id,
+        "invoke_agent outer": trace_id,
+    }
+
+
+def test_claims_pair_with_calls_by_their_call_id_before_their_tool_name(chain: _Chain) -> None:
+    with chain.run():
+        chain.tool("search", "c1")
+        chain.tool("search", "c2", **{semconv.TOOL_OUTCOME: "failed"})
+        chain.log("c2", "search", "failed")
+        chain.log("c1", "search", "succeeded")
+    assert _attrs(chain.finished())[semconv.LEDGER_BALANCED] is True
+
+
+def test_a_claim_that_logs_the_log_tool_itself_is_found_with_a_log_tool_of_its_own() -> None:
+    chain = _Chain(spec=LogToolSpec(tool="note"))
+    with (
+        chain.run(),
+        chain.tracer.start_as_current_span(
+            "execute_tool note",
+            attributes={semconv.GEN_AI_OPERATION_NAME: "execute_tool", semconv.GEN_AI_TOOL_NAME: "note"},
+        ) as note,
+    ):
+        arguments = {"tool_name": "note", "claimed_outcome": "ok"}
+        content_buffer().put(note.get_span_context().span_id, ToolContent(arguments=arguments))
+    assert _attrs(chain.finished())[semconv.LEDGER_DISCREPANCY_TYPES] == ("self_logged",)
+    chain.close()
+
+
+def test_a_tool_span_without_any_name_is_still_an_observed_call_with_an_empty_name(chain: _Chain) -> None:
+    with (
+        chain.run(),
+        chain.tracer.start_as_current_span("", attributes={semconv.GEN_AI_OPERATION_NAME: "execute_tool"}),
+    ):
+        pass
+    (entry,) = chain.sink.entries
+    assert (entry.side, entry.tool_name) == ("observed", "")
+    details = {
+        event[semconv.LEDGER_DISCREPANCY_TYPE]: event[semconv.LEDGER_DETAIL]
+        for event in _events(chain.finished(), semconv.EVENT_LEDGER_DISCREPANCY)
+    }
+    assert details["unlogged_call"] == " succeeded, not logged"
+
+
+# --- spans the worker dropped ----------------------------------------------------------------------
+
+
+class _Gate(SpanProcessor):
+    """Holds the worker on the span named ``stuck`` until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.name == "stuck":
+            self.entered.set()
+            self.release.wait(10)
+
+
+class _Forgetful(WrappingProcessor):
+    """A link below the ledger that records which spans it was told to forget."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.forgotten: list[str] = []
+
+    def forget(self, span: ReadableSpan) -> None:
+        self.forgotten.append(span.name)
+
+
+@pytest.fixture
+def gate() -> Iterator[_Gate]:
+    made = _Gate()
+    yield made
+    made.release.set()
+
+
+def test_a_run_span_the_worker_dropped_frees_its_books_and_later_entries_are_late(gate: _Gate) -> None:
+    sink, below = _CallsSink(), _Forgetful()
+    ledger = LedgerProcessor([gate, below], sinks=[sink], max_tracked_spans=4)
+    worker = OffThreadProcessor([ledger], max_queue_size=1)
+    provider = TracerProvider()
+    provider.add_span_processor(worker)
+    tracer = provider.get_tracer("test")
+    tool = {semconv.GEN_AI_OPERATION_NAME: "execute_tool", semconv.GEN_AI_TOOL_NAME: "search"}
+    with tracer.start_as_current_span(
+        "invoke_agent live", attributes={semconv.GEN_AI_OPERATION_NAME: "invoke_agent"}
+    ):
+        run = tracer.start_span(
+            "invoke_agent lost", attributes={semconv.GEN_AI_OPERATION_NAME: "invoke_agent"}
+        )
+        with trace.use_span(run):
+            tracer.start_span("execute_tool search", attributes=tool).end()
+            assert worker.force_flush()  # its books are open, with one entry
+            tracer.start_span("stuck").end()
+            assert gate.entered.wait(10)  # the worker holds "stuck": the queue has room for one span
+            tracer.start_span("execute_tool queued", attributes=tool).end()  # queued
+            tracer.start_span("execute_tool dropped", attributes=tool).end()  # dropped: its note freed
+        run.end()  # dropped: its books freed unreconciled
+        for index in range(6):  # more dropped spans than the ledger tracks: none stays tracked
+            tracer.start_span(f"other-{index}").end()
+        gate.release.set()
+        assert worker.force_flush()
+        tracer.start_span("execute_tool after", attributes={**tool, semconv.GEN_AI_TOOL_CALL_ID: "c1"}).end()
+        assert worker.force_flush()  # the queue holds one span: let the run's end find room
+    assert worker.force_flush()
+    stats = tallyspan.stats()
+    assert stats["dropped.spans"] == 8
+    assert stats["dropped.ledger_runs"] == 1
+    assert stats["dropped.ledger_late_entries"] == 1  # "queued" reached a run already given up
+    assert not any(key.startswith("errors.") for key in stats)
+    assert below.forgotten == ["execute_tool dropped", "invoke_agent lost"] + [f"other-{i}" for i in range(6)]
+    assert [record.run_name for record in sink.records] == ["invoke_agent live"]
+    (record,) = sink.records
+    assert record.observed_count == 1  # the live run kept its note through the burst
+    provider.shutdown()
