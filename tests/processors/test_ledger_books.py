@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -372,18 +373,66 @@ def test_force_flush_is_true_only_when_the_downstream_and_every_sink_flushed() -
         chain.close()
 
 
+def _ledger_messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What the ledger logged (each failure at debug level every time, a warning the first time)."""
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "tallyspan_processors._ledger" and record.levelno == logging.DEBUG
+    ]
+
+
 def test_a_sink_raising_in_flush_or_shutdown_is_counted_and_the_others_still_run(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     broken, after = _BrokenSink(), _CallsSink(flushed=True)
     chain = _Chain(sinks=[broken, after])
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_processors._ledger"):
         assert chain.processor.force_flush() is False
         chain.close()
     assert (broken.shutdowns, after.shutdowns) == (1, 1)
     stats = tallyspan.stats()
     assert stats["errors.ledger.sink.flush"] == 1
     assert stats["errors.ledger.sink.shutdown"] == 1
+    assert _ledger_messages(caplog) == [
+        "ledger sink _BrokenSink failed to flush",
+        "ledger sink _BrokenSink failed to shut down",
+    ]
+
+
+class _RaisingSink(RecordingLedgerSink):
+    def export_reconciliation(self, record: LedgerRecord) -> bool:
+        raise RuntimeError("a sink that breaks its promise")
+
+
+def test_a_sink_raising_on_export_is_named_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    chain = _Chain(sinks=[_RaisingSink()])
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_processors._ledger"), chain.run():
+        pass
+    assert _ledger_messages(caplog) == ["ledger sink _RaisingSink raised"]
+    assert tallyspan.stats()["errors.ledger.sink"] == 1
+    chain.close()
+
+
+class _Starts(SpanProcessor):
+    def __init__(self) -> None:
+        self.started: list[tuple[object, object]] = []
+
+    def on_start(self, span: object, parent_context: object = None) -> None:
+        self.started.append((span, parent_context))
+
+
+def test_a_span_the_ledger_cannot_track_still_starts_downstream(caplog: pytest.LogCaptureFixture) -> None:
+    """A broken wrapper of the app hands on_start something that is not a span: logged, counted, passed on."""
+    starts = _Starts()
+    processor = LedgerProcessor([starts])
+    not_a_span, parent = object(), Context()
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_processors._ledger"):
+        processor.on_start(not_a_span, parent_context=parent)  # type: ignore[arg-type]
+    assert starts.started == [(not_a_span, parent)]
+    assert tallyspan.stats()["errors.ledger.on_start"] == 1
+    assert _ledger_messages(caplog) == ["the ledger processor failed in on_start"]
+    processor.shutdown()
 
 
 def test_runs_still_open_at_shutdown_are_counted_as_dropped(chain: _Chain) -> None:
@@ -481,6 +530,32 @@ def test_without_capture_claim_events_are_redacted_on_their_span_too(chain: _Cha
         (semconv.EVENT_LEDGER_CLAIM, {semconv.LEDGER_OUTCOME: "ok"}, 333),
         ("note", {semconv.LEDGER_TOOL_NAME: "secret"}, 444),  # not a claim: the app's own event
     ]
+
+
+def test_a_first_span_of_a_run_with_only_claim_events_is_redacted(chain: _Chain) -> None:
+    """Nothing is on the run's books yet: every claimed name is unobserved."""
+    with chain.run(), chain.tracer.start_as_current_span("step") as step:
+        step.add_event(
+            semconv.EVENT_LEDGER_CLAIM,
+            {semconv.LEDGER_CALL_ID: "c1", semconv.LEDGER_TOOL_NAME: "search", semconv.LEDGER_OUTCOME: "ok"},
+        )
+    (event,) = chain.finished("step").events
+    assert dict(event.attributes or {}) == {
+        semconv.LEDGER_CALL_ID: "unobserved",
+        semconv.LEDGER_TOOL_NAME: "unobserved",
+        semconv.LEDGER_OUTCOME: "ok",
+    }
+    assert not any(key.startswith("errors.") for key in tallyspan.stats())
+
+
+def test_span_events_over_the_cap_are_counted_per_kind() -> None:
+    chain = _Chain(max_span_events=2)
+    with chain.run():
+        for i in range(5):
+            chain.tool("search", f"c{i}")
+    assert len(_events(chain.finished(), semconv.EVENT_LEDGER_ENTRY)) == 2
+    assert tallyspan.stats()["dropped.ledger_span_events"] == (5 - 2) + (6 - 2)  # entries, discrepancies
+    chain.close()
 
 
 def test_a_span_without_claim_events_is_forwarded_as_it_is(chain: _Chain) -> None:
