@@ -743,3 +743,71 @@ def test_a_run_span_the_worker_dropped_frees_its_books_and_later_entries_are_lat
     (record,) = sink.records
     assert record.observed_count == 1  # the live run kept its note through the burst
     provider.shutdown()
+
+
+def test_every_record_carries_its_trace_even_when_its_books_were_opened_by_verdicts(chain: _Chain) -> None:
+    with chain.run("invoke_agent empty") as empty:
+        pass
+    with (
+        chain.run("invoke_agent flagged") as flagged,
+        chain.tracer.start_as_current_span("chat m", attributes={semconv.VIOLATION_TYPES: ["too_short"]}),
+    ):
+        pass
+    assert {record.run_name: record.trace_id for record in chain.sink.records} == {
+        "invoke_agent empty": empty.get_span_context().trace_id,
+        "invoke_agent flagged": flagged.get_span_context().trace_id,
+    }
+
+
+def test_a_nested_run_rolls_up_its_own_violations_and_those_below_it(chain: _Chain) -> None:
+    with (
+        chain.run("invoke_agent outer"),
+        chain.run("invoke_agent inner", **{semconv.VIOLATION_TYPES: ["not_json"]}),
+    ):
+        chain.tool("search", "c1", **{semconv.VIOLATION_TYPES: ["too_short"]})
+    outer = _attrs(chain.finished("invoke_agent outer"))
+    assert outer[semconv.RUN_VIOLATION_COUNT] == 2
+    assert outer[semconv.RUN_VIOLATION_TYPES] == ["not_json", "too_short"]
+
+
+def test_shutting_down_twice_shuts_the_sinks_down_once(chain: _Chain) -> None:
+    chain.processor.shutdown()
+    chain.processor.shutdown()
+    assert chain.sink.shutdowns == 1
+
+
+def test_a_span_whose_start_the_ledger_missed_belongs_to_its_parents_run() -> None:
+    """As when on_start failed for it (logged, counted): the span's parent's run is its run."""
+    sink = _CallsSink()
+    exporter = InMemorySpanExporter()
+    ledger = LedgerProcessor([SimpleSpanProcessor(exporter)], sinks=[sink])
+    tracer = TracerProvider().get_tracer("test")  # real spans; the ledger is driven by hand
+    run = tracer.start_span("invoke_agent a", attributes={semconv.GEN_AI_OPERATION_NAME: "invoke_agent"})
+    ledger.on_start(run)  # type: ignore[arg-type]
+    with trace.use_span(run):
+        missed = tracer.start_span(
+            "execute_tool search", attributes={semconv.GEN_AI_OPERATION_NAME: "execute_tool"}
+        )
+    with trace.use_span(missed):
+        orphan = tracer.start_span(
+            "execute_tool fetch", attributes={semconv.GEN_AI_OPERATION_NAME: "execute_tool"}
+        )
+    remote = trace.NonRecordingSpan(
+        trace.SpanContext(
+            trace_id=1,
+            span_id=run.get_span_context().span_id,
+            is_remote=True,
+            trace_flags=trace.TraceFlags(1),
+        )
+    )
+    with trace.use_span(remote):
+        called = tracer.start_span(
+            "execute_tool remote", attributes={semconv.GEN_AI_OPERATION_NAME: "execute_tool"}
+        )
+    for span in (missed, orphan, called, run):
+        span.end()
+        ledger.on_end(span)  # type: ignore[arg-type]
+    ledger.shutdown()
+    runs = {record.run_name: record.observed_count for record in sink.records}
+    assert runs == {"invoke_agent a": 1, "execute_tool fetch": 1, "execute_tool remote": 1}
+    assert not any(key.startswith("errors.") for key in tallyspan.stats())
