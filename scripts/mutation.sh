@@ -46,7 +46,8 @@ store)
     MUTATE="src/tallyspan_exporters/_store.py src/tallyspan_exporters/_writer.py"
     TESTS="tests/exporters/test_store.py tests/exporters/test_store_trouble.py
         tests/exporters/test_store_counters.py tests/exporters/test_ledger_logs.py
-        tests/exporters/test_store_writer.py tests/exporters/test_store_processor.py"
+        tests/exporters/test_store_writer.py tests/exporters/test_store_processor.py
+        tests/exporters/test_store_rows.py"
     ;;
 cli)
     MUTATE="src/tallyspan/cli/*.py src/tallyspan/_store_queries.py"
