@@ -548,6 +548,21 @@ def test_a_first_span_of_a_run_with_only_claim_events_is_redacted(chain: _Chain)
     assert not any(key.startswith("errors.") for key in tallyspan.stats())
 
 
+def test_a_claim_event_that_arrives_after_its_run_ended_is_still_redacted(chain: _Chain) -> None:
+    with chain.run():
+        late = chain.tracer.start_span("step")
+    late.add_event(
+        semconv.EVENT_LEDGER_CLAIM, {semconv.LEDGER_TOOL_NAME: "secret", semconv.LEDGER_OUTCOME: "ok"}
+    )
+    late.end()
+    (event,) = chain.finished("step").events
+    assert dict(event.attributes or {}) == {
+        semconv.LEDGER_TOOL_NAME: "unobserved",
+        semconv.LEDGER_OUTCOME: "ok",
+    }
+    assert tallyspan.stats()["dropped.ledger_late_entries"] == 1
+
+
 def test_span_events_over_the_cap_are_counted_per_kind() -> None:
     chain = _Chain(max_span_events=2)
     with chain.run():
@@ -709,8 +724,9 @@ def test_a_run_span_the_worker_dropped_frees_its_books_and_later_entries_are_lat
     ledger = LedgerProcessor([gate, below], sinks=[sink], max_tracked_spans=4)
     worker = OffThreadProcessor([ledger], max_queue_size=1)
     provider = TracerProvider()
-    provider.add_span_processor(worker)
     tracer = provider.get_tracer("test")
+    early = tracer.start_span("early")  # started before the chain was attached: never tracked
+    provider.add_span_processor(worker)
     tool = {semconv.GEN_AI_OPERATION_NAME: "execute_tool", semconv.GEN_AI_TOOL_NAME: "search"}
     with tracer.start_as_current_span(
         "invoke_agent live", attributes={semconv.GEN_AI_OPERATION_NAME: "invoke_agent"}
@@ -726,6 +742,10 @@ def test_a_run_span_the_worker_dropped_frees_its_books_and_later_entries_are_lat
             tracer.start_span("execute_tool queued", attributes=tool).end()  # queued
             tracer.start_span("execute_tool dropped", attributes=tool).end()  # dropped: its note freed
         run.end()  # dropped: its books freed unreconciled
+        tracer.start_span(
+            "invoke_agent idle", attributes={semconv.GEN_AI_OPERATION_NAME: "invoke_agent"}
+        ).end()
+        early.end()
         for index in range(6):  # more dropped spans than the ledger tracks: none stays tracked
             tracer.start_span(f"other-{index}").end()
         gate.release.set()
@@ -734,11 +754,13 @@ def test_a_run_span_the_worker_dropped_frees_its_books_and_later_entries_are_lat
         assert worker.force_flush()  # the queue holds one span: let the run's end find room
     assert worker.force_flush()
     stats = tallyspan.stats()
-    assert stats["dropped.spans"] == 8
+    assert stats["dropped.spans"] == 10
     assert stats["dropped.ledger_runs"] == 1
     assert stats["dropped.ledger_late_entries"] == 1  # "queued" reached a run already given up
     assert not any(key.startswith("errors.") for key in stats)
-    assert below.forgotten == ["execute_tool dropped", "invoke_agent lost"] + [f"other-{i}" for i in range(6)]
+    assert below.forgotten == ["execute_tool dropped", "invoke_agent lost", "invoke_agent idle", "early"] + [
+        f"other-{i}" for i in range(6)
+    ]
     assert [record.run_name for record in sink.records] == ["invoke_agent live"]
     (record,) = sink.records
     assert record.observed_count == 1  # the live run kept its note through the burst
