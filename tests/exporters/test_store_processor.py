@@ -7,7 +7,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -51,16 +51,6 @@ def _names(db_path: Path) -> list[str]:
         return [row[0] for row in db.execute("SELECT name FROM spans ORDER BY name")]
     finally:
         db.close()
-
-
-@pytest.fixture
-def lock_holder(db_path: Path) -> Iterator[sqlite3.Connection]:
-    connect(db_path).close()
-    holder = sqlite3.connect(db_path, isolation_level=None)
-    yield holder
-    if holder.in_transaction:
-        holder.execute("ROLLBACK")
-    holder.close()
 
 
 def test_the_store_processor_skips_spans_recorded_but_not_sampled(db_path: Path) -> None:
