@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ from tests.conftest import MakeInstrumented
 import tallyspan
 from tallyspan import semconv
 from tallyspan._config import Settings
-from tallyspan._content import ModelContent, content_buffer
+from tallyspan._content import ModelContent, ToolCallContent, content_buffer
 from tallyspan_processors import ChecksProcessor, WrappingProcessor, checks_component
 
 CONTRACTS = {
@@ -238,6 +239,9 @@ def test_evaluation_events_mirror_each_check() -> None:
         assert evaluations[0][semconv.GEN_AI_EVALUATION_SCORE_LABEL] == "fail"
         assert evaluations[0][semconv.GEN_AI_EVALUATION_SCORE_VALUE] == 0.0
         assert evaluations[1][semconv.GEN_AI_EVALUATION_SCORE_LABEL] == "fail"
+        assert evaluations[1][semconv.GEN_AI_EVALUATION_SCORE_VALUE] == 0.0
+        stamps = [e.timestamp for e in span.events if e.name == semconv.EVENT_GEN_AI_EVALUATION_RESULT]
+        assert stamps == [span.end_time, span.end_time]
         clean = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages(GOOD)}))
         assert [dict(e.attributes or {}) for e in clean.events] == [
             {
@@ -432,3 +436,107 @@ def test_the_same_output_counts_as_another_answer_only_within_one_stage() -> Non
         )
     assert semconv.VIOLATION_TYPES not in (other_stage.attributes or {})
     assert tuple((same_stage.attributes or {})[semconv.VIOLATION_TYPES]) == ("answer_to_other_question",)  # type: ignore[arg-type]
+
+
+# --- what is judged, and against which other calls ------------------------------------------------
+
+_TOWER = "東京の人口動態と経済への影響を説明してください。"
+_TOWER_ANSWER = "東京の人口動態は一極集中が進み、経済への影響として地方の人口減少が加速しています。"
+_LEAF = "光合成の二つの段階と葉緑体の役割を説明してください。"
+
+
+def test_a_call_that_ended_before_another_started_was_not_in_flight_with_it(pipeline: Pipeline) -> None:
+    start = time.time_ns()
+    free = _chat(stage="free")
+    pipeline.span(
+        free, content=ModelContent("人口は増えています。", prompt=_TOWER), start_ns=start, duration_s=1.0
+    )
+    later = pipeline.span(
+        free,
+        content=ModelContent(_TOWER_ANSWER, prompt=_LEAF),
+        start_ns=start + 2_000_000_000,
+        duration_s=1.0,
+    )
+    assert semconv.VIOLATION_TYPES not in (later.attributes or {})
+    earlier = pipeline.span(
+        free,
+        content=ModelContent(_TOWER_ANSWER, prompt=_LEAF),
+        start_ns=start - 3_000_000_000,
+        duration_s=1.0,
+    )
+    assert semconv.VIOLATION_TYPES not in (earlier.attributes or {})  # ended before the first began
+
+
+def test_a_call_without_a_prompt_is_no_other_question(pipeline: Pipeline) -> None:
+    start = time.time_ns()
+    free = _chat(stage="free")
+    pipeline.span(free, content=ModelContent(_TOWER_ANSWER), start_ns=start, duration_s=2.0)
+    pipeline.span(free, content=ModelContent(_TOWER_ANSWER), start_ns=start, duration_s=2.0)
+    answered = pipeline.span(
+        free, content=ModelContent(_TOWER_ANSWER, prompt=_TOWER), start_ns=start + 500_000_000
+    )
+    attributes = answered.attributes or {}
+    assert semconv.CHECK_ERRORS not in attributes
+    assert semconv.VIOLATION_TYPES not in attributes
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        {"content": ModelContent("Here you go", (ToolCallContent("search", "{}", "c1"),))},
+        {"content": ModelContent("Here you go"), "finish": "tool_calls"},
+        {"content": ModelContent("Here you go"), "finish": ["tool_use"]},
+        {"content": ModelContent("Here you go"), "abandoned": True},
+    ],
+)
+def test_a_step_of_the_agent_loop_is_not_judged_on_its_text(pipeline: Pipeline, step: dict[str, Any]) -> None:
+    extra: dict[str, Any] = {}
+    if "finish" in step:
+        extra[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = step["finish"]
+    if "abandoned" in step:
+        extra[semconv.STREAM_ABANDONED] = True
+    span = pipeline.span(_chat(**extra), content=step["content"])
+    attributes = span.attributes or {}
+    assert semconv.VIOLATION_TYPES not in attributes
+    assert semconv.CHECK_ERRORS not in attributes
+    assert attributes[semconv.CONTRACT] == "report"
+
+
+@pytest.mark.parametrize("finish", ["stop", ["stop", "length"], 3])
+def test_a_turn_that_finished_otherwise_is_judged_on_its_text(pipeline: Pipeline, finish: Any) -> None:
+    span = pipeline.span(
+        _chat(**{semconv.GEN_AI_RESPONSE_FINISH_REASONS: finish}), content=ModelContent("Here you go")
+    )
+    assert tuple((span.attributes or {})[semconv.VIOLATION_TYPES]) == (  # type: ignore[arg-type]
+        "missing_required",
+        "not_japanese",
+        "too_short",
+    )
+
+
+def test_a_stage_no_contract_binds_to_is_named_once_with_the_contracts_there_are(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with _build() as pipeline, caplog.at_level(logging.WARNING, logger="tallyspan"):
+        pipeline.span(_chat(stage="reprot"), content=ModelContent(GOOD))
+        pipeline.span(_chat(stage="reprot"), content=ModelContent(GOOD))
+    warnings = [record.getMessage() for record in caplog.records if "reprot" in record.getMessage()]
+    assert warnings == [
+        "tallyspan: model calls of stage 'reprot' are not checked: no contract binds to it "
+        "(contracts: free, report). Check the spelling, or add a 'default:' contract."
+    ]
+
+
+def test_a_stage_unbound_in_an_empty_contract_set_says_there_are_none(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with (
+        _build(contracts={"contracts": {}}) as pipeline,
+        caplog.at_level(logging.WARNING, logger="tallyspan"),
+    ):
+        span = pipeline.span(_chat(stage="lonely"), content=ModelContent(GOOD))
+    assert dict(span.attributes or {}) == _chat(stage="lonely")
+    assert [record.getMessage() for record in caplog.records if "lonely" in record.getMessage()] == [
+        "tallyspan: model calls of stage 'lonely' are not checked: no contract binds to it "
+        "(contracts: none). Check the spelling, or add a 'default:' contract."
+    ]
