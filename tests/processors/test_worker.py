@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 
 import pytest
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, get_value
@@ -11,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import tallyspan
-from tallyspan_processors import OffThreadProcessor
+from tallyspan_processors import OffThreadProcessor, WrappingProcessor
 
 
 class _Recorder(SpanProcessor):
@@ -196,3 +198,70 @@ def test_a_span_racing_into_the_queue_during_shutdown_is_discarded_counted_and_f
         content_buffer().remove_consumer()
     assert processor.force_flush(100) is False  # not everything was forwarded
     source_provider.shutdown()
+
+
+class _BrokenForget(WrappingProcessor):
+    """A link below the worker whose forget fails (a bug of ours): the app must not see it."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.gate = _Blocking()
+
+    def receive(self, span: ReadableSpan, content: object) -> None:
+        self.gate.on_end(span)
+
+    def forget(self, span: ReadableSpan) -> None:
+        raise RuntimeError("forget is broken")
+
+
+def test_a_link_that_fails_to_forget_a_dropped_span_is_logged_and_counted_on_the_apps_thread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = _BrokenForget()
+    processor = OffThreadProcessor([broken], max_queue_size=1)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_processors._worker"):
+        _spans(provider, 1)
+        assert broken.gate.entered.wait(10)
+        _spans(provider, 3)  # one queued, two dropped: each forgotten, and forgetting fails
+    assert tallyspan.stats()["dropped.spans"] == 2
+    assert tallyspan.stats()["errors.worker.forget"] == 2
+    messages = [record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG]
+    assert messages == ["tallyspan could not forget a dropped span"] * 2
+    broken.gate.release.set()
+    provider.shutdown()
+
+
+class _Forgetful(WrappingProcessor):
+    def __init__(self) -> None:
+        super().__init__([])
+        self.gate = _Blocking()
+        self.forgotten: list[str] = []
+
+    def receive(self, span: ReadableSpan, content: object) -> None:
+        self.gate.on_end(span)
+
+    def forget(self, span: ReadableSpan) -> None:
+        self.forgotten.append(span.name)
+
+
+def test_spans_handed_down_and_given_up_at_shutdown_are_forgotten_below() -> None:
+    """The worker as a link below another: what shutdown gives up is forgotten by the links below it."""
+    below = _Forgetful()
+    worker = OffThreadProcessor([below], max_queue_size=4, shutdown_timeout_millis=50)
+    head = WrappingProcessor([worker])
+    provider = TracerProvider()
+    provider.add_span_processor(head)
+    _spans(provider, 1)
+    assert below.gate.entered.wait(10)
+    _spans(provider, 3)
+    worker.shutdown()  # gives up at once: the worker discards the queued spans once it is free
+    below.gate.release.set()
+    deadline = time.monotonic() + 10
+    while tallyspan.stats().get("dropped.spans_at_shutdown", 0) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tallyspan.stats()["dropped.spans_at_shutdown"] == 3
+    assert below.forgotten == ["span-0", "span-1", "span-2"]  # the second three
+    assert not any(key.startswith("errors.") for key in tallyspan.stats())
+    head.shutdown()
