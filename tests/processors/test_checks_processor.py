@@ -540,3 +540,108 @@ def test_a_stage_unbound_in_an_empty_contract_set_says_there_are_none(
         "tallyspan: model calls of stage 'lonely' are not checked: no contract binds to it "
         "(contracts: none). Check the spelling, or add a 'default:' contract."
     ]
+
+
+def test_calls_that_only_touch_in_time_were_not_in_flight_together(pipeline: Pipeline) -> None:
+    start = time.time_ns()
+    free = _chat(stage="free")
+    pipeline.span(
+        free, content=ModelContent("人口は増えています。", prompt=_TOWER), start_ns=start, duration_s=1.0
+    )
+    right_after = pipeline.span(
+        free,
+        content=ModelContent(_TOWER_ANSWER, prompt=_LEAF),
+        start_ns=start + 1_000_000_000,
+        duration_s=1.0,
+    )
+    right_before = pipeline.span(
+        free,
+        content=ModelContent(_TOWER_ANSWER, prompt=_LEAF),
+        start_ns=start - 1_000_000_000,
+        duration_s=1.0,
+    )
+    assert semconv.VIOLATION_TYPES not in (right_after.attributes or {})
+    assert semconv.VIOLATION_TYPES not in (right_before.attributes or {})
+
+
+def test_reasoning_from_its_own_field_repeated_in_the_answer_is_a_leak(pipeline: Pipeline) -> None:
+    reasoning = "The totals match the ledger and the weekly report is complete"
+    span = pipeline.span(
+        _chat(stage="free"),
+        content=ModelContent(f"Answer: {reasoning}, so it can be sent.", reasoning_text=reasoning),
+    )
+    assert [dict(event.attributes or {}) for event in span.events] == [
+        {
+            semconv.VIOLATION_TYPE: "reasoning_leaked",
+            semconv.VIOLATION_FAILURE_CLASS: "contract_violation",
+            semconv.VIOLATION_DETAIL: "the provider's reasoning is repeated in the output",
+        }
+    ]
+    assert [event.timestamp for event in span.events] == [span.end_time]
+
+
+def test_the_deadline_is_exceeded_by_one_nanosecond_not_reached_exactly(pipeline: Pipeline) -> None:
+    start = time.time_ns()
+    attributes = _chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages(GOOD)})
+    on_time = pipeline.span(attributes, start_ns=start, duration_s=5.0)
+    assert semconv.VIOLATION_TYPES not in (on_time.attributes or {})
+    tracer = pipeline.provider.get_tracer("test")
+    late = tracer.start_span("chat m", attributes=attributes, start_time=start)
+    late.end(end_time=start + 5_000_000_001)
+    finished = pipeline.exporter.get_finished_spans()[-1]
+    assert tuple((finished.attributes or {})[semconv.VIOLATION_TYPES]) == ("timeout",)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("error_type", "status", "exception", "expected"),
+    [
+        (None, "", ("ConnectionResetError", "peer went away"), ("process_error", "ConnectionResetError")),
+        (None, "", ("RuntimeError", "connection refused by the server"), ("process_error", "RuntimeError")),
+        (None, "Bad Gateway", None, ("process_error", "Bad Gateway")),
+        ("Oops", "Service Unavailable", None, ("process_error", "Oops | Service Unavailable")),
+        (None, "", ("", "read timed out"), ("timeout", "error")),
+        (None, "", None, None),
+    ],
+)
+def test_the_spans_error_is_read_from_its_type_exception_events_and_status(
+    pipeline: Pipeline,
+    error_type: str | None,
+    status: str,
+    exception: tuple[str, str] | None,
+    expected: tuple[str, str] | None,
+) -> None:
+    extra = {semconv.ERROR_TYPE: error_type} if error_type is not None else {}
+    tracer = pipeline.provider.get_tracer("test")
+    span = tracer.start_span("chat m", attributes=_chat(**extra))
+    span.add_event("retry", {semconv.EXCEPTION_TYPE: "TimeoutError", semconv.EXCEPTION_MESSAGE: "earlier"})
+    if exception is not None:
+        span.add_event(
+            semconv.EVENT_EXCEPTION,
+            {semconv.EXCEPTION_TYPE: exception[0], semconv.EXCEPTION_MESSAGE: exception[1]},
+        )
+    span.set_status(Status(StatusCode.ERROR, status or None))
+    content_buffer().put(span.get_span_context().span_id, ModelContent(GOOD))
+    span.end()
+    finished = pipeline.exporter.get_finished_spans()[-1]
+    violations = [
+        dict(event.attributes or {}) for event in finished.events if event.name == semconv.EVENT_VIOLATION
+    ]
+    if expected is None:
+        assert violations == []  # an error of no known kind: and no deliverable to judge either
+        return
+    kind, name = expected
+    detail = (
+        f"the inference server failed ({name})"
+        if kind == "process_error"
+        else f"the call failed with a timeout ({name})"
+    )
+    assert [(v[semconv.VIOLATION_TYPE], v[semconv.VIOLATION_DETAIL]) for v in violations] == [(kind, detail)]
+
+
+@pytest.mark.parametrize("stage", [5, ""])
+def test_a_stage_that_is_not_a_name_is_no_stage(stage: Any, caplog: pytest.LogCaptureFixture) -> None:
+    contracts = {"contracts": {"report": {}}, "default": {"min_chars": 500}}
+    with _build(contracts=contracts) as pipeline, caplog.at_level(logging.WARNING, logger="tallyspan"):
+        span = pipeline.span(_chat(stage=stage), content=ModelContent(GOOD))
+    assert (span.attributes or {})[semconv.CONTRACT] == "default"
+    assert not [record for record in caplog.records if "not checked" in record.getMessage()]
