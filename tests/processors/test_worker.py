@@ -265,3 +265,33 @@ def test_spans_handed_down_and_given_up_at_shutdown_are_forgotten_below() -> Non
     assert below.forgotten == ["span-0", "span-1", "span-2"]  # the second three
     assert not any(key.startswith("errors.") for key in tallyspan.stats())
     head.shutdown()
+
+
+class _Received(WrappingProcessor):
+    def __init__(self) -> None:
+        super().__init__([])
+        self.received: list[tuple[str, object]] = []
+
+    def receive(self, span: ReadableSpan, content: object) -> None:
+        self.received.append((span.name, content))
+
+
+def test_below_another_link_the_worker_carries_the_content_it_was_handed() -> None:
+    from tallyspan._content import ModelContent, content_buffer
+
+    below = _Received()
+    worker = OffThreadProcessor([below])
+    head = WrappingProcessor([worker])  # takes each span's content and hands it down
+    provider = TracerProvider()
+    provider.add_span_processor(head)
+    span = provider.get_tracer("test").start_span("chat m")
+    answer = ModelContent("the answer")
+    content_buffer().put(span.get_span_context().span_id, answer)
+    span.end()
+    assert worker.force_flush()
+    assert below.received == [("chat m", answer)]
+    worker.shutdown()
+    provider.get_tracer("test").start_span("late").end()  # after shutdown: counted and forgotten
+    assert tallyspan.stats()["dropped.spans_after_shutdown"] == 1
+    assert not any(key.startswith("errors.") for key in tallyspan.stats())
+    head.shutdown()
