@@ -645,3 +645,52 @@ def test_a_stage_that_is_not_a_name_is_no_stage(stage: Any, caplog: pytest.LogCa
         span = pipeline.span(_chat(stage=stage), content=ModelContent(GOOD))
     assert (span.attributes or {})[semconv.CONTRACT] == "default"
     assert not [record for record in caplog.records if "not checked" in record.getMessage()]
+
+
+def test_the_model_that_answered_binds_before_the_model_asked_for() -> None:
+    contracts = {
+        "contracts": {"strict": {"min_chars": 100}},
+        "match": [{"model": "qwen*", "contract": "strict"}],
+    }
+    with _build(contracts=contracts) as pipeline:
+        routed = pipeline.span(
+            _chat(
+                stage=None, **{semconv.GEN_AI_REQUEST_MODEL: "auto", semconv.GEN_AI_RESPONSE_MODEL: "qwen3"}
+            ),
+            content=ModelContent("短い"),
+        )
+        asked = pipeline.span(
+            _chat(
+                stage=None, **{semconv.GEN_AI_REQUEST_MODEL: "qwen3", semconv.GEN_AI_RESPONSE_MODEL: "gpt"}
+            ),
+            content=ModelContent("短い"),
+        )
+    assert (routed.attributes or {})[semconv.CONTRACT] == "strict"
+    assert semconv.CONTRACT not in (asked.attributes or {})
+
+
+def test_tool_content_on_a_model_span_is_no_output_to_judge(pipeline: Pipeline) -> None:
+    from tallyspan._content import ToolContent
+
+    span = pipeline.span(_chat(), content=ToolContent(arguments={"q": "x"}))  # type: ignore[arg-type]
+    attributes = span.attributes or {}
+    assert attributes[semconv.CONTRACT] == "report"
+    assert semconv.CHECK_ERRORS not in attributes
+    assert semconv.VIOLATION_TYPES not in attributes
+
+
+def test_checks_that_fail_as_a_whole_are_recorded_on_the_span_and_counted(
+    pipeline: Pipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last line of defence: content an instrumentor got wrong (a list, not text) breaks the checks."""
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_processors._checks"):
+        span = pipeline.span(_chat(), content=ModelContent(["text"], prompt="q"))  # type: ignore[arg-type]
+    attributes = dict(span.attributes or {})
+    assert attributes[semconv.CHECK_ERRORS] == ["checks"]
+    assert attributes[semconv.CONTRACT] == "report"
+    assert semconv.VIOLATION_TYPES not in attributes
+    assert tallyspan.stats()["errors.checks.engine"] == 1
+    debug = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and r.name.endswith("_checks")
+    ]
+    assert debug == ["tallyspan's checks failed on a span"]

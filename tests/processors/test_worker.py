@@ -342,3 +342,21 @@ def test_the_worker_gives_memory_back_after_a_backlog_and_goes_on() -> None:
     assert len(recorder.ended) == 1501
     assert not any(key.startswith("errors.worker") for key in tallyspan.stats())
     provider.shutdown()
+
+
+def test_force_flush_hands_the_downstream_what_is_left_of_its_timeout() -> None:
+    given: list[int] = []
+
+    class _Timed(_Recorder):
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            given.append(timeout_millis)
+            return True
+
+    processor = OffThreadProcessor([_Timed()])
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 1)
+    assert processor.force_flush(5000)
+    (left,) = given
+    assert 0 < left <= 5000
+    provider.shutdown()
