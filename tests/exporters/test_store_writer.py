@@ -5,6 +5,7 @@ the thread is stuck, fails, or was asked to stop."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -205,4 +206,73 @@ def test_the_thread_outlives_a_base_exception_and_the_flush_it_interrupted_is_fa
     assert thread.flush(5000) is True
     assert _keys(db_path) == ["after"]
     assert "errors.test.restarted" not in tallyspan.stats()  # the same thread went on
+    thread.shutdown()
+
+
+def test_the_queue_takes_items_up_to_its_limit_exactly_each_time_it_empties(db_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="tallyspan-test", max_queued=4
+    )
+    assert thread.submit("a", size=4) is True
+    assert thread.flush(5000) is True
+    assert thread.submit("b", size=4) is True  # the queue is empty again: room for four
+    assert thread.flush(5000) is True
+    assert _keys(db_path) == ["a", "b"]
+    assert "dropped.test_things" not in tallyspan.stats()
+    thread.shutdown()
+    tiny: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="t", max_queued=0
+    )
+    assert tiny.submit("c", size=2) is False  # a limit below one is one
+    assert tiny.submit("c", size=1) is True
+    tiny.shutdown()
+
+
+def test_a_flush_or_a_full_batch_does_not_wait_for_the_schedule_delay(db_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="tallyspan-test", schedule_delay_millis=60_000
+    )
+    thread.submit("a")
+    started = time.monotonic()
+    assert thread.flush(10_000) is True
+    assert time.monotonic() - started < 5
+    thread.submit("batch", size=512)  # a full batch: written at once, without a flush
+    deadline = time.monotonic() + 5
+    while "batch" not in _keys(db_path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _keys(db_path) == ["a", "batch"]
+    thread.shutdown()
+
+
+def test_the_writer_thread_is_a_daemon_named_for_its_store(db_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="tallyspan-own"
+    )
+    thread.submit("a")
+    assert thread.flush(5000)
+    (running,) = [t for t in threading.enumerate() if t.name == "tallyspan-own"]
+    assert running.daemon is True  # it must never keep the app's process alive
+    thread.shutdown()
+
+
+def test_rows_kept_under_a_lock_are_written_by_the_retry_once_it_is_free(
+    db_path: Path, lock_holder: sqlite3.Connection
+) -> None:
+    writer = StoreWriter(
+        db_path, name="test", unit="things", lost_key="dropped.test_things", busy_timeout_millis=50
+    )
+    thread: WriterThread[str] = WriterThread(writer, lambda items: _rows(*items), name="tallyspan-test")
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    thread.submit("kept")
+    assert thread.flush(200) is False
+    time.sleep(1.5)  # a retry comes and goes while the lock is still held
+    lock_holder.execute("COMMIT")
+    deadline = time.monotonic() + 5
+    while "kept" not in _keys(db_path) and time.monotonic() < deadline:
+        time.sleep(0.05)  # no write, no flush: the retry writes it
+    assert _keys(db_path) == ["kept"]
+    assert thread.submit("after") is True
+    assert thread.flush(5000) is True
+    assert _keys(db_path) == ["kept", "after"]
+    assert not any(key.endswith(".restarted") for key in tallyspan.stats())
     thread.shutdown()
