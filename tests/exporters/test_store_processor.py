@@ -101,6 +101,12 @@ def test_a_span_the_store_cannot_read_is_counted_and_the_rest_of_the_batch_writt
     messages = [record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG]
     assert messages == [f"could not read a span for the tallyspan store at {db_path}"]
     store.shutdown()
+    exporter = SQLiteSpanExporter(db_path)
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._store"):
+        exporter.export([broken])
+    assert [record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG] == messages
+    exporter.shutdown()
 
 
 def test_the_exporters_flush_waits_no_longer_than_asked_on_a_held_lock(

@@ -113,3 +113,13 @@ def test_the_counters_are_written_once_per_change_with_the_service_name(db_path:
     assert process.counts == {"dropped.spans": 3}
     assert _select(db_path, "SELECT service_name FROM self_stats") == [{"service_name": "billing"}]
     provider.shutdown()
+
+
+def test_the_declared_violation_count_wins_over_the_events_kept(tracer: trace.Tracer, db_path: Path) -> None:
+    """Span limits may drop events: the count the checks declared is the count."""
+    with tracer.start_as_current_span(
+        "chat m", attributes={semconv.VIOLATION_TYPES: ["too_short"], semconv.VIOLATION_COUNT: 5}
+    ) as span:
+        span.add_event(semconv.EVENT_VIOLATION, {semconv.VIOLATION_TYPE: "too_short"})
+    assert _select(db_path, "SELECT violation_count FROM spans") == [{"violation_count": 5}]
+    assert len(_select(db_path, "SELECT * FROM violations")) == 1

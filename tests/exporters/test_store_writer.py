@@ -276,3 +276,71 @@ def test_rows_kept_under_a_lock_are_written_by_the_retry_once_it_is_free(
     assert _keys(db_path) == ["kept", "after"]
     assert not any(key.endswith(".restarted") for key in tallyspan.stats())
     thread.shutdown()
+
+
+def test_flush_and_close_wait_for_the_lock_up_to_the_busy_timeout(db_path: Path) -> None:
+    connect(db_path).close()
+    holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    writer = StoreWriter(
+        db_path, name="test", unit="things", lost_key="dropped.test_things", busy_timeout_millis=400
+    )
+    holder.execute("BEGIN EXCLUSIVE")
+    assert writer.write(_rows("a")) is False  # kept after one busy timeout
+    threading.Timer(0.1, holder.execute, ("COMMIT",)).start()
+    assert writer.flush(5000) is True  # waited for the lock instead of failing at once
+    holder.execute("BEGIN EXCLUSIVE")
+    assert writer.write(_rows("b")) is False  # kept at once: the store is known to be contended
+    threading.Timer(0.1, holder.execute, ("COMMIT",)).start()
+    writer.close()  # one last wait for the lock
+    holder.close()
+    assert _keys(db_path) == ["a", "b"]
+    assert writer.lost == 0
+
+
+def test_a_lone_item_is_written_after_the_schedule_delay_without_a_flush(db_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="tallyspan-test", schedule_delay_millis=50
+    )
+    thread.submit("alone")
+    deadline = time.monotonic() + 5
+    while not (db_path.exists() and _keys(db_path)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _keys(db_path) == ["alone"]
+    thread.shutdown()
+
+
+def test_a_batch_that_fills_up_is_written_at_once(db_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="tallyspan-test", schedule_delay_millis=60_000
+    )
+    thread.submit("first")
+    thread.submit("rest", size=511)  # 512 items in all: a full batch
+    deadline = time.monotonic() + 5
+    while not (db_path.exists() and _keys(db_path)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _keys(db_path) == ["first", "rest"]
+    thread.shutdown()
+
+
+def test_a_flush_with_nothing_to_write_does_not_touch_a_failing_store(tmp_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(tmp_path), lambda items: _rows(*items), name="tallyspan-test"
+    )
+    thread.submit("a", size=3)
+    thread.submit("b", size=3)  # still gathering "a": the queue holds 3 of 16384... both queued
+    assert thread.flush(5000) is False
+    assert tallyspan.stats()["errors.test.write"] == 1
+    assert thread.flush(5000) is True  # nothing new, nothing lost, and no attempt to write
+    assert tallyspan.stats()["errors.test.write"] == 1
+    thread.shutdown()
+
+
+def test_a_writer_loss_and_a_queue_drop_of_the_same_size_are_both_losses(tmp_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(tmp_path), lambda items: _rows(*items), name="tallyspan-test", max_queued=1
+    )
+    assert thread.submit("a") is True  # gathered for the schedule delay, then lost by the writer
+    assert thread.submit("b") is False  # the queue is full meanwhile: dropped
+    assert thread.flush(5000) is False  # one lost by the writer and one dropped: two losses, not none
+    assert tallyspan.stats()["dropped.test_things"] == 2
+    thread.shutdown()
