@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -517,12 +518,13 @@ def test_a_turn_that_finished_otherwise_is_judged_on_its_text(pipeline: Pipeline
 def test_a_stage_no_contract_binds_to_is_named_once_with_the_contracts_there_are(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    typo = f"reprot-{uuid.uuid4().hex[:8]}"  # the warning is once per process: a stage no test used
     with _build() as pipeline, caplog.at_level(logging.WARNING, logger="tallyspan"):
-        pipeline.span(_chat(stage="reprot"), content=ModelContent(GOOD))
-        pipeline.span(_chat(stage="reprot"), content=ModelContent(GOOD))
-    warnings = [record.getMessage() for record in caplog.records if "reprot" in record.getMessage()]
+        pipeline.span(_chat(stage=typo), content=ModelContent(GOOD))
+        pipeline.span(_chat(stage=typo), content=ModelContent(GOOD))
+    warnings = [record.getMessage() for record in caplog.records if typo in record.getMessage()]
     assert warnings == [
-        "tallyspan: model calls of stage 'reprot' are not checked: no contract binds to it "
+        f"tallyspan: model calls of stage '{typo}' are not checked: no contract binds to it "
         "(contracts: free, report). Check the spelling, or add a 'default:' contract."
     ]
 
@@ -530,14 +532,15 @@ def test_a_stage_no_contract_binds_to_is_named_once_with_the_contracts_there_are
 def test_a_stage_unbound_in_an_empty_contract_set_says_there_are_none(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    lonely = f"lonely-{uuid.uuid4().hex[:8]}"
     with (
         _build(contracts={"contracts": {}}) as pipeline,
         caplog.at_level(logging.WARNING, logger="tallyspan"),
     ):
-        span = pipeline.span(_chat(stage="lonely"), content=ModelContent(GOOD))
-    assert dict(span.attributes or {}) == _chat(stage="lonely")
-    assert [record.getMessage() for record in caplog.records if "lonely" in record.getMessage()] == [
-        "tallyspan: model calls of stage 'lonely' are not checked: no contract binds to it "
+        span = pipeline.span(_chat(stage=lonely), content=ModelContent(GOOD))
+    assert dict(span.attributes or {}) == _chat(stage=lonely)
+    assert [record.getMessage() for record in caplog.records if lonely in record.getMessage()] == [
+        f"tallyspan: model calls of stage '{lonely}' are not checked: no contract binds to it "
         "(contracts: none). Check the spelling, or add a 'default:' contract."
     ]
 
