@@ -643,11 +643,38 @@ def test_the_spans_error_is_read_from_its_type_exception_events_and_status(
 
 @pytest.mark.parametrize("stage", [5, ""])
 def test_a_stage_that_is_not_a_name_is_no_stage(stage: Any, caplog: pytest.LogCaptureFixture) -> None:
-    contracts = {"contracts": {"report": {}}, "default": {"min_chars": 500}}
-    with _build(contracts=contracts) as pipeline, caplog.at_level(logging.WARNING, logger="tallyspan"):
+    with_default = {"contracts": {"report": {}}, "default": {"min_chars": 500}}
+    with _build(contracts=with_default) as pipeline:
         span = pipeline.span(_chat(stage=stage), content=ModelContent(GOOD))
     assert (span.attributes or {})[semconv.CONTRACT] == "default"
-    assert not [record for record in caplog.records if "not checked" in record.getMessage()]
+    with _build(contracts={"contracts": {"report": {}}}) as pipeline, caplog.at_level(logging.WARNING):
+        unbound = pipeline.span(_chat(stage=stage), content=ModelContent(GOOD))
+    assert semconv.CONTRACT not in (unbound.attributes or {})
+    assert not [
+        record for record in caplog.records if "not checked" in record.getMessage()
+    ]  # no stage: no typo
+
+
+@pytest.mark.parametrize(
+    ("exception", "expected"),
+    [
+        ({semconv.EXCEPTION_MESSAGE: "read timed out"}, "the call failed with a timeout (error)"),
+        (
+            {semconv.EXCEPTION_TYPE: "ConnectionResetError"},
+            "the inference server failed (ConnectionResetError)",
+        ),
+    ],
+)
+def test_an_exception_event_missing_its_type_or_message_still_tells_the_error(
+    pipeline: Pipeline, exception: dict[str, str], expected: str
+) -> None:
+    span = pipeline.provider.get_tracer("test").start_span("chat m", attributes=_chat())
+    span.add_event(semconv.EVENT_EXCEPTION, exception)
+    span.set_status(Status(StatusCode.ERROR))
+    span.end()
+    finished = pipeline.exporter.get_finished_spans()[-1]
+    (event,) = [e for e in finished.events if e.name == semconv.EVENT_VIOLATION]
+    assert (event.attributes or {})[semconv.VIOLATION_DETAIL] == expected
 
 
 def test_the_model_that_answered_binds_before_the_model_asked_for() -> None:

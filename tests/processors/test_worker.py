@@ -360,3 +360,19 @@ def test_force_flush_hands_the_downstream_what_is_left_of_its_timeout() -> None:
     (left,) = given
     assert 0 < left <= 5000
     provider.shutdown()
+
+
+def test_the_worker_component_shuts_down_within_the_instrumentations_budget() -> None:
+    from tallyspan._config import Settings, ShutdownBudget
+    from tallyspan_processors._worker import worker_component
+
+    stuck = _Blocking()
+    processor = worker_component([stuck], Settings(shutdown_budget=ShutdownBudget(0.2)))
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 2)
+    assert stuck.entered.wait(10)
+    started = time.monotonic()
+    processor.shutdown()  # the default would wait 30 s for the stuck processor
+    assert time.monotonic() - started < 5
+    stuck.release.set()
