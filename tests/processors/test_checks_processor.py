@@ -724,3 +724,33 @@ def test_checks_that_fail_as_a_whole_are_recorded_on_the_span_and_counted(
         r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and r.name.endswith("_checks")
     ]
     assert debug == ["tallyspan's checks failed on a span"]
+
+
+def test_the_checks_component_takes_the_status_and_evaluation_settings() -> None:
+    exporter = InMemorySpanExporter()
+    settings = Settings(
+        contracts=tallyspan.load_contracts(CONTRACTS), mark_error_status=False, evaluation_events=True
+    )
+    provider = TracerProvider()
+    provider.add_span_processor(checks_component([SimpleSpanProcessor(exporter)], settings))
+    span = provider.get_tracer("test").start_span("chat m", attributes=_chat())
+    content_buffer().put(span.get_span_context().span_id, ModelContent("Here you go"))
+    span.end()
+    provider.shutdown()
+    (finished,) = exporter.get_finished_spans()
+    assert finished.status.status_code is StatusCode.UNSET
+    assert semconv.EVENT_GEN_AI_EVALUATION_RESULT in [event.name for event in finished.events]
+
+
+def test_only_the_most_recent_calls_are_remembered() -> None:
+    with _build(recent_calls=1) as pipeline:
+        start = time.time_ns()
+        free = _chat(stage="free")
+        pipeline.span(
+            free, content=ModelContent("人口は増えています。", prompt=_TOWER), start_ns=start, duration_s=3
+        )
+        pipeline.span(free, content=ModelContent("別の答えです。", prompt="別の質問です。"), start_ns=start)
+        swapped = pipeline.span(
+            free, content=ModelContent(_TOWER_ANSWER, prompt=_LEAF), start_ns=start + 500_000_000
+        )
+    assert semconv.VIOLATION_TYPES not in (swapped.attributes or {})  # the tower call was forgotten

@@ -304,10 +304,13 @@ def test_spans_gather_for_the_batch_delay_and_a_flush_or_shutdown_cuts_it_short(
     provider = TracerProvider()
     provider.add_span_processor(processor)
     _spans(provider, 3)
+    time.sleep(0.3)  # time enough to forward them, were it not gathering
     assert recorder.ended == []  # still gathering
     assert processor.force_flush(timeout_millis=10_000)
     assert recorder.ended == ["span-0", "span-1", "span-2"]
     _spans(provider, 2)
+    time.sleep(0.3)
+    assert recorder.ended == ["span-0", "span-1", "span-2"]  # after a pause: gathering again
     processor.shutdown()
     assert recorder.ended == ["span-0", "span-1", "span-2", "span-0", "span-1"]
     assert "dropped.spans_at_shutdown" not in tallyspan.stats()
