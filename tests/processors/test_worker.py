@@ -142,7 +142,7 @@ def test_flush_without_any_span_returns_true_without_starting_a_thread() -> None
 
 
 def test_max_queue_size_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="max_queue_size"):
+    with pytest.raises(ValueError, match=r"^max_queue_size must be at least 1$"):
         OffThreadProcessor([], max_queue_size=0)
 
 
@@ -379,3 +379,41 @@ def test_the_worker_component_shuts_down_within_the_instrumentations_budget() ->
     processor.shutdown()  # the default would wait 30 s for the stuck processor
     assert time.monotonic() - started < 5
     stuck.release.set()
+
+
+def test_force_flush_on_a_full_queue_behind_a_stuck_worker_is_false_at_its_timeout() -> None:
+    blocking = _Blocking()
+    processor = OffThreadProcessor([blocking], max_queue_size=1, batch_delay_millis=0)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 1)
+    assert blocking.entered.wait(5)
+    _spans(provider, 1)  # queued: the queue is full, no room for the flush's marker
+    assert processor.force_flush(100) is False
+    blocking.release.set()
+    provider.shutdown()
+
+
+def _workers() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "tallyspan-worker"]
+
+
+def test_one_daemon_worker_thread_forwards_every_span(caplog: pytest.LogCaptureFixture) -> None:
+    before = len(_workers())
+    recorder = _Recorder()
+    processor = OffThreadProcessor([_Failing(), recorder])
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_processors._worker"):
+        for _ in range(3):
+            _spans(provider, 2)
+            assert processor.force_flush(5000)
+    mine = _workers()[before:]
+    assert len(mine) == 1
+    assert mine[0].daemon is True  # it must never keep the app's process alive
+    assert len(recorder.ended) == 6
+    messages = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and r.name.endswith("_worker")
+    ]
+    assert messages == ["a span processor failed on the worker"] * 6
+    provider.shutdown()
