@@ -833,3 +833,26 @@ def test_a_span_whose_start_the_ledger_missed_belongs_to_its_parents_run() -> No
     runs = {record.run_name: record.observed_count for record in sink.records}
     assert runs == {"invoke_agent a": 1, "execute_tool fetch": 1, "execute_tool remote": 1}
     assert not any(key.startswith("errors.") for key in tallyspan.stats())
+
+
+def test_nested_runs_over_the_tracking_bound_forget_the_oldest_first() -> None:
+    """Runs nested four deep, with room to remember two: the two innermost still roll up into theirs."""
+    chain = _Chain(max_tracked_spans=2)
+    agent = {semconv.GEN_AI_OPERATION_NAME: "invoke_agent"}
+    outer = chain.tracer.start_span("invoke_agent outer", attributes=agent)
+    with trace.use_span(outer):
+        first = chain.tracer.start_span("invoke_agent first", attributes=agent)
+    with trace.use_span(first):
+        second = chain.tracer.start_span(
+            "invoke_agent second", attributes={**agent, semconv.VIOLATION_TYPES: ["too_short"]}
+        )
+    with trace.use_span(second):
+        third = chain.tracer.start_span(
+            "invoke_agent third", attributes={**agent, semconv.VIOLATION_TYPES: ["not_json"]}
+        )
+    for span in (third, second, first, outer):
+        span.end()
+    rolled = _attrs(chain.finished("invoke_agent first"))
+    assert rolled[semconv.RUN_VIOLATION_COUNT] == 2
+    assert rolled[semconv.RUN_VIOLATION_TYPES] == ["not_json", "too_short"]
+    chain.close()
