@@ -98,8 +98,9 @@ def _violation(violation_type: ViolationType, detail: str) -> Violation:
 
 
 def _error_violation(error: str | BaseException) -> Violation | None:
-    description = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    if isinstance(error, BaseException):
+    if isinstance(error, str):
+        description = error
+    else:
         description = " ".join(f"{type(cause).__name__}: {cause}" for cause in _causes(error))
     name = description.split(":", 1)[0].strip()[:60] or "error"
     if _TIMEOUT_ERROR.search(description) or isinstance(error, TimeoutError):

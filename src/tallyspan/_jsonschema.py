@@ -158,7 +158,10 @@ def schema_problems(value: Any, validator: Validator, limit: int = 5) -> list[st
     declared = _declared_names(validator.schema)
     problems: list[str] = []
     for error in validator.iter_errors(value):
-        problems.extend(_problems_of(error, declared))
+        # jsonschema reports each missing field in its own error, each carrying the whole required list.
+        for problem in _problems_of(error, declared):
+            if problem not in problems:
+                problems.append(problem)
         if len(problems) >= limit:
             break
     return problems[:limit]

@@ -217,8 +217,10 @@ def _article(prose: str, tokens: list[re.Match[str]], index: int) -> bool:
     """A lone "a" is the article when a lowercase word follows after one space."""
     if index + 1 >= len(tokens):
         return False
+    end = tokens[index].end()
     following = tokens[index + 1]
-    return following.start() == tokens[index].end() + 1 and following.group(0).islower()
+    # One space, not any one character: in "aとbox" or "a、cat" the "a" is a label.
+    return following.start() == end + 1 and prose[end] == " " and following.group(0).islower()
 
 
 def _judge_sentences(prose: str, kinds: list[tuple[int, int, str]], found: _English) -> None:

@@ -202,7 +202,7 @@ def parse_log_arguments(
     tool_name = _first(parsed, spec.tool_name)
     raw_outcome = _first(parsed, spec.outcome)
     summary = _first(parsed, spec.summary)
-    summary_text = summary if isinstance(summary, str) else ("" if summary is None else str(summary))
+    summary_text = "" if summary is None else str(summary)
     if not isinstance(tool_name, str):
         return Claim(call_id, None, None, summary_text, seq, malformed="no tool name")
     outcome = normalize_outcome(raw_outcome)

@@ -19,7 +19,9 @@ CHINESE_20_HAN = "我们认为这个方案是目前最好的选择因为它他"
 
 
 def _types(output: str, contract: Contract | None = None, **options: object) -> tuple[str, ...]:
-    return check(output, contract, **options).violation_types  # type: ignore[arg-type]
+    result = check(output, contract, **options)  # type: ignore[arg-type]
+    assert result.check_errors == ()  # a rule that raised found nothing: the verdict would be hollow
+    return result.violation_types
 
 
 def test_every_rule_has_a_section_here() -> None:
@@ -64,6 +66,24 @@ def test_forbidden_text_inside_reasoning_is_found() -> None:
     assert result.violation_types == ("forbidden_present",)
     assert result.violations[0].detail == "pattern '社外秘' found"
     assert _types("<think>資料を読む</think>要約は以下の通りです。", contract) == ()
+
+
+def test_patterns_left_without_time_are_not_verified_and_the_budget_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A spent budget (here: none to begin with) leaves every pattern unverified, never passed."""
+    import functools
+
+    from tallyspan import _checks
+    from tallyspan._patterns import PatternBudget
+
+    monkeypatch.setattr(_checks, "PatternBudget", functools.partial(PatternBudget, total_s=0.0))
+    result = check("判定：合格", Contract(required=[r"判定"], forbidden=[r"社外秘"]))
+    assert [(violation.type, violation.detail) for violation in result.violations] == [
+        (ViolationType.MISSING_REQUIRED, "pattern '判定' timed out; not verified"),
+        (ViolationType.FORBIDDEN_PRESENT, "pattern '社外秘' timed out; not verified"),
+    ]
+    assert result.check_errors == ("pattern_budget",)
 
 
 # --- json_schema -----------------------------------------------------------------------------------
@@ -243,6 +263,20 @@ def _chain(depth_of_refusal: int) -> BaseException:
     return error
 
 
+def test_the_error_name_is_the_text_before_the_first_colon() -> None:
+    result = check(None, error="ReadTimeout: timed out: after 30 s")
+    assert [violation.detail for violation in result.violations] == [
+        "the call failed with a timeout (ReadTimeout)"
+    ]
+
+
+def test_each_cause_of_an_error_is_read_as_its_own_words() -> None:
+    """A status code at the end of one cause's message is still a whole number before the next cause."""
+    wrapper = RuntimeError("upstream answered 503")
+    wrapper.__cause__ = KeyError("missing field")
+    assert check(None, error=wrapper).violations[0].detail == "the inference server failed (RuntimeError)"
+
+
 def test_the_cause_chain_is_followed_five_links_deep() -> None:
     assert _types("", error=_chain(5)) == ("process_error",)
     assert _types("", error=_chain(6)) == ()  # deeper is another failure, not the call's
@@ -301,7 +335,7 @@ def test_a_failing_reasoning_strip_is_counted_logged_and_the_rules_judge_the_raw
     assert result.violations[0].detail == "20 chars < min_chars 21"  # the raw output, reasoning and all
     assert tallyspan.stats()["errors.check_rule.strip_reasoning"] == 1
     assert [record.name for record in caplog.records] == ["tallyspan._checks"]
-    assert "stripping reasoning from an output failed" in caplog.text
+    assert caplog.records[0].getMessage().startswith("stripping reasoning from an output failed (logged once")
 
 
 def test_a_refusal_detail_quotes_nothing() -> None:

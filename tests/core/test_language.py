@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
-from tallyspan._language import language_violations, profile
+from tallyspan._language import english_requested, language_violations, profile
+from tallyspan._taxonomy import ViolationType
 
 
 def _types(text: str, required: str = "ja") -> list[str]:
@@ -235,3 +236,195 @@ def test_other_required_languages_follow_the_same_prose_rules() -> None:
     assert _types("东京是日本的首都。", "zh") == []
     assert _types("東京は日本の首都です。", "zh") == ["wrong_language"]
     assert _types("Tokyo is the capital of Japan.", "ko") == ["wrong_language"]
+
+
+# --- the profile, field by field, independent of the shared data ------------------------------------
+# (primary, kana, han, hangul, words, function_words, ordinary_words, chinese_clauses, chinese_chars,
+#  english_sentences, switches, quoted_kana, japanese_sentences)
+
+
+@pytest.mark.parametrize(
+    ("text", "fields"),
+    [
+        ('今日は会議の資料を作成しました。', ('ja', 7, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('これは the 問題です。', ('ja', 5, 2, 0, 1, 1, 0, 0, 0, 0, 0, 0, True)),
+        ('これは the and 問題です。', ('ja', 5, 2, 0, 2, 2, 0, 0, 0, 0, 1, 0, True)),
+        ('この件は apple、banana 問題です。', ('ja', 5, 3, 0, 2, 0, 2, 0, 0, 0, 0, 0, True)),
+        ('この件は apple、banana、cherry 問題です。', ('ja', 5, 3, 0, 3, 0, 3, 0, 0, 0, 1, 0, True)),
+        ('この件は electoral system の問題です。', ('ja', 6, 3, 0, 2, 0, 2, 0, 0, 0, 1, 0, True)),
+        ('この件は The Last of Us の問題です。', ('ja', 6, 3, 0, 4, 3, 0, 0, 0, 0, 0, 0, True)),
+        ('この件は I think の問題です。', ('ja', 6, 3, 0, 2, 1, 1, 0, 0, 0, 1, 0, True)),
+        ('We fixed the bug today.', ('en', 0, 0, 0, 5, 2, 3, 0, 0, 1, 0, 0, False)),
+        ('We fixed it.', ('en', 0, 0, 0, 3, 2, 1, 0, 0, 0, 0, 0, False)),
+        ('資料です。\nWe fixed the bug today.\n', ('ja', 2, 2, 0, 5, 2, 3, 0, 0, 1, 0, 0, True)),
+        ('a cat です。', ('ja', 2, 0, 0, 2, 1, 1, 0, 0, 0, 1, 0, True)),
+        ('A社とB社とaとbです。', ('ja', 5, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),  # labels, not articles
+        ('これは a big 問題です。', ('ja', 5, 2, 0, 2, 1, 1, 0, 0, 0, 1, 0, True)),
+        ('vs etc ok の問題です。', ('ja', 3, 2, 0, 3, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('mixi と mixi と mixi の話です。', ('ja', 5, 1, 0, 3, 0, 3, 0, 0, 0, 0, 0, True)),
+        ('{"a": "日本語の値です"}', ('ja', 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('{"key": "value"}', ('code', 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('[1, 2, 3]', ('none', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('```\ncode here with words\n```\n説明です。', ('ja', 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('~~~\ncode\n~~~\n説明です。', ('ja', 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('```\nunclosed code with many english words here\n', ('code', 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('`inline code words` を使います。', ('ja', 4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('x = 1; y = 2\n説明です。', ('ja', 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('// comment with many english words\n説明です。', ('ja', 2, 2, 0, 5, 1, 4, 0, 0, 1, 0, 0, True)),
+        ('/* block */\n説明です。', ('ja', 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('#include <stdio.h>\n説明です。', ('ja', 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('import os\n説明です。', ('ja', 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('詳細は user@example.com へ。', ('ja', 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('式 $x + y$ と \\alpha です。', ('ja', 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('<|im_end|>回答です。', ('ja', 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('「ありがとう」', ('ja', 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('「ありがとうございました本当に」と言った。', ('ja', 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 12, True)),
+        ('He said 「ありがとうございます、助かりました」 today.', ('ja', 0, 0, 0, 3, 1, 2, 0, 0, 0, 0, 15, False)),
+        ('The word 「寿司」 is Japanese.', ('en', 0, 0, 0, 4, 2, 1, 0, 0, 1, 0, 0, False)),
+        ('基準率の無視（base rate neglect）です。', ('ja', 3, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('我们认为这个方案是目前最好的选择。', ('zh', 0, 16, 0, 0, 0, 0, 1, 16, 0, 0, 0, False)),
+        ('第三四半期売上報告', ('ja', 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('이 보고서는 요약입니다.', ('ko', 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('日本語の文です。이 보고서', ('ja', 3, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('Hello 世界', ('ja', 0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('Hello world 日本', ('ja', 0, 2, 0, 2, 0, 1, 0, 0, 0, 0, 0, False)),
+        ('12345', ('none', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('🎉', ('none', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('', ('none', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('カタカナ', ('ja', 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('ひらがな', ('ja', 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('We need to 確認する the data.', ('ja', 2, 2, 0, 5, 4, 1, 0, 0, 0, 1, 0, False)),
+        ("「ありがとう」 `x`", ("ja", 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),  # only quotes beside code
+        ("B社の rate and change の問題です。", ("ja", 4, 3, 0, 3, 1, 2, 0, 0, 0, 1, 0, True)),
+        ("これは a cat と dog です。", ("ja", 6, 0, 0, 3, 1, 2, 0, 0, 0, 1, 0, True)),
+        ("基準率の無視(base rate neglect)です。", ("ja", 3, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),  # ASCII gloss
+        ("我去。", ("zh", 0, 2, 0, 0, 0, 0, 1, 2, 0, 0, 0, False)),  # weak evidence is enough without kana
+        ("式 $rate of change$ です。", ("ja", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ("式 \\[rate of change\\] です。", ("ja", 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('He said 「ありがとうございます、助かりました」 today. `x`', ('ja', 0, 0, 0, 3, 1, 2, 0, 0, 0, 0, 15, False)),
+        ('{"k": "<|im_end|>"}', ('none', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('{"a": "ありがとう"}', ('ja', 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('{"a": "我们认为这个方案是目前最好的选择"}', ('zh', 0, 16, 0, 0, 0, 0, 1, 16, 0, 0, 0, False)),
+        ('{"a": "日本한국"}', ('ko', 0, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('詳細は https://example.com/guide を参照。', ('ja', 2, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('詳細は www.example.com/guide を参照。', ('ja', 2, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('式 $x$ です。', ('ja', 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('式 \\alpha です。', ('ja', 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('[注意] 説明です。', ('ja', 2, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('[注意] X線の説明です。', ('ja', 3, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('[注意] 1/2 の説明です。', ('ja', 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('// note\n説明です。', ('ja', 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('[注意] #1 の説明です。', ('ja', 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('我们认为这个方案是目前最好的选择「あ」', ('ja', 0, 16, 0, 0, 0, 0, 1, 16, 0, 0, 1, False)),
+        ('We fixed the bug today.\nあいうえおかきくけこ', ('ja', 10, 0, 0, 5, 2, 3, 0, 0, 1, 0, 0, False)),
+        ('We fixed the bug today.\nあいうえおかきくけ', ('en', 9, 0, 0, 5, 2, 3, 0, 0, 1, 0, 0, False)),
+        ('We fixed the bug today. He said 「あいうえおかきくけこ」.', ('ja', 0, 0, 0, 7, 3, 4, 0, 0, 1, 0, 10, False)),
+        ('We fixed the bug today. He said 「あいうえおかきくけ」.', ('en', 0, 0, 0, 7, 3, 4, 0, 0, 1, 0, 9, False)),
+        ('日本한국', ('ko', 0, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('We fixed the bug today.\nあいう漢字漢字漢字', ('en', 3, 6, 0, 5, 2, 3, 0, 0, 1, 0, 0, False)),
+        ('"日本語の文です。"', ('ja', 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('["日本語の文です。"]', ('ja', 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('`x` `y`', ('none', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)),
+        ('資料を送ります。我去。', ('ja', 4, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('資料を。我去。', ('ja', 1, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ("[" * 70 + "日本語です。" + "]" * 70, ('ja', 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('これは A cat の話です。', ('ja', 6, 1, 0, 2, 1, 1, 0, 0, 0, 1, 0, True)),
+        ('答えは a です。', ('ja', 4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('これは a、cat です。', ('ja', 5, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, True)),
+        ('これは a Cat です。', ('ja', 5, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, True)),
+        ('資料です。\nWe fixed the bug', ('ja', 2, 2, 0, 4, 2, 2, 0, 0, 1, 0, 0, True)),
+        ('資料です。\nWe fixed it!Now we go home today.', ('ja', 2, 2, 0, 8, 3, 4, 0, 0, 1, 0, 0, True)),
+        ('Tokyo Osaka.\nWe fixed the bug today.', ('en', 0, 0, 0, 7, 2, 3, 0, 0, 1, 0, 0, False)),
+        ('We fixed the bug today.\nWe shipped the new build.', ('en', 0, 0, 0, 10, 4, 6, 0, 0, 2, 0, 0, False)),
+        ('これは the and 問題です。それは the and 問題です。', ('ja', 10, 4, 0, 4, 4, 0, 0, 0, 0, 2, 0, True)),
+        ('この件は big ox の問題です。', ('ja', 6, 3, 0, 2, 0, 2, 0, 0, 0, 0, 0, True)),
+    ],
+)  # fmt: skip
+def test_each_profile_counts_exactly(text: str, fields: tuple[object, ...]) -> None:
+    found = profile(text)
+    assert (
+        found.primary, found.kana, found.han, found.hangul, found.words, found.function_words,
+        found.ordinary_words, found.chinese_clauses, found.chinese_chars, found.english_sentences,
+        found.switches, found.quoted_kana, found.japanese_sentences,
+    ) == fields  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "required", "violations"),
+    [
+        ("我们认为这个方案是目前最好的选择。", "ja",
+         [(ViolationType.NOT_JAPANESE, "primary language zh, not ja (0 kana, 16 han, 0 latin words)")]),
+        ("第三四半期売上報告", "ja", []),  # kanji only, no Chinese evidence: Japanese
+        ("本件の調査結果をまとめました。我们认为这个方案是目前最好的选择。", "ja",
+         [(ViolationType.CHINESE_IN_JAPANESE, "1 Chinese clause(s), 16 han chars, in Japanese text")]),
+        ("資料です。\nWe fixed the bug today.\n", "ja",
+         [(ViolationType.BROKEN_LANGUAGE_MIX,
+           "English inside Japanese (1 English sentence(s), 0 sentence(s) switching language)")]),
+        ("これは the and 問題です。", "ja",
+         [(ViolationType.BROKEN_LANGUAGE_MIX,
+           "English inside Japanese (0 English sentence(s), 1 sentence(s) switching language)")]),
+        ("日本語の文です。이 보고서", "ja",
+         [(ViolationType.BROKEN_LANGUAGE_MIX, "Korean inside Japanese (4 hangul chars)")]),
+        # more hangul than kana and kanji: Korean, yet a Japanese sentence is there, so it is judged a mix
+        ("日本語の文です。이 보고서는 요약입니다", "ja",
+         [(ViolationType.BROKEN_LANGUAGE_MIX, "Korean inside Japanese (10 hangul chars)")]),
+        ("これは the and 問題です。이", "ja",
+         [(ViolationType.BROKEN_LANGUAGE_MIX,
+           "English inside Japanese (0 English sentence(s), 1 sentence(s) switching language)")]),
+        ("We fixed the bug today.", "zh",
+         [(ViolationType.WRONG_LANGUAGE, "primary language en, not zh (0 kana, 0 han, 5 latin words)")]),
+        ("이 보고서는 요약입니다.", "zh",
+         [(ViolationType.WRONG_LANGUAGE, "primary language ko, not zh (0 kana, 0 han, 0 latin words)")]),
+        ("第三四半期売上報告", "zh", []),  # kanji only: could be either
+        ("今日は会議の資料を作成しました。", "zh",
+         [(ViolationType.WRONG_LANGUAGE, "primary language ja, not zh (7 kana, 8 han, 0 latin words)")]),
+        ("We fixed the bug today.", "en", []),
+        ("これは the and 問題です。", "en",
+         [(ViolationType.BROKEN_LANGUAGE_MIX, "CJK text mixed with English (5 kana, 2 han, 2 latin words)")]),
+        ("我们认为这个方案是目前最好的选择。\nWe fixed the bug today.\n", "en",
+         [(ViolationType.BROKEN_LANGUAGE_MIX, "CJK text mixed with English (0 kana, 16 han, 5 latin words)")]),
+        ("我们认为这个方案是目前最好的选择。", "en",
+         [(ViolationType.WRONG_LANGUAGE, "primary language zh, not en (0 kana, 16 han, 0 latin words)")]),
+        ("今日は会議の資料を作成しました。", "en",
+         [(ViolationType.WRONG_LANGUAGE, "primary language ja, not en (7 kana, 8 han, 0 latin words)")]),
+        ("이 보고서는 요약입니다.", "en",
+         [(ViolationType.WRONG_LANGUAGE, "primary language ko, not en (0 kana, 0 han, 0 latin words)")]),
+        ("이 보고서는 요약입니다.", "ko", []),
+        ("今日は会議の資料を作成しました。", "ko",
+         [(ViolationType.WRONG_LANGUAGE, "primary language ja, not ko (7 kana, 8 han, 0 latin words)")]),
+        ("今日は会議の資料を作成しました。", "fr", []),  # not a language the rules know
+        ("🎉", "en", []),
+        ('{"key": "value"}', "ja", []),  # code only
+    ],
+)  # fmt: skip
+def test_each_required_language_gives_its_exact_violations(
+    text: str, required: str, violations: list[tuple[ViolationType, str]]
+) -> None:
+    assert language_violations(text, required) == violations
+
+
+def test_english_the_prompt_asks_for_is_no_english_sentence_but_a_switch_still_is() -> None:
+    mixed = "資料です。\nWe fixed the bug today.\n"
+    assert language_violations(mixed, "ja", english_wanted=True) == []
+    switched = "これは the and 問題です。"
+    assert language_violations(switched, "ja", english_wanted=True) == [
+        (ViolationType.BROKEN_LANGUAGE_MIX,
+         "English inside Japanese (0 English sentence(s), 1 sentence(s) switching language)")
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("prompt", "wanted"),
+    [
+        (None, False),
+        ("これを英語で書いてください。", True),
+        ("英訳してください。", True),
+        ("Answer in English, please.", True),
+        ("Translate this into English.", True),
+        ("Answer in Englishman style.", False),
+        ("English please.", False),
+        ("日本語で答えてください。", False),
+    ],
+)
+def test_english_is_requested_by_the_prompts_own_words(prompt: str | None, wanted: bool) -> None:
+    assert english_requested(prompt) is wanted

@@ -366,3 +366,67 @@ def test_every_discrepancy_detail_is_exact() -> None:
         [Observed("c1", "search", "succeeded", 0), Observed("c2", "fetch", "succeeded", 1)], []
     )
     assert Discrepancy("ledger_missing", None, "2 calls, no log") in unlogged.discrepancies
+
+
+def test_an_empty_argument_counts_as_absent_and_the_next_name_is_read() -> None:
+    claim = parse_log_arguments(
+        {"call_id": "", "log_id": "c7", "tool_name": "", "tool": "book", "outcome": "ok"}
+    )
+    assert claim == Claim("c7", "book", "succeeded", "", 0)
+
+
+def test_a_summary_that_is_not_text_is_kept_as_text() -> None:
+    assert parse_log_arguments({"tool": "book", "outcome": "ok", "summary": 42}).summary == "42"
+    assert parse_log_arguments({"tool": "book", "outcome": "ok", "summary": None}).summary == ""
+
+
+def test_a_malformed_claim_keeps_what_did_parse() -> None:
+    """The ledger view shows the call id (and the summary) of a claim it could not pair."""
+    no_tool = parse_log_arguments({"call_id": "c1", "outcome": "ok", "summary": "booked"}, seq=5)
+    assert no_tool == Claim("c1", None, None, "booked", 5, malformed="no tool name")
+    unknown = parse_log_arguments(
+        {"call_id": "c1", "tool": "book", "outcome": "maybe", "summary": "s"}, seq=6
+    )
+    assert unknown == Claim(
+        "c1", "book", None, "s", 6, malformed="unknown outcome (not succeeded, failed or rejected)"
+    )
+
+
+def test_a_log_tool_spec_needs_names_that_are_non_empty_strings() -> None:
+    from tallyspan import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^the log tool name must be a non-empty string$"):
+        LogToolSpec(tool="")
+    for names in [("",), ("call_id", "")]:
+        with pytest.raises(
+            ConfigError, match=r"^LogToolSpec\.call_id must be a non-empty tuple of argument names$"
+        ):
+            LogToolSpec(call_id=names)
+
+
+@pytest.mark.parametrize(("value", "outcome"), [(True, "succeeded"), (False, "failed"), (" Done ", "succeeded"),
+                                                ("DENIED", "rejected"), (1, None), ("maybe", None)])  # fmt: skip
+def test_normalize_outcome_reads_booleans_and_words(value: object, outcome: str | None) -> None:
+    assert ledger.normalize_outcome(value) == outcome
+
+
+def test_a_claim_without_id_pairs_the_earliest_call_of_its_tool_even_when_the_last_is_one() -> None:
+    result = reconcile(
+        [Observed("c1", "search", "succeeded", 0), Observed("c2", "search", "succeeded", 2)],
+        [Claim(None, "search", "succeeded", "", 1)],
+    )
+    assert _pairs(result) == [("unlogged_call", "c2")]
+
+
+def test_a_claim_at_the_same_position_as_a_call_is_not_after_it() -> None:
+    same_as_its_call = reconcile(
+        [Observed("c1", "a", "succeeded", 1)], [Claim("c1", "a", "succeeded", "", 1)]
+    )
+    assert same_as_its_call.discrepancies == (
+        Discrepancy("out_of_order_log", "c1", "logged before the call"),
+    )
+    at_the_next_call = reconcile(
+        [Observed("c1", "a", "succeeded", 0), Observed("c2", "a", "succeeded", 2)],
+        [Claim("c1", "a", "succeeded", "", 2), Claim("c2", "a", "succeeded", "", 3)],
+    )
+    assert at_the_next_call.protocol_ok is True

@@ -5,6 +5,17 @@ from __future__ import annotations
 import pytest
 
 from tallyspan import Contract, check
+from tallyspan._relevance import (
+    _Answer,
+    _bigrams,
+    _first_turn,
+    _script,
+    _tokens,
+    _topic,
+    off_topic_detail,
+    other_question_detail,
+    web_text_mark,
+)
 
 PROMPT_JA = (
     "経済成長率、消費者物価指数、失業率などの経済指標と日本銀行の金融政策との関係性を説明してください。"
@@ -40,7 +51,9 @@ SOURCE_FILE = (
 
 
 def _types(output: str, prompt: str, **kwargs: object) -> tuple[str, ...]:
-    return check(output, prompt=prompt, **kwargs).violation_types  # type: ignore[arg-type]
+    result = check(output, prompt=prompt, **kwargs)  # type: ignore[arg-type]
+    assert result.check_errors == ()  # a rule that raised judges nothing: the verdict would be hollow
+    return result.violation_types
 
 
 # --- off_topic -------------------------------------------------------------------------------------
@@ -61,6 +74,7 @@ def _types(output: str, prompt: str, **kwargs: object) -> tuple[str, ...]:
 )  # fmt: skip
 def test_an_answer_that_ignores_its_question_is_off_topic(output: str, prompt: str) -> None:
     result = check(output, prompt=prompt)
+    assert result.check_errors == ()
     assert "off_topic" in result.violation_types
     detail = next(v.detail for v in result.violations if v.type.value == "off_topic")
     assert "プラモデル" not in detail
@@ -145,3 +159,290 @@ def test_web_text_is_off_topic_not_an_answer_to_another_prompt() -> None:
     types = _types(WEB_PAGE_JA, PROMPT_JA, other_prompts=[other, *_many_prompts(50)])
     assert "answer_to_other_question" not in types
     assert "off_topic" in types
+
+
+# --- the features, one by one ----------------------------------------------------------------------
+
+
+def test_tokens_are_latin_words_of_three_letters_and_numbers_of_two_digits() -> None:
+    assert _tokens("json, api-key café the and 7 42 123 ab abc") == {
+        "json", "api", "key", "caf", "42", "123", "abc"
+    }  # fmt: skip
+    assert _tokens("x1 a2b") == {"a2b"}  # letters and digits make one word; "x1" is two characters
+
+
+def test_bigrams_are_adjacent_kanji_or_katakana_only() -> None:
+    assert _bigrams("経済の指標とアイス、a日本語") == {"経済", "指標", "アイ", "イス", "日本", "本語"}
+    assert _bigrams("の経の") == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("text", "script"),
+    [
+        ("漢字かな", "ja"),  # two kana make Japanese
+        ("漢字漢か", "zh"),  # one kana is not enough
+        ("日本 語学", "zh"),  # four CJK characters for two words: CJK
+        ("a 日本語学", "zh"),
+        ("a 日本語", "en"),
+        ("a b 日本", "en"),  # two CJK characters for three words: English
+        ("a b c d 日本語", "en"),
+        ("plain English words", "en"),
+    ],
+)
+def test_the_script_is_told_by_cjk_characters_per_word_and_kana(text: str, script: str) -> None:
+    assert _script(text) == script
+
+
+@pytest.mark.parametrize(
+    ("output", "answer"),
+    [
+        ("  答えです。  ", "答えです。"),
+        ("答えです。<|im_end|>次の質問です。", "答えです。"),  # the first turn only
+        ("[INST]答えです。[/INST]", "答えです。"),  # markup is no word of the answer
+        ("答え<|eot_id|>[INST] 次 [/INST]", "答え"),
+        ("前<<SYS>>指示<</SYS>>後", "前 後"),
+        ("あ" * 1600, "あ" * 1500),  # read this far
+    ],
+)
+def test_the_answer_is_its_first_turn_without_markup(output: str, answer: str) -> None:
+    assert _first_turn(output) == answer
+
+
+def test_an_answer_is_lowered_once_and_indexed_on_demand() -> None:
+    answer = _Answer("Tea CEREMONY 茶道")
+    assert answer.tokens == {"tea", "ceremony"}
+    answer.index()
+    assert answer._index == frozenset(
+        ["te", "ea", "a ", " c", "ce", "er", "re", "em", "mo", "on", "ny", "y ", " 茶", "茶道"]
+    )  # fmt: skip
+
+
+def test_a_web_text_mark_the_prompt_shares_is_no_mark() -> None:
+    assert web_text_mark("【お知らせ】本日は休業です。") == "page title"
+    assert web_text_mark("【お知らせ】本日は休業です。", "【質問】休業日は？") is None
+    assert web_text_mark("ホーム > 製品 > 価格表", "価格を教えて") == "breadcrumbs"
+    assert web_text_mark("本日は休業です。") is None
+
+
+# --- off_topic, threshold by threshold -------------------------------------------------------------
+# Made-up kanji words give exact counts: each word is two ideographs no other word uses, so it is one
+# content bigram and two kanji; hiragana between the words carries no feature.
+
+
+def _words(first: int, count: int) -> list[str]:
+    return [chr(0x6C00 + 2 * index) + chr(0x6C01 + 2 * index) for index in range(first, first + count)]
+
+
+def _ja_prompt(count: int, extra: str = "") -> str:
+    return "と".join(_words(0, count)) + extra + "についておしえてください。"
+
+
+def _ja_answer(shared: int = 0, kanji: int = 0, own: int = 20, head: str = "") -> str:
+    """``own`` words of its own, ``shared`` of the prompt's words, and ``kanji`` single kanji of the prompt's."""
+    single = [word[1] for word in _words(shared, kanji)]
+    return head + "の".join([*_words(100, own), *_words(0, shared), *single]) + "です。"
+
+
+MARK = "【お知らせ】"  # a page title
+
+
+def _zh_prompt(count: int) -> str:
+    return "，".join(_words(0, count)) + "？"
+
+
+def _zh_answer(kanji: int) -> str:
+    return "，".join([*_words(100, 20), *(word[1] for word in _words(0, kanji))]) + "。"
+
+
+def test_the_made_up_words_have_the_counted_features() -> None:
+    topic = _topic(_ja_prompt(10))
+    assert (topic.size, len(topic.kanji), topic.script) == (10, 20, "ja")
+    assert (_topic(_zh_prompt(10)).script, _Answer(_zh_answer(2)).script) == ("zh", "zh")
+    assert len(_bigrams(_ja_answer())) == 20
+
+
+@pytest.mark.parametrize(
+    ("answer", "detail"),
+    [
+        (_ja_answer(), "shares 0 of the prompt's 10 topic features, 0% of its kanji"),
+        (_ja_answer(own=19), None),  # too short to be expected to share a bigram
+        (_ja_answer(shared=1), "shares 1 of the prompt's 10 topic features, 10% of its kanji"),
+        (_ja_answer(shared=2), None),  # two shared features are a topic
+        (_ja_answer(kanji=2), "shares 0 of the prompt's 10 topic features, 10% of its kanji"),
+        (_ja_answer(kanji=3), None),  # 15 % of the kanji
+        (_ja_answer(shared=1, kanji=1), None),  # one feature and 15 % of the kanji
+        (_ja_answer(kanji=4), None),  # 20 %: under Chinese's limit, over Japanese's
+        # with a web-text mark: up to three shared features, under 25 % of the kanji
+        (_ja_answer(shared=2, head=MARK), "page title; shares 2 of the prompt's 10 topic features, 20% of its kanji"),
+        (_ja_answer(shared=2, kanji=1, head=MARK), None),  # 25 %
+        (_ja_answer(kanji=6, head=MARK), "page title; shares 0 of the prompt's 10 topic features, 30% of its kanji"),
+        (_ja_answer(shared=3, head=MARK), None),  # 30 % and shared
+    ],
+)  # fmt: skip
+def test_off_topic_in_the_same_script_at_each_threshold(answer: str, detail: str | None) -> None:
+    assert off_topic_detail(answer, _ja_prompt(10)) == detail
+
+
+def test_with_a_web_text_mark_three_shared_features_are_off_topic_and_four_are_not() -> None:
+    prompt = _ja_prompt(20)
+    assert off_topic_detail(_ja_answer(shared=3, head=MARK), prompt) == (
+        "page title; shares 3 of the prompt's 20 topic features, 15% of its kanji"
+    )
+    assert off_topic_detail(_ja_answer(shared=4, head=MARK), prompt) is None
+
+
+@pytest.mark.parametrize(("kanji", "off"), [(4, True), (5, True), (6, False)])
+def test_chinese_tolerates_more_shared_han_than_japanese(kanji: int, off: bool) -> None:
+    detail = off_topic_detail(_zh_answer(kanji), _zh_prompt(10))
+    assert detail == (
+        f"shares 0 of the prompt's 10 topic features, {kanji * 5}% of its kanji" if off else None
+    )
+
+
+def test_a_short_question_is_judged_only_against_marked_text_that_shares_nothing() -> None:
+    assert off_topic_detail(_ja_answer(head=MARK), _ja_prompt(2)) is None
+    assert off_topic_detail(_ja_answer(head=MARK), _ja_prompt(3)) == (
+        "page title; shares none of the prompt's 3 topic features"
+    )
+    assert off_topic_detail(_ja_answer(head=MARK), _ja_prompt(7)) == (
+        "page title; shares none of the prompt's 7 topic features"
+    )
+    assert off_topic_detail(_ja_answer(), _ja_prompt(7)) is None  # no mark
+    assert off_topic_detail(_ja_answer(shared=1, head=MARK), _ja_prompt(7)) is None  # shares one
+
+
+def test_a_question_without_kanji_is_judged_by_its_katakana() -> None:
+    prompt = "アイスクリームとチョコレートとキャンディーについておしえてください。"
+    assert (_topic(prompt).size, _topic(prompt).kanji) == (16, frozenset())
+    assert (
+        off_topic_detail(_ja_answer(), prompt)
+        == "shares 0 of the prompt's 16 topic features, 0% of its kanji"
+    )
+
+
+def test_eight_features_make_a_full_question() -> None:
+    assert off_topic_detail(_ja_answer(shared=1), _ja_prompt(8)) == (
+        "shares 1 of the prompt's 8 topic features, 12% of its kanji"
+    )
+    assert off_topic_detail(_ja_answer(head=MARK), _ja_prompt(8)) == (
+        "shares 0 of the prompt's 8 topic features, 0% of its kanji"
+    )
+
+
+_NATO_TEXT = (
+    "alfa bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike november oscar papa "
+    "quebec romeo sierra tango uniform victor whiskey xray yankee zulu"
+)
+NATO = _NATO_TEXT.split()
+
+
+def _en_answer(words: int, head: str = "") -> str:
+    return head + " ".join((NATO * 2)[:words])
+
+
+@pytest.mark.parametrize(
+    ("answer", "detail"),
+    [
+        (_en_answer(13, "Click here: "), "web boilerplate; shares none of the prompt's 11 topic features"),
+        (_en_answer(12, "Click here: "), None),  # 14 words: too short to judge across languages
+        (_en_answer(40), None),  # no mark, and it may use other names
+        (_en_answer(15, "Click here for gdp: "), None),  # shares the prompt's GDP
+    ],
+)
+def test_an_answer_in_another_language_is_judged_by_its_marks(answer: str, detail: str | None) -> None:
+    assert off_topic_detail(answer, _ja_prompt(10, "とGDP")) == detail
+
+
+def test_an_answer_in_another_cjk_script_is_judged_by_its_marks_whatever_its_length() -> None:
+    assert off_topic_detail(_ja_answer(own=3, head=MARK), _zh_prompt(10)) == (
+        "page title; shares none of the prompt's 10 topic features"
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "words", "detail"),
+    [
+        ("とCEOと2021年", 50, "uses none of the prompt's 2 names and numbers"),
+        ("とCEOと2021年", 49, None),  # a shorter answer may leave the names out
+        ("とCEOと42年", 50, None),  # a two-digit number is no anchor: one is not enough
+    ],
+)
+def test_a_long_answer_in_another_language_must_use_one_of_the_questions_names(
+    extra: str, words: int, detail: str | None
+) -> None:
+    assert off_topic_detail(_en_answer(words), _ja_prompt(10, extra)) == detail
+    assert off_topic_detail(_en_answer(words - 1) + " ceo", _ja_prompt(10, extra)) is None
+
+
+def test_a_mark_the_question_shares_is_no_evidence() -> None:
+    prompt = "【Q】 Summarise quarterly revenue growth drivers"
+    assert _topic(prompt).size == 5
+    assert off_topic_detail(_en_answer(20, "【News】 "), prompt) is None
+    assert off_topic_detail(_en_answer(20, "【News】 "), "Summarise quarterly revenue growth drivers") == (
+        "page title; shares none of the prompt's 5 topic features"
+    )
+
+
+# --- answer_to_other_question, threshold by threshold ----------------------------------------------
+
+OWN = "Describe tea ceremony history around Kyoto temples"  # six features
+OTHER = "Explain photosynthesis chlorophyll glucose oxygen carbon sunlight leaves roots water"  # ten
+THIRD = "Summarise tariffs exports imports currency inflation deficit bonds yields markets"  # ten
+
+
+def _covering(prompt: str, count: int) -> str:
+    """An answer in capitals holding the first ``count`` words of ``prompt``'s features."""
+    return "ANSWER: " + " ".join(prompt.split()[:count]).upper() + "."
+
+
+def test_half_of_the_other_prompt_and_five_features_name_it() -> None:
+    assert other_question_detail(_covering(OTHER, 5), OWN, [OTHER]) == (
+        "matches in-flight prompt #0 (0.50) better than its own (0.00)"
+    )
+    assert other_question_detail(_covering(OTHER, 4), OWN, [OTHER]) is None
+
+
+def test_a_runner_up_within_half_of_the_best_match_blocks_the_verdict() -> None:
+    answer6 = _covering(OTHER, 6)
+    assert other_question_detail(answer6 + _covering(THIRD, 3), OWN, [THIRD, OTHER]) == (
+        "matches in-flight prompt #1 (0.60) better than its own (0.00)"
+    )
+    assert other_question_detail(answer6 + _covering(THIRD, 4), OWN, [THIRD, OTHER]) is None
+    assert other_question_detail(answer6 + _covering(THIRD, 4), OWN, [OTHER, THIRD]) is None
+
+
+def test_an_answer_covering_a_tenth_of_its_own_prompt_may_still_answer_another() -> None:
+    own = "Outline railway signalling safety interlocking staff timetables drivers depots audits"
+    assert _topic(own).size == 10
+    assert other_question_detail(_covering(OTHER, 6) + " railway", own, [OTHER]) == (
+        "matches in-flight prompt #0 (0.60) better than its own (0.10)"
+    )
+    assert other_question_detail(_covering(OTHER, 6) + " railway signalling", own, [OTHER]) is None
+
+
+def test_an_own_prompt_without_features_counts_as_not_covered() -> None:
+    assert other_question_detail(_covering(OTHER, 6), "Go on.", [OTHER]) == (
+        "matches in-flight prompt #0 (0.60) better than its own (0.00)"
+    )
+
+
+def test_prompts_under_five_features_neither_win_nor_compete() -> None:
+    five = "Compare sonnets haiku limericks ballads"
+    assert other_question_detail(_covering(five, 5), OWN, [five]) == (
+        "matches in-flight prompt #0 (1.00) better than its own (0.00)"
+    )
+    four = "Compare sonnets haiku limericks"
+    assert other_question_detail(_covering(four, 4), OWN, [four]) is None
+    answer = _covering(four, 4) + _covering(OTHER, 6)
+    assert other_question_detail(answer, OWN, [four, OTHER]) == (
+        "matches in-flight prompt #1 (0.60) better than its own (0.00)"
+    )
+
+
+def test_the_same_output_for_another_prompt_has_a_fixed_detail() -> None:
+    output = "The verdict is APPROVE, with all the required fields."
+    assert other_question_detail(output, OWN, other_answers=[(OTHER, output)]) == (
+        "the same output was returned for a different prompt"
+    )
+    assert other_question_detail(output, OWN, other_answers=[(f"  {OWN} ", output)]) is None
+    assert other_question_detail(output, None, [OTHER], [(OTHER, output)]) is None

@@ -7,13 +7,15 @@ import time
 import pytest
 
 from tallyspan import Contract, check
-from tallyspan._repetition import DEFAULT_MAX_REPEATED_SHARE, repeated_share
+from tallyspan._repetition import DEFAULT_MAX_REPEATED_SHARE, _common_prefix, _primitive, repeated_share
 
 ANSWER = "日本の三大都市圏は人口が集中し、経済の中心になっています。交通網も整備されています。"
 
 
 def _types(text: str, contract: Contract | None = None) -> tuple[str, ...]:
-    return check(text, contract).violation_types
+    result = check(text, contract)
+    assert result.check_errors == ()  # a rule that raised found nothing: the verdict would be hollow
+    return result.violation_types
 
 
 @pytest.mark.parametrize(
@@ -93,3 +95,67 @@ def test_the_measure_is_linear_in_the_text() -> None:
     assert repeated_share("#" * 100_000 + ANSWER)[0] > 0.99
     assert repeated_share("ab" * 50_000)[0] == 1.0
     assert time.perf_counter() - start < 1.0
+
+
+# --- the measure, exactly ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "measure"),
+    [
+        ("", (0.0, 0)),
+        ("a" * 19, (0.0, 0)),  # shorter than a run can be
+        ("a" * 20, (1.0, 1)),
+        ("ab" * 10, (1.0, 2)),  # the shortest unit that repeats, not "abab"
+        ("x" + "ab" * 10, (20 / 21, 2)),
+        ("ab" * 9 + "cdefghijklmnopqrstuv", (0.0, 0)),  # a run of 18 characters is emphasis
+        ("abcdefghij" * 2, (0.0, 0)),  # two copies are an echo
+        ("abcdefghij" * 3, (1.0, 10)),
+        ("abc" * 10 + "ab", (1.0, 3)),  # cut off mid-unit: counted whole
+        ("c" + "abc" * 10, (1.0, 3)),  # entered mid-unit: counted whole
+        ("abc" * 100, (1.0, 3)),
+        ("ab" * 15 + "cde" * 5, (30 / 45, 2)),  # the larger of two runs
+        ("q" * 20 + "xyz" * 20, (60 / 80, 3)),
+        ("ab" * 10 + "-" + "ab" * 10, (40 / 41, 2)),  # two runs of one unit add up
+        ("ab" * 10 + "-" + "ab" * 15, (50 / 51, 2)),  # each run from its start
+        ("x\n```\n" + "0 " * 50 + "\n```\n", (0.0, 0)),  # a closed code block is the deliverable
+        ("x\n~~~\n" + "0 " * 50 + "\n~~~\n", (0.0, 0)),
+        ("x\n```\n" + "0 " * 50, (100 / 106, 2)),  # an unclosed one is how a loop in code ends
+    ],
+)
+def test_the_repeated_share_and_unit_exactly(text: str, measure: tuple[float, int]) -> None:
+    assert repeated_share(text) == measure
+
+
+def test_a_unit_whose_words_recur_inside_it_is_found_on_a_later_try() -> None:
+    """Each probe's characters first recur half a unit on (no repeat there), then a whole unit on."""
+    half = "".join(chr(0x4E00 + 7 * index) for index in range(100))
+    unit = half + half[:-1] + "終"
+    assert repeated_share(unit * 5) == (1.0, 200)
+
+
+def test_a_loop_in_the_last_third_of_the_text_is_found() -> None:
+    prose = "".join(chr(0x4E00 + index * 3) for index in range(700))  # no unit repeats in it
+    assert repeated_share(prose + "ab" * 150) == (0.3, 2)
+    prose = "".join(chr(0x4E00 + index * 3) for index in range(960))
+    assert repeated_share(prose + "ab" * 20) == (0.04, 2)  # only the last probe lands in it
+
+
+@pytest.mark.parametrize("size", [150, 256])
+def test_units_up_to_the_longest_are_found(size: int) -> None:
+    unit = "".join(chr(0x4E00 + index) for index in range(size))
+    assert repeated_share(unit * 5) == (1.0, size)
+
+
+def test_a_unit_longer_than_the_longest_is_not_looked_for() -> None:
+    unit = "".join(chr(0x4E00 + index) for index in range(300))
+    assert repeated_share(unit * 5) == (0.0, 0)
+
+
+def test_the_helpers() -> None:
+    assert (_primitive("abab"), _primitive("abc"), _primitive("aaaa")) == ("ab", "abc", "a")
+    assert [_common_prefix(*pair) for pair in [("abcd", "abxd"), ("", "a"), ("abc", "abc"), ("abc", "xbc")]] == [
+        2, 0, 3, 0
+    ]  # fmt: skip
+    assert _common_prefix("abcdefgh", "abcdefgX") == 7
+    assert _common_prefix("abcdefgh", "abcXefgh") == 3

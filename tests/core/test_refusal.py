@@ -1,0 +1,160 @@
+"""The phrase rules one by one: the first turn, refusals at their limits, reasoning, claims."""
+
+from __future__ import annotations
+
+import pytest
+
+from tallyspan._refusal import find_claims, find_reasoning_leak, first_turn, is_refusal, strip_reasoning
+
+REFUSAL = "I can't help with that."
+
+# --- the first turn ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "turn"),
+    [
+        ("答え", "答え"),
+        ("a<b [c]", "a<b [c]"),
+        ("答え<|im_end|>次の質問", "答え"),
+        ("答え</s>次", "答え"),
+        ("答え<|eot_id|>次<|eot_id|>", "答え"),
+        ("<|im_end|>答え<|im_end|>次", "<|im_end|>答え"),  # an end token before any content ends nothing
+        ("  \n<|im_start|>答え<|endoftext|>x", "  \n<|im_start|>答え"),
+        ("[INST]質問[/INST]答え", "[INST]質問"),
+    ],
+)
+def test_the_first_turn_ends_at_the_first_end_token_after_content(text: str, turn: str) -> None:
+    assert first_turn(text) == turn
+
+
+# --- refusals at their limits ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "refusal"),
+    [
+        (REFUSAL, True),
+        ("", False),
+        ("<|im_start|>" + REFUSAL, True),  # template debris before it
+        ("<|im_start|>" * 6 + REFUSAL, True),  # more debris than a lead may hold: it is removed
+        ("[INST]" * 11 + REFUSAL, True),
+        ("[INST] [/INST]", False),  # only debris
+        # at most 400 characters, a Latin letter counting a third: 7 + 393 is the longest refusal
+        (REFUSAL + "あ" * 393, True),
+        (REFUSAL + "あ" * 394, False),
+        # at most 60 characters before it in its sentence
+        ("Well, " + "x" * 53 + " " + REFUSAL, True),
+        ("Well, " + "x" * 54 + " " + REFUSAL, False),
+        ("Here is the answer. " + REFUSAL, False),  # an answer came first
+        ("Hello! " + REFUSAL, True),  # a greeting does not
+        (" " * 61 + REFUSAL, True),  # leading whitespace is no lead
+        ("Well \n" + REFUSAL, True),  # nor is whitespace at the end of the lead
+        ("ええ\nそのような状況はあり得ません。", True),
+        ("ありがとうございます。申し訳ありませんが、お答えできません。", True),
+        # a disclaimer followed by the answer, within 240 characters of the refusal
+        (REFUSAL + " " + "あ" * 218 + " but I can help.", False),
+        (REFUSAL + " " + "あ" * 219 + " but I can help.", True),
+        # a premise rejected, with at most 30 characters after it
+        ("そのような状況はあり得ません。", True),
+        ("そのような状況はあり得ません。" + "あ" * 30, True),
+        ("そのような状況はあり得ません。" + "あ" * 31, False),
+        ("答えます。そのような状況はあり得ません。", False),  # not the first sentence
+        # a first sentence that only says the task cannot be done, without a reason
+        ("その計算をすることはできません。", True),
+        ("データがないので、推測することはできません。", False),
+        ("その計算をすることはできません。ただし、概算なら計算できます。", False),
+        ("私には感情がありません。", True),
+        ("抱歉，我无法回答这个问题。", True),
+    ],
+)
+def test_a_refusal_is_short_says_no_first_and_does_not_go_on(text: str, refusal: bool) -> None:
+    assert is_refusal(text) is refusal
+
+
+# --- reasoning ---------------------------------------------------------------------------------------
+
+HARMONY = "<|channel|>analysis<|message|>考え中<|end|><|start|>assistant<|channel|>final<|message|>答え"
+
+
+@pytest.mark.parametrize(
+    ("text", "answer", "leak"),
+    [
+        ("答え", "答え", None),
+        ("a<b>c", "a<b>c", None),
+        ("<think>x</think>答え", "答え", "think block in the output"),
+        ("<THINK>x</THINK>答え", "答え", "think block in the output"),
+        ("<reasoning>x</reasoning>答え", "答え", "think block in the output"),
+        ("<think>終わらない", "", "think block in the output"),
+        ("x</think>答え", "答え", "closing think tag in the output"),
+        ("<reasoning>r</reasoning>A</think>B", "B", "think block in the output"),
+        (HARMONY, "答え", "harmony channel token in the output"),
+        ("<|channel|>final<|message|>答え<|return|>", "答え", "harmony channel token in the output"),
+        ("Okay, so let me think about it.", "Okay, so let me think about it.", "output opens with reasoning"),
+        (
+            "ユーザーは要約を求めている。要約です。",
+            "ユーザーは要約を求めている。要約です。",
+            "output opens with reasoning",
+        ),
+        ("x" * 200 + " Let me think", "x" * 200 + " Let me think", None),  # only the opening is read
+        (" " * 188 + "Let me think.", " " * 188 + "Let me think.", "output opens with reasoning"),
+        (" " * 189 + "Let me think.", " " * 189 + "Let me think.", None),  # 200 characters are read
+    ],
+)
+def test_reasoning_is_stripped_and_named(text: str, answer: str, leak: str | None) -> None:
+    assert strip_reasoning(text) == answer
+    assert find_reasoning_leak(text) == leak
+
+
+def test_the_providers_reasoning_repeated_is_a_leak_from_thirty_characters() -> None:
+    reasoning = "この問題について考える必要があります。まず最初に要件を確認して整理します。"
+    answer = "回答：" + reasoning
+    assert find_reasoning_leak(answer, reasoning) == "the provider's reasoning is repeated in the output"
+    assert find_reasoning_leak(answer, reasoning[:30]) == "the provider's reasoning is repeated in the output"
+    assert find_reasoning_leak(answer, reasoning[:29]) is None  # too short to tell from chance
+    assert find_reasoning_leak("回答：別の内容です。", reasoning) is None
+    spaced = " ".join(reasoning)  # whitespace does not hide it
+    assert find_reasoning_leak(answer, spaced) == "the provider's reasoning is repeated in the output"
+    assert (
+        find_reasoning_leak(" ".join(answer), reasoning)
+        == "the provider's reasoning is repeated in the output"
+    )
+    longer = reasoning + "それから結論を書きます。" * 3  # 73 characters
+    assert find_reasoning_leak("回答：" + longer[:60] + "別の結論です。", longer) == (
+        "the provider's reasoning is repeated in the output"
+    )  # its first 60 characters are the probe
+
+
+# --- claims ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "allowed", "kinds"),
+    [
+        ("導入企業300社が採用しています。", [], ["customer"]),
+        (
+            "Trusted by 300 customers. We are the leading platform.",
+            [],
+            ["customer", "customer", "superlative"],
+        ),
+        ("業界No.1のシェア。", [], ["superlative"]),
+        ("Customer satisfaction is 98%. CPU usage is 97%.", [], ["percentage"]),  # a bare load is no claim
+        ("The tests: 95% passed.", [], []),
+        ("顧客満足度９８％を達成しました。", ["満足度98%"], []),  # NFKC on both sides
+        ("顧客満足度９８％を達成しました。", ["  "], ["percentage"]),  # a blank phrase allows nothing
+        ("Satisfaction is 98%. Our docs mention satisfaction is 98% too.", ["docs mention"], ["percentage"]),
+        ("We are the world's first. Trusted by 300 customers.", ["WORLD'S FIRST"], ["customer", "customer"]),
+        ("x" * 300 + " Trusted by many.", [], ["customer"]),  # far from the start
+        ("İ" * 200 + " trusted by many", [], ["customer"]),  # lowercasing that changes the length
+        ("Trusted by many. İ", [], ["customer"]),  # then the whole text is read, from its start
+        ("Trusted by many. " + "x" * 300 + " Trusted by all.", [], ["customer", "customer"]),  # once each
+        ("CPU usage is 97%. Trusted by many.", [], ["customer"]),  # a bare load does not stop the reading
+        # the sentence reaches 200 characters to the right at most
+        ("Trusted by 300 teams " + "x " * 100 + "as audited.", ["as audited"], ["customer", "customer"]),
+        ("Trusted by 300 teams " + "x " * 80 + "as audited.", ["as audited"], []),
+    ],
+)
+def test_each_claim_counts_unless_an_allowed_phrase_is_in_its_sentence(
+    text: str, allowed: list[str], kinds: list[str]
+) -> None:
+    assert find_claims(text, allowed) == kinds
