@@ -123,3 +123,13 @@ def test_the_declared_violation_count_wins_over_the_events_kept(tracer: trace.Tr
         span.add_event(semconv.EVENT_VIOLATION, {semconv.VIOLATION_TYPE: "too_short"})
     assert _select(db_path, "SELECT violation_count FROM spans") == [{"violation_count": 5}]
     assert len(_select(db_path, "SELECT * FROM violations")) == 1
+
+
+def test_violation_types_of_another_producer_are_stored_unescaped(
+    tracer: trace.Tracer, db_path: Path
+) -> None:
+    with tracer.start_as_current_span("chat m", attributes={semconv.VIOLATION_TYPES: ["言語", "too_short"]}):
+        pass
+    assert _select(db_path, "SELECT violation_types FROM spans") == [
+        {"violation_types": '["言語", "too_short"]'}
+    ]

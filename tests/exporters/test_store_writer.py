@@ -297,15 +297,21 @@ def test_flush_and_close_wait_for_the_lock_up_to_the_busy_timeout(db_path: Path)
     assert writer.lost == 0
 
 
-def test_a_lone_item_is_written_after_the_schedule_delay_without_a_flush(db_path: Path) -> None:
+def _wait_for(db_path: Path, key: str) -> list[str]:
+    deadline = time.monotonic() + 5
+    while key not in _keys(db_path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return _keys(db_path)
+
+
+def test_a_lone_item_wakes_the_idle_thread_and_is_written_after_the_schedule_delay(db_path: Path) -> None:
     thread: WriterThread[str] = WriterThread(
         _writer(db_path), lambda items: _rows(*items), name="tallyspan-test", schedule_delay_millis=50
     )
+    thread.submit("first")
+    assert thread.flush(5000) is True  # the thread now waits for work, with nothing kept: no timer
     thread.submit("alone")
-    deadline = time.monotonic() + 5
-    while not (db_path.exists() and _keys(db_path)) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert _keys(db_path) == ["alone"]
+    assert _wait_for(db_path, "alone") == ["first", "alone"]  # no flush asked for it
     thread.shutdown()
 
 
@@ -314,11 +320,11 @@ def test_a_batch_that_fills_up_is_written_at_once(db_path: Path) -> None:
         _writer(db_path), lambda items: _rows(*items), name="tallyspan-test", schedule_delay_millis=60_000
     )
     thread.submit("first")
+    assert thread.flush(5000) is True
+    thread.submit("second")
+    time.sleep(0.2)  # the thread gathers for the schedule delay: a minute
     thread.submit("rest", size=511)  # 512 items in all: a full batch
-    deadline = time.monotonic() + 5
-    while not (db_path.exists() and _keys(db_path)) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert _keys(db_path) == ["first", "rest"]
+    assert _wait_for(db_path, "rest") == ["first", "second", "rest"]
     thread.shutdown()
 
 
