@@ -98,6 +98,7 @@ def test_a_span_the_store_cannot_read_is_counted_and_the_rest_of_the_batch_writt
         store.force_flush()
     assert _names(db_path) == ["good"]
     assert tallyspan.stats()["dropped.store_spans"] == 1
+    assert tallyspan.stats()["errors.store.export"] == 1
     messages = [record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG]
     assert messages == [f"could not read a span for the tallyspan store at {db_path}"]
     store.shutdown()
@@ -147,3 +148,15 @@ def test_the_store_component_shuts_down_within_the_instrumentations_budget(
 
 def test_no_store_component_without_a_database() -> None:
     assert store_component((), Settings(db_path=None)) is None
+
+
+def test_a_store_that_cannot_be_written_is_named_with_what_was_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    exporter = SQLiteSpanExporter(tmp_path)  # a directory: SQLite cannot open it
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):
+        exporter.export([ReadableSpan(name="lost", context=_context(1))])
+    debug = [record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG]
+    assert debug == [f"could not write spans to the tallyspan store at {tmp_path}"]
+    assert tallyspan.stats()["errors.store.write"] == 1
+    exporter.shutdown()
