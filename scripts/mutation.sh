@@ -35,10 +35,19 @@ processors)
     MUTATE="src/tallyspan_processors/_checks.py src/tallyspan_processors/_ledger.py
         src/tallyspan_processors/_ledger_sources.py src/tallyspan_processors/_worker.py"
     TESTS="tests/processors"
+    # Left out: the scale tests (10k-100k spans, 10-35 s each, 90 s per surviving mutant); what they
+    # check (drops counted, a stuck sink, a bounded buffer) the small tests of test_worker*.py check too.
+    DESELECT="tests/processors/test_worker_stress.py::test_a_stuck_app_processor_drops_only_its_own_spans
+        tests/processors/test_worker_stress.py::test_dropped_run_spans_do_not_push_a_live_run_out_of_the_ledger
+        tests/processors/test_worker_stress.py::test_a_burst_of_100k_spans_never_blocks_the_app_and_every_drop_is_counted
+        tests/processors/test_worker_stress.py::test_content_of_50k_dropped_model_spans_stays_bounded_and_is_freed"
     ;;
 store)
     MUTATE="src/tallyspan_exporters/_store.py src/tallyspan_exporters/_writer.py"
-    TESTS="tests/exporters/test_store.py tests/exporters/test_store_trouble.py"
+    TESTS="tests/exporters/test_store.py tests/exporters/test_store_trouble.py
+        tests/exporters/test_store_counters.py tests/exporters/test_ledger_logs.py
+        tests/exporters/test_store_writer.py tests/exporters/test_store_processor.py
+        tests/exporters/test_store_rows.py"
     ;;
 cli)
     MUTATE="src/tallyspan/cli/*.py src/tallyspan/_store_queries.py"

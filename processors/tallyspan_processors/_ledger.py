@@ -131,7 +131,6 @@ class LedgerProcessor(WrappingProcessor):
         max_entries_per_run: int = DEFAULT_MAX_ENTRIES_PER_RUN,
         max_span_events: int = DEFAULT_MAX_SPAN_EVENTS,
     ) -> None:
-        super().__init__(downstream)
         for label, value in (
             ("max_tracked_spans", max_tracked_spans),
             ("max_open_runs", max_open_runs),
@@ -139,6 +138,8 @@ class LedgerProcessor(WrappingProcessor):
         ):
             if value < 1:
                 raise ValueError(f"{label} must be at least 1")
+        # Only now: a refused processor must not stay a consumer of the content buffer (it would fill).
+        super().__init__(downstream)
         self._sinks = tuple(sinks)
         self._spec = spec or LogToolSpec()
         self._capture_content = capture_content

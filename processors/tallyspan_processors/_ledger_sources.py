@@ -117,6 +117,12 @@ def _claim(
             malformed=unavailable,
             log_call_id=log_call_id,
         )
+    return _parsed_claim(arguments, spec, span_id, time, log_call_id)
+
+
+def _parsed_claim(
+    arguments: Any, spec: LogToolSpec, span_id: int, time: int, log_call_id: str | None
+) -> RawEntry:
     parsed = parse_log_arguments(arguments, spec=spec)
     return RawEntry(
         semconv.LEDGER_SIDE_CLAIMED,
@@ -140,4 +146,5 @@ _CLAIM_EVENT_SPEC = LogToolSpec(
 
 
 def _claim_event(attributes: Mapping[str, Any], span_id: int, time: int) -> RawEntry:
-    return _claim(dict(attributes), _CLAIM_EVENT_SPEC, span_id, time, None, unavailable="empty claim")
+    # Never missing: an event without attributes is a claim with no tool name (malformed).
+    return _parsed_claim(dict(attributes), _CLAIM_EVENT_SPEC, span_id, time, None)

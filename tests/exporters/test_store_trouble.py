@@ -12,7 +12,6 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,17 +59,6 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
         for record in caplog.records
         if record.levelno >= logging.WARNING and record.name.startswith("tallyspan")
     ]
-
-
-@pytest.fixture
-def lock_holder(db_path: Path) -> Iterator[sqlite3.Connection]:
-    """A second connection to a migrated store, as ``tallyspan prune`` or a backup script would hold it."""
-    connect(db_path).close()
-    holder = sqlite3.connect(db_path, isolation_level=None)
-    yield holder
-    if holder.in_transaction:
-        holder.execute("ROLLBACK")
-    holder.close()
 
 
 # --- a store that cannot be opened ---------------------------------------------------------------------

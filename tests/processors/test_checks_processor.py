@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from tests.conftest import MakeInstrumented
 import tallyspan
 from tallyspan import semconv
 from tallyspan._config import Settings
-from tallyspan._content import ModelContent, content_buffer
+from tallyspan._content import ModelContent, ToolCallContent, content_buffer
 from tallyspan_processors import ChecksProcessor, WrappingProcessor, checks_component
 
 CONTRACTS = {
@@ -238,6 +240,9 @@ def test_evaluation_events_mirror_each_check() -> None:
         assert evaluations[0][semconv.GEN_AI_EVALUATION_SCORE_LABEL] == "fail"
         assert evaluations[0][semconv.GEN_AI_EVALUATION_SCORE_VALUE] == 0.0
         assert evaluations[1][semconv.GEN_AI_EVALUATION_SCORE_LABEL] == "fail"
+        assert evaluations[1][semconv.GEN_AI_EVALUATION_SCORE_VALUE] == 0.0
+        stamps = [e.timestamp for e in span.events if e.name == semconv.EVENT_GEN_AI_EVALUATION_RESULT]
+        assert stamps == [span.end_time, span.end_time]
         clean = pipeline.span(_chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages(GOOD)}))
         assert [dict(e.attributes or {}) for e in clean.events] == [
             {
@@ -432,3 +437,320 @@ def test_the_same_output_counts_as_another_answer_only_within_one_stage() -> Non
         )
     assert semconv.VIOLATION_TYPES not in (other_stage.attributes or {})
     assert tuple((same_stage.attributes or {})[semconv.VIOLATION_TYPES]) == ("answer_to_other_question",)  # type: ignore[arg-type]
+
+
+# --- what is judged, and against which other calls ------------------------------------------------
+
+_TOWER = "東京の人口動態と経済への影響を説明してください。"
+_TOWER_ANSWER = "東京の人口動態は一極集中が進み、経済への影響として地方の人口減少が加速しています。"
+_LEAF = "光合成の二つの段階と葉緑体の役割を説明してください。"
+
+
+def test_a_call_that_ended_before_another_started_was_not_in_flight_with_it(pipeline: Pipeline) -> None:
+    start = time.time_ns()
+    free = _chat(stage="free")
+    pipeline.span(
+        free, content=ModelContent("人口は増えています。", prompt=_TOWER), start_ns=start, duration_s=1.0
+    )
+    later = pipeline.span(
+        free,
+        content=ModelContent(_TOWER_ANSWER, prompt=_LEAF),
+        start_ns=start + 2_000_000_000,
+        duration_s=1.0,
+    )
+    assert semconv.VIOLATION_TYPES not in (later.attributes or {})
+    earlier = pipeline.span(
+        free,
+        content=ModelContent(_TOWER_ANSWER, prompt=_LEAF),
+        start_ns=start - 3_000_000_000,
+        duration_s=1.0,
+    )
+    assert semconv.VIOLATION_TYPES not in (earlier.attributes or {})  # ended before the first began
+
+
+def test_a_call_without_a_prompt_is_no_other_question(pipeline: Pipeline) -> None:
+    start = time.time_ns()
+    free = _chat(stage="free")
+    pipeline.span(free, content=ModelContent(_TOWER_ANSWER), start_ns=start, duration_s=2.0)
+    pipeline.span(free, content=ModelContent(_TOWER_ANSWER), start_ns=start, duration_s=2.0)
+    answered = pipeline.span(
+        free, content=ModelContent(_TOWER_ANSWER, prompt=_TOWER), start_ns=start + 500_000_000
+    )
+    attributes = answered.attributes or {}
+    assert semconv.CHECK_ERRORS not in attributes
+    assert semconv.VIOLATION_TYPES not in attributes
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        {"content": ModelContent("Here you go", (ToolCallContent("search", "{}", "c1"),))},
+        {"content": ModelContent("Here you go"), "finish": "tool_calls"},
+        {"content": ModelContent("Here you go"), "finish": ["tool_use"]},
+        {"content": ModelContent("Here you go"), "abandoned": True},
+    ],
+)
+def test_a_step_of_the_agent_loop_is_not_judged_on_its_text(pipeline: Pipeline, step: dict[str, Any]) -> None:
+    extra: dict[str, Any] = {}
+    if "finish" in step:
+        extra[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = step["finish"]
+    if "abandoned" in step:
+        extra[semconv.STREAM_ABANDONED] = True
+    span = pipeline.span(_chat(**extra), content=step["content"])
+    attributes = span.attributes or {}
+    assert semconv.VIOLATION_TYPES not in attributes
+    assert semconv.CHECK_ERRORS not in attributes
+    assert attributes[semconv.CONTRACT] == "report"
+
+
+@pytest.mark.parametrize("finish", ["stop", ["stop", "length"], 3])
+def test_a_turn_that_finished_otherwise_is_judged_on_its_text(pipeline: Pipeline, finish: Any) -> None:
+    span = pipeline.span(
+        _chat(**{semconv.GEN_AI_RESPONSE_FINISH_REASONS: finish}), content=ModelContent("Here you go")
+    )
+    assert tuple((span.attributes or {})[semconv.VIOLATION_TYPES]) == (  # type: ignore[arg-type]
+        "missing_required",
+        "not_japanese",
+        "too_short",
+    )
+
+
+def test_a_stage_no_contract_binds_to_is_named_once_with_the_contracts_there_are(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    typo = f"reprot-{uuid.uuid4().hex[:8]}"  # the warning is once per process: a stage no test used
+    with _build() as pipeline, caplog.at_level(logging.WARNING, logger="tallyspan"):
+        pipeline.span(_chat(stage=typo), content=ModelContent(GOOD))
+        pipeline.span(_chat(stage=typo), content=ModelContent(GOOD))
+    warnings = [record.getMessage() for record in caplog.records if typo in record.getMessage()]
+    assert warnings == [
+        f"tallyspan: model calls of stage '{typo}' are not checked: no contract binds to it "
+        "(contracts: free, report). Check the spelling, or add a 'default:' contract."
+    ]
+
+
+def test_a_stage_unbound_in_an_empty_contract_set_says_there_are_none(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lonely = f"lonely-{uuid.uuid4().hex[:8]}"
+    with (
+        _build(contracts={"contracts": {}}) as pipeline,
+        caplog.at_level(logging.WARNING, logger="tallyspan"),
+    ):
+        span = pipeline.span(_chat(stage=lonely), content=ModelContent(GOOD))
+    assert dict(span.attributes or {}) == _chat(stage=lonely)
+    assert [record.getMessage() for record in caplog.records if lonely in record.getMessage()] == [
+        f"tallyspan: model calls of stage '{lonely}' are not checked: no contract binds to it "
+        "(contracts: none). Check the spelling, or add a 'default:' contract."
+    ]
+
+
+def test_calls_that_only_touch_in_time_were_not_in_flight_together(pipeline: Pipeline) -> None:
+    start = time.time_ns()
+    free = _chat(stage="free")
+    pipeline.span(
+        free, content=ModelContent("人口は増えています。", prompt=_TOWER), start_ns=start, duration_s=1.0
+    )
+    right_after = pipeline.span(
+        free,
+        content=ModelContent(_TOWER_ANSWER, prompt=_LEAF),
+        start_ns=start + 1_000_000_000,
+        duration_s=1.0,
+    )
+    right_before = pipeline.span(
+        free,
+        content=ModelContent(_TOWER_ANSWER, prompt=_LEAF),
+        start_ns=start - 1_000_000_000,
+        duration_s=1.0,
+    )
+    assert semconv.VIOLATION_TYPES not in (right_after.attributes or {})
+    assert semconv.VIOLATION_TYPES not in (right_before.attributes or {})
+
+
+def test_reasoning_from_its_own_field_repeated_in_the_answer_is_a_leak(pipeline: Pipeline) -> None:
+    reasoning = "The totals match the ledger and the weekly report is complete"
+    span = pipeline.span(
+        _chat(stage="free"),
+        content=ModelContent(f"Answer: {reasoning}, so it can be sent.", reasoning_text=reasoning),
+    )
+    assert [dict(event.attributes or {}) for event in span.events] == [
+        {
+            semconv.VIOLATION_TYPE: "reasoning_leaked",
+            semconv.VIOLATION_FAILURE_CLASS: "contract_violation",
+            semconv.VIOLATION_DETAIL: "the provider's reasoning is repeated in the output",
+        }
+    ]
+    assert [event.timestamp for event in span.events] == [span.end_time]
+
+
+def test_the_deadline_is_exceeded_by_one_nanosecond_not_reached_exactly(pipeline: Pipeline) -> None:
+    start = time.time_ns()
+    attributes = _chat(**{semconv.GEN_AI_OUTPUT_MESSAGES: _output_messages(GOOD)})
+    on_time = pipeline.span(attributes, start_ns=start, duration_s=5.0)
+    assert semconv.VIOLATION_TYPES not in (on_time.attributes or {})
+    tracer = pipeline.provider.get_tracer("test")
+    late = tracer.start_span("chat m", attributes=attributes, start_time=start)
+    late.end(end_time=start + 5_000_000_001)
+    finished = pipeline.exporter.get_finished_spans()[-1]
+    assert tuple((finished.attributes or {})[semconv.VIOLATION_TYPES]) == ("timeout",)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("error_type", "status", "exception", "expected"),
+    [
+        (None, "", ("ConnectionResetError", "peer went away"), ("process_error", "ConnectionResetError")),
+        (None, "", ("RuntimeError", "connection refused by the server"), ("process_error", "RuntimeError")),
+        (None, "Bad Gateway", None, ("process_error", "Bad Gateway")),
+        ("Oops", "Service Unavailable", None, ("process_error", "Oops | Service Unavailable")),
+        (None, "", ("", "read timed out"), ("timeout", "error")),
+        (None, "", None, None),
+    ],
+)
+def test_the_spans_error_is_read_from_its_type_exception_events_and_status(
+    pipeline: Pipeline,
+    error_type: str | None,
+    status: str,
+    exception: tuple[str, str] | None,
+    expected: tuple[str, str] | None,
+) -> None:
+    extra = {semconv.ERROR_TYPE: error_type} if error_type is not None else {}
+    tracer = pipeline.provider.get_tracer("test")
+    span = tracer.start_span("chat m", attributes=_chat(**extra))
+    span.add_event("retry", {semconv.EXCEPTION_TYPE: "TimeoutError", semconv.EXCEPTION_MESSAGE: "earlier"})
+    if exception is not None:
+        span.add_event(
+            semconv.EVENT_EXCEPTION,
+            {semconv.EXCEPTION_TYPE: exception[0], semconv.EXCEPTION_MESSAGE: exception[1]},
+        )
+    span.set_status(Status(StatusCode.ERROR, status or None))
+    content_buffer().put(span.get_span_context().span_id, ModelContent(GOOD))
+    span.end()
+    finished = pipeline.exporter.get_finished_spans()[-1]
+    violations = [
+        dict(event.attributes or {}) for event in finished.events if event.name == semconv.EVENT_VIOLATION
+    ]
+    if expected is None:
+        assert violations == []  # an error of no known kind: and no deliverable to judge either
+        return
+    kind, name = expected
+    detail = (
+        f"the inference server failed ({name})"
+        if kind == "process_error"
+        else f"the call failed with a timeout ({name})"
+    )
+    assert [(v[semconv.VIOLATION_TYPE], v[semconv.VIOLATION_DETAIL]) for v in violations] == [(kind, detail)]
+
+
+@pytest.mark.parametrize("stage", [5, ""])
+def test_a_stage_that_is_not_a_name_is_no_stage(stage: Any, caplog: pytest.LogCaptureFixture) -> None:
+    with_default = {"contracts": {"report": {}}, "default": {"min_chars": 500}}
+    with _build(contracts=with_default) as pipeline:
+        span = pipeline.span(_chat(stage=stage), content=ModelContent(GOOD))
+    assert (span.attributes or {})[semconv.CONTRACT] == "default"
+    with _build(contracts={"contracts": {"report": {}}}) as pipeline, caplog.at_level(logging.WARNING):
+        unbound = pipeline.span(_chat(stage=stage), content=ModelContent(GOOD))
+    assert semconv.CONTRACT not in (unbound.attributes or {})
+    assert not [
+        record for record in caplog.records if "not checked" in record.getMessage()
+    ]  # no stage: no typo
+
+
+@pytest.mark.parametrize(
+    ("exception", "expected"),
+    [
+        ({semconv.EXCEPTION_MESSAGE: "read timed out"}, "the call failed with a timeout (error)"),
+        (
+            {semconv.EXCEPTION_TYPE: "ConnectionResetError"},
+            "the inference server failed (ConnectionResetError)",
+        ),
+    ],
+)
+def test_an_exception_event_missing_its_type_or_message_still_tells_the_error(
+    pipeline: Pipeline, exception: dict[str, str], expected: str
+) -> None:
+    span = pipeline.provider.get_tracer("test").start_span("chat m", attributes=_chat())
+    span.add_event(semconv.EVENT_EXCEPTION, exception)
+    span.set_status(Status(StatusCode.ERROR))
+    span.end()
+    finished = pipeline.exporter.get_finished_spans()[-1]
+    (event,) = [e for e in finished.events if e.name == semconv.EVENT_VIOLATION]
+    assert (event.attributes or {})[semconv.VIOLATION_DETAIL] == expected
+
+
+def test_the_model_that_answered_binds_before_the_model_asked_for() -> None:
+    contracts = {
+        "contracts": {"strict": {"min_chars": 100}},
+        "match": [{"model": "qwen*", "contract": "strict"}],
+    }
+    with _build(contracts=contracts) as pipeline:
+        routed = pipeline.span(
+            _chat(
+                stage=None, **{semconv.GEN_AI_REQUEST_MODEL: "auto", semconv.GEN_AI_RESPONSE_MODEL: "qwen3"}
+            ),
+            content=ModelContent("短い"),
+        )
+        asked = pipeline.span(
+            _chat(
+                stage=None, **{semconv.GEN_AI_REQUEST_MODEL: "qwen3", semconv.GEN_AI_RESPONSE_MODEL: "gpt"}
+            ),
+            content=ModelContent("短い"),
+        )
+    assert (routed.attributes or {})[semconv.CONTRACT] == "strict"
+    assert semconv.CONTRACT not in (asked.attributes or {})
+
+
+def test_tool_content_on_a_model_span_is_no_output_to_judge(pipeline: Pipeline) -> None:
+    from tallyspan._content import ToolContent
+
+    span = pipeline.span(_chat(), content=ToolContent(arguments={"q": "x"}))  # type: ignore[arg-type]
+    attributes = span.attributes or {}
+    assert attributes[semconv.CONTRACT] == "report"
+    assert semconv.CHECK_ERRORS not in attributes
+    assert semconv.VIOLATION_TYPES not in attributes
+
+
+def test_checks_that_fail_as_a_whole_are_recorded_on_the_span_and_counted(
+    pipeline: Pipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last line of defence: content an instrumentor got wrong (a list, not text) breaks the checks."""
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_processors._checks"):
+        span = pipeline.span(_chat(), content=ModelContent(["text"], prompt="q"))  # type: ignore[arg-type]
+    attributes = dict(span.attributes or {})
+    assert attributes[semconv.CHECK_ERRORS] == ["checks"]
+    assert attributes[semconv.CONTRACT] == "report"
+    assert semconv.VIOLATION_TYPES not in attributes
+    assert tallyspan.stats()["errors.checks.engine"] == 1
+    debug = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and r.name.endswith("_checks")
+    ]
+    assert debug == ["tallyspan's checks failed on a span"]
+
+
+def test_the_checks_component_takes_the_status_and_evaluation_settings() -> None:
+    exporter = InMemorySpanExporter()
+    settings = Settings(
+        contracts=tallyspan.load_contracts(CONTRACTS), mark_error_status=False, evaluation_events=True
+    )
+    provider = TracerProvider()
+    provider.add_span_processor(checks_component([SimpleSpanProcessor(exporter)], settings))
+    span = provider.get_tracer("test").start_span("chat m", attributes=_chat())
+    content_buffer().put(span.get_span_context().span_id, ModelContent("Here you go"))
+    span.end()
+    provider.shutdown()
+    (finished,) = exporter.get_finished_spans()
+    assert finished.status.status_code is StatusCode.UNSET
+    assert semconv.EVENT_GEN_AI_EVALUATION_RESULT in [event.name for event in finished.events]
+
+
+def test_only_the_most_recent_calls_are_remembered() -> None:
+    with _build(recent_calls=1) as pipeline:
+        start = time.time_ns()
+        free = _chat(stage="free")
+        pipeline.span(
+            free, content=ModelContent("人口は増えています。", prompt=_TOWER), start_ns=start, duration_s=3
+        )
+        pipeline.span(free, content=ModelContent("別の答えです。", prompt="別の質問です。"), start_ns=start)
+        swapped = pipeline.span(
+            free, content=ModelContent(_TOWER_ANSWER, prompt=_LEAF), start_ns=start + 500_000_000
+        )
+    assert semconv.VIOLATION_TYPES not in (swapped.attributes or {})  # the tower call was forgotten

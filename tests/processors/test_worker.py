@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 
 import pytest
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, get_value
@@ -11,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import tallyspan
-from tallyspan_processors import OffThreadProcessor
+from tallyspan_processors import OffThreadProcessor, WrappingProcessor
 
 
 class _Recorder(SpanProcessor):
@@ -140,7 +142,7 @@ def test_flush_without_any_span_returns_true_without_starting_a_thread() -> None
 
 
 def test_max_queue_size_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="max_queue_size"):
+    with pytest.raises(ValueError, match=r"^max_queue_size must be at least 1$"):
         OffThreadProcessor([], max_queue_size=0)
 
 
@@ -198,6 +200,103 @@ def test_a_span_racing_into_the_queue_during_shutdown_is_discarded_counted_and_f
     source_provider.shutdown()
 
 
+class _BrokenForget(WrappingProcessor):
+    """A link below the worker whose forget fails (a bug of ours): the app must not see it."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.gate = _Blocking()
+
+    def receive(self, span: ReadableSpan, content: object) -> None:
+        self.gate.on_end(span)
+
+    def forget(self, span: ReadableSpan) -> None:
+        raise RuntimeError("forget is broken")
+
+
+def test_a_link_that_fails_to_forget_a_dropped_span_is_logged_and_counted_on_the_apps_thread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = _BrokenForget()
+    processor = OffThreadProcessor([broken], max_queue_size=1)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_processors._worker"):
+        _spans(provider, 1)
+        assert broken.gate.entered.wait(10)
+        _spans(provider, 3)  # one queued, two dropped: each forgotten, and forgetting fails
+    assert tallyspan.stats()["dropped.spans"] == 2
+    assert tallyspan.stats()["errors.worker.forget"] == 2
+    messages = [record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG]
+    assert messages == ["tallyspan could not forget a dropped span"] * 2
+    broken.gate.release.set()
+    provider.shutdown()
+
+
+class _Forgetful(WrappingProcessor):
+    def __init__(self) -> None:
+        super().__init__([])
+        self.gate = _Blocking()
+        self.forgotten: list[str] = []
+
+    def receive(self, span: ReadableSpan, content: object) -> None:
+        self.gate.on_end(span)
+
+    def forget(self, span: ReadableSpan) -> None:
+        self.forgotten.append(span.name)
+
+
+def test_spans_handed_down_and_given_up_at_shutdown_are_forgotten_below() -> None:
+    """The worker as a link below another: what shutdown gives up is forgotten by the links below it."""
+    below = _Forgetful()
+    worker = OffThreadProcessor([below], max_queue_size=4, shutdown_timeout_millis=50)
+    head = WrappingProcessor([worker])
+    provider = TracerProvider()
+    provider.add_span_processor(head)
+    _spans(provider, 1)
+    assert below.gate.entered.wait(10)
+    _spans(provider, 3)
+    worker.shutdown()  # gives up at once: the worker discards the queued spans once it is free
+    below.gate.release.set()
+    deadline = time.monotonic() + 10
+    while tallyspan.stats().get("dropped.spans_at_shutdown", 0) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tallyspan.stats()["dropped.spans_at_shutdown"] == 3
+    assert below.forgotten == ["span-0", "span-1", "span-2"]  # the second three
+    assert not any(key.startswith("errors.") for key in tallyspan.stats())
+    head.shutdown()
+
+
+class _Received(WrappingProcessor):
+    def __init__(self) -> None:
+        super().__init__([])
+        self.received: list[tuple[str, object]] = []
+
+    def receive(self, span: ReadableSpan, content: object) -> None:
+        self.received.append((span.name, content))
+
+
+def test_below_another_link_the_worker_carries_the_content_it_was_handed() -> None:
+    from tallyspan._content import ModelContent, content_buffer
+
+    below = _Received()
+    worker = OffThreadProcessor([below])
+    head = WrappingProcessor([worker])  # takes each span's content and hands it down
+    provider = TracerProvider()
+    provider.add_span_processor(head)
+    span = provider.get_tracer("test").start_span("chat m")
+    answer = ModelContent("the answer")
+    content_buffer().put(span.get_span_context().span_id, answer)
+    span.end()
+    assert worker.force_flush()
+    assert below.received == [("chat m", answer)]
+    worker.shutdown()
+    provider.get_tracer("test").start_span("late").end()  # after shutdown: counted and forgotten
+    assert tallyspan.stats()["dropped.spans_after_shutdown"] == 1
+    assert not any(key.startswith("errors.") for key in tallyspan.stats())
+    head.shutdown()
+
+
 def test_spans_gather_for_the_batch_delay_and_a_flush_or_shutdown_cuts_it_short() -> None:
     recorder = _Recorder()
     # An hour: nothing but a flush or shutdown can end the wait within the test.
@@ -205,10 +304,13 @@ def test_spans_gather_for_the_batch_delay_and_a_flush_or_shutdown_cuts_it_short(
     provider = TracerProvider()
     provider.add_span_processor(processor)
     _spans(provider, 3)
+    time.sleep(0.3)  # time enough to forward them, were it not gathering
     assert recorder.ended == []  # still gathering
     assert processor.force_flush(timeout_millis=10_000)
     assert recorder.ended == ["span-0", "span-1", "span-2"]
     _spans(provider, 2)
+    time.sleep(0.3)
+    assert recorder.ended == ["span-0", "span-1", "span-2"]  # after a pause: gathering again
     processor.shutdown()
     assert recorder.ended == ["span-0", "span-1", "span-2", "span-0", "span-1"]
     assert "dropped.spans_at_shutdown" not in tallyspan.stats()
@@ -242,4 +344,76 @@ def test_the_worker_gives_memory_back_after_a_backlog_and_goes_on() -> None:
     assert processor.force_flush(timeout_millis=30_000)
     assert len(recorder.ended) == 1501
     assert not any(key.startswith("errors.worker") for key in tallyspan.stats())
+    provider.shutdown()
+
+
+def test_force_flush_hands_the_downstream_what_is_left_of_its_timeout() -> None:
+    given: list[int] = []
+
+    class _Timed(_Recorder):
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            given.append(timeout_millis)
+            return True
+
+    processor = OffThreadProcessor([_Timed()])
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 1)
+    assert processor.force_flush(5000)
+    (left,) = given
+    assert 0 < left <= 5000
+    provider.shutdown()
+
+
+def test_the_worker_component_shuts_down_within_the_instrumentations_budget() -> None:
+    from tallyspan._config import Settings, ShutdownBudget
+    from tallyspan_processors._worker import worker_component
+
+    stuck = _Blocking()
+    processor = worker_component([stuck], Settings(shutdown_budget=ShutdownBudget(0.2)))
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 2)
+    assert stuck.entered.wait(10)
+    started = time.monotonic()
+    processor.shutdown()  # the default would wait 30 s for the stuck processor
+    assert time.monotonic() - started < 5
+    stuck.release.set()
+
+
+def test_force_flush_on_a_full_queue_behind_a_stuck_worker_is_false_at_its_timeout() -> None:
+    blocking = _Blocking()
+    processor = OffThreadProcessor([blocking], max_queue_size=1, batch_delay_millis=0)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 1)
+    assert blocking.entered.wait(5)
+    _spans(provider, 1)  # queued: the queue is full, no room for the flush's marker
+    assert processor.force_flush(100) is False
+    blocking.release.set()
+    provider.shutdown()
+
+
+def _workers() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "tallyspan-worker"]
+
+
+def test_one_daemon_worker_thread_forwards_every_span(caplog: pytest.LogCaptureFixture) -> None:
+    before = len(_workers())
+    recorder = _Recorder()
+    processor = OffThreadProcessor([_Failing(), recorder])
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_processors._worker"):
+        for _ in range(3):
+            _spans(provider, 2)
+            assert processor.force_flush(5000)
+    mine = _workers()[before:]
+    assert len(mine) == 1
+    assert mine[0].daemon is True  # it must never keep the app's process alive
+    assert len(recorder.ended) == 6
+    messages = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and r.name.endswith("_worker")
+    ]
+    assert messages == ["a span processor failed on the worker"] * 6
     provider.shutdown()

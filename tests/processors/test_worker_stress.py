@@ -337,6 +337,7 @@ def test_a_non_span_handed_to_on_end_does_not_kill_the_worker() -> None:
     _spans(provider, 2)
     assert processor.force_flush(30_000) is True
     assert recorder.ended == ["span-0", "span-1"]
+    assert tallyspan.stats()["dropped.spans_not_readable"] == 1
     processor.shutdown()
 
 

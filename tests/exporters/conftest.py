@@ -1,0 +1,22 @@
+"""Fixtures of the exporter tests."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tallyspan._store_schema import connect
+
+
+@pytest.fixture
+def lock_holder(db_path: Path) -> Iterator[sqlite3.Connection]:
+    """A second connection to a migrated store, as ``tallyspan prune`` or a backup script would hold it."""
+    connect(db_path).close()
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    yield holder
+    if holder.in_transaction:
+        holder.execute("ROLLBACK")
+    holder.close()

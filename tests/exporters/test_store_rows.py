@@ -1,0 +1,135 @@
+"""The rows the store writes for what other producers put on spans: odd attribute types, violation
+types as one string, violation events without all their fields, and the counters of each process."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from tallyspan import semconv
+from tallyspan._selfstats import count
+from tallyspan._store_queries import open_store, process_counters
+from tallyspan._store_schema import connect
+from tallyspan_exporters import SQLiteSpanExporter
+
+
+@pytest.fixture
+def tracer(db_path: Path) -> Iterator[trace.Tracer]:
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: "billing"}))
+    provider.add_span_processor(SimpleSpanProcessor(SQLiteSpanExporter(db_path)))
+    yield provider.get_tracer("test")
+    provider.shutdown()
+
+
+def _select(db_path: Path, sql: str) -> list[dict[str, object]]:
+    db = connect(db_path)
+    try:
+        return [dict(row) for row in db.execute(sql)]
+    finally:
+        db.close()
+
+
+def test_attributes_of_other_types_are_stored_as_text_or_left_out(
+    tracer: trace.Tracer, db_path: Path
+) -> None:
+    with tracer.start_as_current_span(
+        "chat 答え",
+        kind=trace.SpanKind.SERVER,
+        attributes={
+            semconv.STAGE: 3,
+            semconv.GEN_AI_OPERATION_NAME: "chat",
+            semconv.GEN_AI_USAGE_INPUT_TOKENS: True,  # a bool is no token count
+            semconv.GEN_AI_USAGE_OUTPUT_TOKENS: 7,
+            semconv.VIOLATION_TYPES: "too_short",  # one type, as a string
+            "z.last": ("a", "b"),
+            "a.first": "日本語",
+        },
+    ):
+        pass
+    (row,) = _select(db_path, "SELECT * FROM spans")
+    assert row["kind"] == "server"
+    assert row["stage"] == "3"
+    assert (row["input_tokens"], row["output_tokens"]) == (None, 7)
+    assert row["violation_types"] == '["too_short"]'
+    assert row["violation_count"] == 1  # one row per listed type
+    assert row["service_name"] == "billing"
+    assert row["status_description"] is None
+    attributes = str(row["attributes"])
+    assert attributes.startswith('{"a.first": "日本語"')  # sorted keys, not escaped
+    assert json.loads(attributes)["z.last"] == ["a", "b"]
+    assert _select(db_path, "SELECT type, failure_class, detail FROM violations") == [
+        {"type": "too_short", "failure_class": "contract_violation", "detail": None}
+    ]
+
+
+def test_violation_types_of_another_shape_are_an_empty_list(tracer: trace.Tracer, db_path: Path) -> None:
+    with tracer.start_as_current_span("chat m", attributes={semconv.VIOLATION_TYPES: 5}):
+        pass
+    (row,) = _select(db_path, "SELECT violation_types, violation_count FROM spans")
+    assert row == {"violation_types": "[]", "violation_count": 0}
+    assert _select(db_path, "SELECT * FROM violations") == []
+
+
+def test_a_violation_event_without_its_fields_is_still_a_row(tracer: trace.Tracer, db_path: Path) -> None:
+    with tracer.start_as_current_span(
+        "chat m",
+        attributes={semconv.VIOLATION_TYPES: ["too_short", "not_json"], semconv.VIOLATION_COUNT: True},
+    ) as span:
+        span.add_event(semconv.EVENT_VIOLATION, {})
+        span.add_event("another event", {semconv.VIOLATION_TYPE: "not_json"})
+    assert _select(db_path, "SELECT type, failure_class, detail FROM violations") == [
+        {"type": "", "failure_class": None, "detail": None}
+    ]  # the events are the rows: the listed types are not added again
+    assert _select(db_path, "SELECT violation_count FROM spans") == [{"violation_count": 1}]
+
+
+def test_the_counters_are_written_once_per_change_with_the_service_name(db_path: Path) -> None:
+    exporter = SQLiteSpanExporter(db_path)
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: "billing"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    count("dropped.spans", 2)
+    tracer.start_span("one").end()
+    before = _select(db_path, "SELECT key, value, service_name, pid, time_unix_nano FROM self_stats")
+    tracer.start_span("two").end()  # nothing changed: no new counter row
+    exporter.force_flush()
+    after = _select(db_path, "SELECT key, value, service_name, pid, time_unix_nano FROM self_stats")
+    assert after == before
+    assert [(row["key"], row["value"], row["service_name"], row["pid"]) for row in after] == [
+        ("dropped.spans", 2, "billing", os.getpid())
+    ]
+    count("dropped.spans")
+    exporter.force_flush()  # counters alone: the service name is remembered
+    with open_store(db_path) as db:
+        (process,) = process_counters(db)
+    assert process.counts == {"dropped.spans": 3}
+    assert _select(db_path, "SELECT service_name FROM self_stats") == [{"service_name": "billing"}]
+    provider.shutdown()
+
+
+def test_the_declared_violation_count_wins_over_the_events_kept(tracer: trace.Tracer, db_path: Path) -> None:
+    """Span limits may drop events: the count the checks declared is the count."""
+    with tracer.start_as_current_span(
+        "chat m", attributes={semconv.VIOLATION_TYPES: ["too_short"], semconv.VIOLATION_COUNT: 5}
+    ) as span:
+        span.add_event(semconv.EVENT_VIOLATION, {semconv.VIOLATION_TYPE: "too_short"})
+    assert _select(db_path, "SELECT violation_count FROM spans") == [{"violation_count": 5}]
+    assert len(_select(db_path, "SELECT * FROM violations")) == 1
+
+
+def test_violation_types_of_another_producer_are_stored_unescaped(
+    tracer: trace.Tracer, db_path: Path
+) -> None:
+    with tracer.start_as_current_span("chat m", attributes={semconv.VIOLATION_TYPES: ["言語", "too_short"]}):
+        pass
+    assert _select(db_path, "SELECT violation_types FROM spans") == [
+        {"violation_types": '["言語", "too_short"]'}
+    ]

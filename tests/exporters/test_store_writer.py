@@ -1,0 +1,352 @@
+"""The one writer of the store and its thread, driven directly against a real SQLite file: what a loss
+costs (counted in items, logged with the store's path), and what ``flush`` and ``shutdown`` promise when
+the thread is stuck, fails, or was asked to stop."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tallyspan
+from tallyspan._store_schema import SELF_STATS, connect
+from tallyspan_exporters._writer import Rows, StoreWriter, WriterThread, insert_sql
+
+_COLUMNS = ("pid", "started_unix_nano", "service_name", "key", "value", "time_unix_nano")
+_INSERT = insert_sql(SELF_STATS, _COLUMNS)
+
+
+def _rows(*keys: str) -> Rows:
+    """One row per key, each an item."""
+    rows = Rows(items=len(keys))
+    rows.add(_INSERT, [(1, 1, "svc", key, 1, 1) for key in keys])
+    return rows
+
+
+def _keys(db_path: Path) -> list[str]:
+    db = connect(db_path)
+    try:
+        return [row[0] for row in db.execute(f"SELECT key FROM {SELF_STATS} ORDER BY rowid")]
+    finally:
+        db.close()
+
+
+def _writer(path: Path) -> StoreWriter:
+    return StoreWriter(path, name="test", unit="things", lost_key="dropped.test_things")
+
+
+def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "tallyspan_exporters._writer" and record.levelno == logging.DEBUG
+    ]
+
+
+class _Held:
+    """A ``prepare`` that holds the writer's thread on the item ``"hold"`` until ``release`` is set,
+    raises on ``"bad"`` and exits the thread's loop on ``"exit"``."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def __call__(self, items: list[str]) -> Rows:
+        if "hold" in items:
+            self.entered.set()
+            self.release.wait(10)
+        if "bad" in items:
+            raise ValueError("items we cannot turn into rows")
+        if "exit" in items:
+            raise SystemExit("a bug of ours calls sys.exit()")
+        return _rows(*items)
+
+
+@pytest.fixture
+def held() -> Iterator[_Held]:
+    made = _Held()
+    yield made
+    made.release.set()
+
+
+def test_insert_sql_names_every_column_with_one_placeholder_each() -> None:
+    assert insert_sql("t", ("a", "b", "c")) == "INSERT INTO t (a, b, c) VALUES (?, ?, ?)"
+    assert insert_sql("t", ("a",), verb="INSERT OR REPLACE") == "INSERT OR REPLACE INTO t (a) VALUES (?)"
+
+
+def test_rows_run_their_statements_in_order_and_join_with_their_items(db_path: Path) -> None:
+    joined = Rows.joined([_rows("a", "b"), Rows(), _rows("c")])
+    assert joined.items == 3
+    empty = Rows(items=5)
+    empty.add(_INSERT, [])
+    assert empty.statements == []  # nothing to run: not kept
+    writer = _writer(db_path)
+    assert writer.write(joined) is True
+    writer.close()
+    assert _keys(db_path) == ["a", "b", "c"]
+
+
+def test_a_writer_that_cannot_open_the_store_counts_every_lost_item_and_names_the_store(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = _writer(tmp_path)  # a directory: SQLite cannot open it
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):
+        assert writer.write(_rows("a", "b")) is False
+        assert writer.write(_rows("c", "d", "e")) is False
+    assert writer.lost == 5
+    assert writer.is_open is False
+    assert tallyspan.stats()["dropped.test_things"] == 5
+    assert tallyspan.stats()["errors.test.write"] == 2
+    assert _messages(caplog) == [f"could not write things to the tallyspan store at {tmp_path}"] * 2
+    writer.close()
+    assert writer.write(_rows("f")) is False  # closed: counted too
+    assert writer.lost == 6
+
+
+def test_a_writer_is_open_once_it_wrote_and_closed_after(db_path: Path) -> None:
+    writer = _writer(db_path)
+    assert writer.is_open is False  # nothing written yet: the file is not even opened
+    assert writer.flush() is True
+    assert writer.write(_rows("a")) is True
+    assert (writer.is_open, writer.kept, writer.lost) == (True, 0, 0)
+    writer.close()
+    assert writer.is_open is False
+    writer.close()  # twice is harmless
+
+
+def test_the_thread_writes_everything_submitted_before_a_flush(db_path: Path) -> None:
+    writer = _writer(db_path)
+    thread: WriterThread[str] = WriterThread(writer, lambda items: _rows(*items), name="tallyspan-test")
+    assert thread.flush() is True  # nothing submitted: nothing to wait for
+    for key in ("a", "b", "c"):
+        assert thread.submit(key) is True
+    assert thread.flush(5000) is True
+    assert _keys(db_path) == ["a", "b", "c"]
+    assert thread.flush(5000) is True  # nothing new, nothing lost: at once
+    thread.shutdown()
+    assert writer.is_open is False  # shutdown closes the writer
+    assert thread.submit("late") is False
+    assert tallyspan.stats()["dropped.test_things"] == 1
+
+
+def test_items_over_the_queue_limit_are_dropped_counted_by_size_and_flush_reports_each_loss(
+    db_path: Path, held: _Held
+) -> None:
+    thread: WriterThread[str] = WriterThread(_writer(db_path), held, name="tallyspan-test", max_queued=4)
+    assert thread.submit("hold") is True
+    assert held.entered.wait(10)  # taken by the thread: the queue is empty again
+    assert thread.submit("big", size=5) is False
+    assert tallyspan.stats()["dropped.test_things"] == 5
+    held.release.set()
+    assert thread.flush(5000) is False  # five things were lost since the last flush
+    assert thread.flush(5000) is True
+    assert thread.submit("big", size=5) is False
+    assert thread.flush(5000) is False  # the same loss again is a new loss
+    assert tallyspan.stats()["dropped.test_things"] == 10
+    thread.shutdown()
+
+
+def test_flush_gives_up_at_its_timeout_while_the_thread_is_stuck(db_path: Path, held: _Held) -> None:
+    thread: WriterThread[str] = WriterThread(_writer(db_path), held, name="tallyspan-test")
+    thread.submit("hold")
+    assert held.entered.wait(10)
+    started = time.monotonic()
+    assert thread.flush(50) is False
+    assert time.monotonic() - started < 0.9  # its timeout, not a second or more
+    held.release.set()
+    assert thread.flush(5000) is True
+    thread.shutdown()
+
+
+def test_shutdown_gives_up_at_its_timeout_and_a_later_flush_says_what_was_left(
+    db_path: Path, held: _Held
+) -> None:
+    thread: WriterThread[str] = WriterThread(_writer(db_path), held, name="tallyspan-test")
+    thread.submit("hold")
+    assert held.entered.wait(10)
+    thread.submit("queued")
+    started = time.monotonic()
+    thread.shutdown(100)
+    assert time.monotonic() - started < 2
+    assert thread.flush() is False  # "queued" is still waiting behind the stuck thread
+    held.release.set()
+
+
+def test_items_that_cannot_be_prepared_are_lost_counted_and_the_thread_goes_on(
+    db_path: Path, held: _Held, caplog: pytest.LogCaptureFixture
+) -> None:
+    thread: WriterThread[str] = WriterThread(_writer(db_path), held, name="tallyspan-test")
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):
+        thread.submit("bad", size=3)
+        assert thread.flush(5000) is False
+    assert tallyspan.stats()["dropped.test_things"] == 3
+    assert tallyspan.stats()["errors.test.prepare"] == 1
+    assert _messages(caplog) == ["could not prepare things for the store"]
+    thread.submit("good")
+    assert thread.flush(5000) is True
+    assert _keys(db_path) == ["good"]
+    thread.shutdown()
+
+
+def test_the_thread_outlives_a_base_exception_and_the_flush_it_interrupted_is_false(
+    db_path: Path, held: _Held, caplog: pytest.LogCaptureFixture
+) -> None:
+    thread: WriterThread[str] = WriterThread(_writer(db_path), held, name="tallyspan-test")
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):
+        thread.submit("exit")
+        assert thread.flush(5000) is False
+    assert tallyspan.stats()["errors.test.thread"] == 1
+    assert _messages(caplog) == ["the tallyspan-test thread failed"]
+    thread.submit("after")
+    assert thread.flush(5000) is True
+    assert _keys(db_path) == ["after"]
+    assert "errors.test.restarted" not in tallyspan.stats()  # the same thread went on
+    thread.shutdown()
+
+
+def test_the_queue_takes_items_up_to_its_limit_exactly_each_time_it_empties(db_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="tallyspan-test", max_queued=4
+    )
+    assert thread.submit("a", size=4) is True
+    assert thread.flush(5000) is True
+    assert thread.submit("b", size=4) is True  # the queue is empty again: room for four
+    assert thread.flush(5000) is True
+    assert _keys(db_path) == ["a", "b"]
+    assert "dropped.test_things" not in tallyspan.stats()
+    thread.shutdown()
+    tiny: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="t", max_queued=0
+    )
+    assert tiny.submit("c", size=2) is False  # a limit below one is one
+    assert tiny.submit("c", size=1) is True
+    tiny.shutdown()
+
+
+def test_a_flush_or_a_full_batch_does_not_wait_for_the_schedule_delay(db_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="tallyspan-test", schedule_delay_millis=60_000
+    )
+    thread.submit("a")
+    started = time.monotonic()
+    assert thread.flush(10_000) is True
+    assert time.monotonic() - started < 5
+    thread.submit("batch", size=512)  # a full batch: written at once, without a flush
+    deadline = time.monotonic() + 5
+    while "batch" not in _keys(db_path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _keys(db_path) == ["a", "batch"]
+    thread.shutdown()
+
+
+def test_the_writer_thread_is_a_daemon_named_for_its_store(db_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="tallyspan-own"
+    )
+    thread.submit("a")
+    assert thread.flush(5000)
+    (running,) = [t for t in threading.enumerate() if t.name == "tallyspan-own"]
+    assert running.daemon is True  # it must never keep the app's process alive
+    thread.shutdown()
+
+
+def test_rows_kept_under_a_lock_are_written_by_the_retry_once_it_is_free(
+    db_path: Path, lock_holder: sqlite3.Connection
+) -> None:
+    writer = StoreWriter(
+        db_path, name="test", unit="things", lost_key="dropped.test_things", busy_timeout_millis=50
+    )
+    thread: WriterThread[str] = WriterThread(writer, lambda items: _rows(*items), name="tallyspan-test")
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    thread.submit("kept")
+    assert thread.flush(200) is False
+    time.sleep(1.5)  # a retry comes and goes while the lock is still held
+    lock_holder.execute("COMMIT")
+    deadline = time.monotonic() + 5
+    while "kept" not in _keys(db_path) and time.monotonic() < deadline:
+        time.sleep(0.05)  # no write, no flush: the retry writes it
+    assert _keys(db_path) == ["kept"]
+    assert thread.submit("after") is True
+    assert thread.flush(5000) is True
+    assert _keys(db_path) == ["kept", "after"]
+    assert not any(key.endswith(".restarted") for key in tallyspan.stats())
+    thread.shutdown()
+
+
+def test_flush_and_close_wait_for_the_lock_up_to_the_busy_timeout(db_path: Path) -> None:
+    connect(db_path).close()
+    holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    writer = StoreWriter(
+        db_path, name="test", unit="things", lost_key="dropped.test_things", busy_timeout_millis=400
+    )
+    holder.execute("BEGIN EXCLUSIVE")
+    assert writer.write(_rows("a")) is False  # kept after one busy timeout
+    threading.Timer(0.1, holder.execute, ("COMMIT",)).start()
+    assert writer.flush(5000) is True  # waited for the lock instead of failing at once
+    holder.execute("BEGIN EXCLUSIVE")
+    assert writer.write(_rows("b")) is False  # kept at once: the store is known to be contended
+    threading.Timer(0.1, holder.execute, ("COMMIT",)).start()
+    writer.close()  # one last wait for the lock
+    holder.close()
+    assert _keys(db_path) == ["a", "b"]
+    assert writer.lost == 0
+
+
+def _wait_for(db_path: Path, key: str) -> list[str]:
+    deadline = time.monotonic() + 5
+    while key not in _keys(db_path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return _keys(db_path)
+
+
+def test_a_lone_item_wakes_the_idle_thread_and_is_written_after_the_schedule_delay(db_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="tallyspan-test", schedule_delay_millis=50
+    )
+    thread.submit("first")
+    assert thread.flush(5000) is True  # the thread now waits for work, with nothing kept: no timer
+    thread.submit("alone")
+    assert _wait_for(db_path, "alone") == ["first", "alone"]  # no flush asked for it
+    thread.shutdown()
+
+
+def test_a_batch_that_fills_up_is_written_at_once(db_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="tallyspan-test", schedule_delay_millis=60_000
+    )
+    thread.submit("first")
+    assert thread.flush(5000) is True
+    thread.submit("second")
+    time.sleep(0.2)  # the thread gathers for the schedule delay: a minute
+    thread.submit("rest", size=511)  # 512 items in all: a full batch
+    assert _wait_for(db_path, "rest") == ["first", "second", "rest"]
+    thread.shutdown()
+
+
+def test_a_flush_with_nothing_to_write_does_not_touch_a_failing_store(tmp_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(tmp_path), lambda items: _rows(*items), name="tallyspan-test"
+    )
+    thread.submit("a", size=3)
+    thread.submit("b", size=3)  # still gathering "a": the queue holds 3 of 16384... both queued
+    assert thread.flush(5000) is False
+    assert tallyspan.stats()["errors.test.write"] == 1
+    assert thread.flush(5000) is True  # nothing new, nothing lost, and no attempt to write
+    assert tallyspan.stats()["errors.test.write"] == 1
+    thread.shutdown()
+
+
+def test_a_writer_loss_and_a_queue_drop_of_the_same_size_are_both_losses(tmp_path: Path) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(tmp_path), lambda items: _rows(*items), name="tallyspan-test", max_queued=1
+    )
+    assert thread.submit("a") is True  # gathered for the schedule delay, then lost by the writer
+    assert thread.submit("b") is False  # the queue is full meanwhile: dropped
+    assert thread.flush(5000) is False  # one lost by the writer and one dropped: two losses, not none
+    assert tallyspan.stats()["dropped.test_things"] == 2
+    thread.shutdown()
