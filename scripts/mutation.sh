@@ -41,7 +41,7 @@ store)
     TESTS="tests/exporters/test_store.py tests/exporters/test_store_trouble.py"
     ;;
 cli)
-    MUTATE="src/tallyspan/cli/*.py src/tallyspan/_store_queries.py"
+    MUTATE="src/tallyspan/cli/*.py src/tallyspan/_store_queries.py src/tallyspan/_store_ledger.py"
     TESTS="tests/cli"
     ;;
 *)
