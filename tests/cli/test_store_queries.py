@@ -1,0 +1,149 @@
+"""The store's read API for scripts (``tallyspan._store_queries``): what the commands do not reach, and the
+bounds of ``--since`` and of a span row."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from opentelemetry.sdk.trace import TracerProvider
+from tests.cli.conftest import Filled, Recorded, age_trace
+
+from tallyspan._store_queries import (
+    LedgerRun,
+    StoreNotFoundError,
+    ViolationCount,
+    failing_traces,
+    ledger_runs,
+    open_store,
+    report,
+    stage_summaries,
+    violations_by_stage_and_type,
+)
+from tallyspan._store_schema import connect
+from tallyspan.cli import main
+from tallyspan_exporters import SQLiteSpanExporter
+
+DAY_NS = 86400 * 10**9
+
+
+def _spans(db_path: Path, *args: str) -> list[str]:
+    result = CliRunner().invoke(
+        main, ["--db", str(db_path), "spans", *args, "--json"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    return [row["name"] for row in json.loads(result.output)["data"]]
+
+
+def _export(db_path: Path, *spans: object) -> None:
+    exporter = SQLiteSpanExporter(db_path)
+    exporter.export(spans)  # type: ignore[arg-type]
+    exporter.shutdown()
+
+
+def test_the_views_for_scripts_take_since_like_the_report(recorded: Recorded, tmp_path: Path) -> None:
+    store = recorded.copy(tmp_path / "copy.db")
+    age_trace(store, recorded.trace_ids["booker"], days=3)  # now both runs with trouble are old
+    since = time.time_ns() - DAY_NS
+    with open_store(store) as db:
+        everything = report(db)
+        recent = report(db, since_unix_nano=since)
+        assert failing_traces(db) == everything.failing_traces
+        assert [trace.trace_id for trace in failing_traces(db, since_unix_nano=since)] == [
+            recorded.trace_ids["triage"]
+        ]
+        assert failing_traces(db, since_unix_nano=since) == recent.failing_traces
+        assert violations_by_stage_and_type(db) == everything.violations
+        assert violations_by_stage_and_type(db, since_unix_nano=since) == [
+            ViolationCount("triage", "refusal", "contract_violation", 1)
+        ]
+        assert stage_summaries(db) == everything.stages
+        assert stage_summaries(db, since_unix_nano=since) == recent.stages
+        assert [stage.stage for stage in recent.stages] == ["triage", "weekly_report"]
+        assert [(stage.calls, stage.violating) for stage in recent.stages] == [(1, 1), (1, 0)]
+
+
+def test_ledger_runs_gives_each_run_once_with_its_latest_books(filled: Filled) -> None:
+    db = connect(filled.path)
+    with db:  # the run reconciled again later (a retried flush), now balanced; and a second run before it
+        for run_span_id, balanced, time_unix_nano in (
+            (filled.span_id("invoke_agent reporter"), 1, 5),
+            ("ef" * 8, 0, 3),
+        ):
+            db.execute(
+                "INSERT INTO ledger_reconciliations (trace_id, run_span_id, run_name, balanced, protocol_ok,"
+                " discrepancy_types, discrepancies, observed_count, claimed_count, time_unix_nano)"
+                " VALUES (?, ?, 'reporter', ?, 1, '[]', '[]', 2, 2, ?)",
+                (filled.trace_id("invoke_agent reporter"), run_span_id, balanced, time_unix_nano),
+            )
+    db.close()
+    with open_store(filled.path) as db:
+        runs = ledger_runs(db)
+    trace_id = filled.trace_id("invoke_agent reporter")
+    assert runs == [  # in the order of their first reconciliation
+        LedgerRun(trace_id, filled.span_id("invoke_agent reporter"), "reporter", True, True, [], 2, 2),
+        LedgerRun(trace_id, "ef" * 8, "reporter", False, True, [], 2, 2),
+    ]
+
+
+def test_a_missing_store_error_keeps_its_path(tmp_path: Path) -> None:
+    missing = tmp_path / "none.db"
+    with pytest.raises(StoreNotFoundError) as raised, open_store(missing):
+        pass
+    assert raised.value.path == missing
+
+
+def test_a_span_row_has_its_failure_class_and_no_duration_when_it_never_ended(filled: Filled) -> None:
+    result = CliRunner().invoke(
+        main, ["spans", "--trace", filled.trace_id("invoke_agent reporter"), "--json"]
+    )
+    rows = {row["name"]: row for row in json.loads(result.output)["data"]}
+    assert rows["chat qwen3-32b"]["failure_class"] == "contract_violation"
+    assert rows["chat qwen3-32b ok"]["failure_class"] is None
+    provider = TracerProvider()
+    still_open = provider.get_tracer("test").start_span("still open")  # a producer flushing open spans
+    _export(filled.path, still_open)
+    still_open.end()
+    provider.shutdown()
+    result = CliRunner().invoke(
+        main, ["spans", "--trace", format(still_open.context.trace_id, "032x"), "--json"]
+    )
+    (row,) = json.loads(result.output)["data"]
+    assert (row["name"], row["duration_ms"]) == ("still open", None)
+    text = CliRunner().invoke(main, ["spans", "--trace", format(still_open.context.trace_id, "032x")])
+    span_id = format(still_open.context.span_id, "016x")
+    assert text.output.splitlines()[2].split()[1:] == [span_id, "still", "open", "-", "-", "UNSET", "-", "-"]
+
+
+def test_since_bounds_are_exact(db_path: Path) -> None:
+    provider = TracerProvider()
+    tracer = provider.get_tracer("test")
+    at_epoch = tracer.start_span("at the epoch", start_time=0)
+    at_epoch.end(end_time=0)
+    # 2000 weeks and a little more ago: just older than --since 2000w.
+    old = tracer.start_span("older than 2000w", start_time=time.time_ns() - 2000 * 7 * DAY_NS - 600_000_000)
+    old.end()
+    at_nine = tracer.start_span("at 09:00:05.123", start_time=1_769_850_005_123_000_000)
+    at_nine.end()
+    provider.shutdown()
+    _export(db_path, at_epoch, old, at_nine)
+    everything = ["at the epoch", "older than 2000w", "at 09:00:05.123"]
+    assert _spans(db_path, "--since", "1970-01-01T00:00:00Z") == everything
+    assert _spans(db_path, "--since", "999999999999w") == everything
+    assert _spans(db_path, "--since", "2000w") == ["at 09:00:05.123"]
+    assert _spans(db_path, "--since", "2026-01-31T09:00:05.123Z") == ["at 09:00:05.123"]
+    assert _spans(db_path, "--since", "2026-01-31t09:00:05.123z") == ["at 09:00:05.123"]
+    assert _spans(db_path, "--since", "2026-01-31T09:00:05.124Z") == []
+
+
+def test_a_bad_since_says_what_it_takes(db_path: Path) -> None:
+    connect(db_path).close()
+    result = CliRunner().invoke(main, ["spans", "--since", "yesterday"])
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == (
+        "Error: Invalid value for '--since': 'yesterday' is neither an age like 15m, 2h, 7d "
+        "nor an ISO time like 2026-01-31T09:00"
+    )
