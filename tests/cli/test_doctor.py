@@ -250,3 +250,22 @@ def test_doctor_text_has_every_section(recorded: Recorded) -> None:
     assert "    dropped.ledger_claims 1" in lines
     assert lines[-1].startswith(f"  - process {os.getpid()} (")
     assert lines[-1].endswith(") recorded dropped.ledger_claims=1")
+
+
+def test_otlp_endpoints_default_per_protocol_and_grpc_takes_the_base_as_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")  # asked for, with no endpoint: the exporters' defaults
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "grpc")
+    _, data = _doctor("--db", str(tmp_path / "none.db"))
+    assert [(signal["endpoint"], signal["protocol"]) for signal in data["otlp"]] == [
+        ("http://localhost:4318/v1/traces", "http/protobuf"),
+        ("http://localhost:4317", "grpc"),
+    ]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:14317")
+    _, data = _doctor("--db", str(tmp_path / "none.db"))
+    assert [signal["endpoint"] for signal in data["otlp"]] == [
+        "http://127.0.0.1:14317/v1/traces",
+        "http://127.0.0.1:14317",
+    ]

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -385,6 +386,7 @@ def _utc(unix_nano: int) -> str:
     return datetime.fromtimestamp(unix_nano // 10**9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+@pytest.mark.usefixtures("tokyo_clock")  # times in UTC, not in the local zone
 def test_report_text_is_exactly_the_pinned_text(recorded: Recorded) -> None:
     ids = recorded.trace_ids
     starts = {trace["trace_id"]: trace["start_unix_nano"] for trace in _report(recorded)["failing_traces"]}

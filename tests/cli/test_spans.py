@@ -4,7 +4,6 @@ violations, stage, type and time; as text and as the pinned JSON document."""
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -283,17 +282,10 @@ def _hex_ids(span: ReadableSpan) -> tuple[str, str]:
     return format(span.context.trace_id, "032x"), format(span.context.span_id, "016x")
 
 
-def test_spans_text_is_the_table_per_trace_in_utc_whatever_the_local_zone(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("TZ", "Asia/Tokyo")  # 9 hours ahead of UTC: a local clock would show 18:00
-    time.tzset()
-    try:
-        spans = _timed_store(db_path)
-        code, output = _invoke("spans")
-    finally:
-        monkeypatch.undo()
-        time.tzset()
+@pytest.mark.usefixtures("tokyo_clock")  # a local clock would show 18:00
+def test_spans_text_is_the_table_per_trace_in_utc_whatever_the_local_zone(db_path: Path) -> None:
+    spans = _timed_store(db_path)
+    code, output = _invoke("spans")
     assert code == 0
     run_trace, run_id = _hex_ids(spans["invoke_agent planner"])
     _, call_id = _hex_ids(spans["chat m"])
