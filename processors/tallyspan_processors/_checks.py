@@ -68,6 +68,8 @@ class _Call:
     end: int
     stage: str | None
     prompt: str
+    prompt_key: str
+    """The stripped prompt: a call with the same prompt is neither another question nor its answer."""
     output: str
     output_key: int
     """Hash of the stripped output: only calls with the same output are candidates for a repeat."""
@@ -149,16 +151,26 @@ class ChecksProcessor(WrappingProcessor):
             # A step of the agent loop, or an answer the app stopped reading: only the non-text checks.
             content = None
         prompt = content.prompt if content is not None else None
+        prompt_key = prompt.strip() if prompt else ""
         output_key = hash(content.output_text.strip()) if content is not None else 0
         with self._lock:
             recent = list(self._recent)
             if content is not None and prompt:
-                self._recent.append(_Call(start, end, stage, prompt, content.output_text, output_key))
-        other_prompts = [call.prompt for call in recent if call.start < end and start < call.end]
+                self._recent.append(
+                    _Call(start, end, stage, prompt, prompt_key, content.output_text, output_key)
+                )
+        # Only other questions matter, each once: an agent loop repeating its own prompt costs nothing.
+        other_prompts = list(
+            dict.fromkeys(
+                call.prompt
+                for call in recent
+                if call.start < end and start < call.end and call.prompt_key != prompt_key
+            )
+        )
         other_answers = [
             (call.prompt, call.output)
             for call in recent
-            if call.stage == stage and call.output_key == output_key
+            if call.output_key == output_key and call.stage == stage and call.prompt_key != prompt_key
         ]
         enqueued_at = attributes.get(semconv.ENQUEUED_AT)
         waited = start / 1e9 - float(enqueued_at) if isinstance(enqueued_at, (int, float)) and start else None

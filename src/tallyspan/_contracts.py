@@ -178,17 +178,23 @@ class Contract(BaseModel):
     @property
     def required_patterns(self) -> tuple[tuple[str, regex.Pattern[str]], ...]:
         """(name, compiled regex) of each required pattern."""
-        return self._required
+        return self._private("_required")  # type: ignore[no-any-return]
 
     @property
     def forbidden_patterns(self) -> tuple[tuple[str, regex.Pattern[str]], ...]:
         """(name, compiled regex) of each forbidden pattern."""
-        return self._forbidden
+        return self._private("_forbidden")  # type: ignore[no-any-return]
 
     @property
     def schema_validator(self) -> Validator | None:
         """The compiled ``json_schema`` validator, or None when the contract has no schema."""
-        return self._schema_validator
+        return self._private("_schema_validator")  # type: ignore[no-any-return]
+
+    def _private(self, name: str) -> Any:
+        # Read on every check: pydantic's __getattr__ for a private attribute costs microseconds, the
+        # dict it keeps them in a lookup.
+        private = self.__pydantic_private__
+        return private[name] if private is not None else getattr(self, name)
 
 
 def _compiled(item: str | NamedPattern, budget: PatternLoadBudget | None) -> tuple[str, regex.Pattern[str]]:

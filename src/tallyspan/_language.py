@@ -64,7 +64,6 @@ _CODE_LINE = re.compile(
     r"|[^\n\u3040-\u9FFF]*[;{}][ \t]*"
     r"|[^\n\u3040-\u9FFF]*=[^\n\u3040-\u9FFF]*)$"
 )
-_CODE_SIGNS = (";", "{", "}", "=", "$", "import ", "#include", "//", "/*")
 
 # The letter is matched before the look-behind: a pattern that starts with a character class lets the
 # engine skip the (mostly CJK) text fast.
@@ -164,9 +163,18 @@ def _set_aside_code(text: str) -> tuple[str, str]:
     if "`" in prose:
         prose = _INLINE_CODE.sub(keep, prose)
     prose = _strip_markup(prose)
-    if any(sign in prose for sign in _CODE_SIGNS):
+    if _has_code_signs(prose):
         prose = _CODE_LINE.sub(keep, prose)
     return prose, "\n".join(code_parts)
+
+
+def _has_code_signs(prose: str) -> bool:
+    # One-character tests first: a longer ASCII needle in CJK text is searched far more slowly.
+    if any(char in prose for char in ";{}=$"):
+        return True
+    if "/" in prose and ("//" in prose or "/*" in prose):
+        return True
+    return ("#" in prose and "#include" in prose) or "import " in prose
 
 
 def _is_json(text: str) -> bool:
@@ -311,7 +319,7 @@ def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
 
 def _strip_markup(prose: str) -> str:
     # Cheap substring tests first: most outputs have no URL, TeX or markup to set aside.
-    if "://" in prose or "www." in prose or "@" in prose:
+    if ("/" in prose and "://" in prose) or ("w" in prose and "www." in prose) or "@" in prose:
         prose = _URL.sub(" ", prose)
     if "\\" in prose or "$" in prose:
         prose = _MATH.sub(" ", prose)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 __all__ = ["find_claims", "find_reasoning_leak", "first_turn", "is_refusal", "strip_reasoning"]
 
@@ -92,6 +92,8 @@ def _length(text: str) -> int:
 
 def first_turn(text: str) -> str:
     """The text up to the first end-of-turn token that follows some content (one linear pass)."""
+    if "<" not in text and "[" not in text:  # a substring test is far cheaper than the search
+        return text
     start = _LEADING_MARKUP.match(text)
     end = _END_OF_TURN.search(text, start.end() if start else 0)
     return text[: end.start()] if end else text
@@ -100,7 +102,9 @@ def first_turn(text: str) -> str:
 def is_refusal(text: str) -> bool:
     """True when ``text`` is a refusal: a short answer that opens by declining, and does not go on to
     answer ("..., but I can", "..., but if I were ...")."""
-    text = _TEMPLATE.sub("", first_turn(text))
+    text = first_turn(text)
+    if "<" in text or "[" in text:
+        text = _TEMPLATE.sub("", text)
     if not text or _length(text) > _REFUSAL_MAX_CHARS:
         return False
     head = text.lstrip()[:_REFUSAL_WINDOW]
@@ -157,6 +161,8 @@ _HARMONY_HEADER = re.compile(
 def strip_reasoning(text: str) -> str:
     """Return ``text`` without think blocks, anything before a lone closing tag, and harmony analysis
     messages (the final channel's message is kept, without its header)."""
+    if "<" not in text:  # every tag and harmony token opens with "<"
+        return text
     text = _THINK_BLOCK.sub("", text)
     closing = list(_LONE_CLOSE.finditer(text))
     if closing:
@@ -174,12 +180,13 @@ def find_reasoning_leak(text: str, reasoning_text: str = "") -> str | None:
         reasoning_text: reasoning the provider returned in its own field; seeing it repeated in the
             answer is a leak too.
     """
-    if _THINK_BLOCK.search(text):
-        return "think block in the output"
-    if _LONE_CLOSE.search(text):
-        return "closing think tag in the output"
-    if _HARMONY.search(text):
-        return "harmony channel token in the output"
+    if "<" in text:  # every tag and harmony token opens with "<"
+        if _THINK_BLOCK.search(text):
+            return "think block in the output"
+        if _LONE_CLOSE.search(text):
+            return "closing think tag in the output"
+        if _HARMONY.search(text):
+            return "harmony channel token in the output"
     if _OPENERS.search(text[:200]):
         return "output opens with reasoning"
     probe = "".join(reasoning_text.split())[:60]
@@ -217,24 +224,30 @@ _CLAIM_KINDS: Sequence[tuple[str, re.Pattern[str]]] = (
         ),
     ),
 )
-# A kind's pattern runs only when one of its trigger substrings (or, for customers, a digit) occurs:
-# substring tests are far cheaper than the alternations, and most outputs make no claim at all.
+# Every match of a kind's pattern holds one of its trigger words (the noun a count is of, the verb of an
+# adoption, the word a superlative is built on). The patterns run only around those words, so ordinary
+# text, where they occur rarely, is scanned once, by one alternation of literals (a prefix character set
+# lets the engine skip the text in C), instead of once per pattern at every position.
 _TRIGGERS: dict[str, tuple[str, ...]] = {
     "percentage": ("%", "％", "percent", "パーセント", "百分之"),
     "customer": (
-        "thousands", "millions", "hundreds", "trusted", "used by", "adopted", "chosen", "relied",
-        "導入", "採用", "企业", "客户", "用户",
+        "customers", "users", "companies", "businesses", "clients", "teams", "organi", "enterprises",
+        "trusted", "used", "adopted", "chosen", "relied",
+        "導入", "採用", "利用", "愛用", "選ばれ", "企业", "客户", "用户",
     ),
     "superlative": (
         "first", "leading", "best", "largest", "fastest", "only", "#", "＃", "number one", "leader",
         "業界", "世界", "国内", "日本", "市場", "シェア", "満足度", "行业", "业界", "全球",
     ),
 }  # fmt: skip
-# One alternation per kind: a single compiled scan instead of one substring search per trigger.
-_TRIGGER_PATTERNS: dict[str, re.Pattern[str]] = {
-    kind: re.compile("|".join(re.escape(trigger) for trigger in triggers))
-    for kind, triggers in _TRIGGERS.items()
+_KIND_OF_TRIGGER: dict[str, str] = {
+    trigger: kind for kind, triggers in _TRIGGERS.items() for trigger in triggers
 }
+_ANY_TRIGGER = re.compile(
+    "|".join(re.escape(trigger) for trigger in sorted(_KIND_OF_TRIGGER, key=len, reverse=True))
+)
+#: A claim pattern runs this far either side of its trigger word (a claim is a phrase, not a paragraph).
+_CLAIM_REACH = 120
 # A percentage is a claim only beside what it claims: satisfaction, share, a comparison, an improvement,
 # customers. "目標の 46%", "CPU 97%" or "tests 95% passed" report the work itself and are not claims.
 _PERCENTAGE_CLAIM_CUES: tuple[str, ...] = (
@@ -245,7 +258,6 @@ _PERCENTAGE_CLAIM_CUES: tuple[str, ...] = (
     "成長", "高速", "短縮", "精度", "成功率", "継続率", "解約率", "比", "導入", "採用", "効率", "アップ",
     "满意", "份额", "客户", "用户", "提升", "提高", "降低", "增长", "减少", "准确",
 )  # fmt: skip
-_DIGIT = re.compile(r"\d")
 _SENTENCE_END = re.compile(r"[。！？!?\n]|\.(?:\s|$)")
 _UP_TO_SENTENCE_END = re.compile(r"(?s).*(?:[。！？!?\n]|\.(?:\s|$))")
 #: A claim's sentence is looked for this far either side of it.
@@ -276,16 +288,30 @@ def find_claims(text: str, allowed: Sequence[str]) -> list[str]:
     an improvement, customers): a progress or utilisation figure is the report's own subject.
     """
     allowed_normalized = [_normalize(phrase) for phrase in allowed if phrase.strip()]
-    lowered = text.lower()
-    has_digit = _DIGIT.search(text) is not None
     found: list[str] = []
-    for kind, pattern in _CLAIM_KINDS:
-        if not (kind == "customer" and has_digit) and _TRIGGER_PATTERNS[kind].search(lowered) is None:
+    for kind, match in _claim_matches(text):
+        sentence = _normalize(_sentence_around(text, match.start(), match.end()))
+        if kind == "percentage" and not any(cue in sentence for cue in _PERCENTAGE_CLAIM_CUES):
             continue
-        for match in pattern.finditer(text):
-            sentence = _normalize(_sentence_around(text, match.start(), match.end()))
-            if kind == "percentage" and not any(cue in sentence for cue in _PERCENTAGE_CLAIM_CUES):
-                continue
-            if not any(phrase in sentence for phrase in allowed_normalized):
-                found.append(kind)
+        if not any(phrase in sentence for phrase in allowed_normalized):
+            found.append(kind)
     return found
+
+
+def _claim_matches(text: str) -> Iterator[tuple[str, re.Match[str]]]:
+    """(kind, match) of each claim pattern's matches, kind by kind, in text order."""
+    lowered = text.lower()
+    regions: dict[str, list[list[int]]] = {}
+    for trigger in _ANY_TRIGGER.finditer(lowered):
+        spans = regions.setdefault(_KIND_OF_TRIGGER[trigger.group()], [])
+        start, end = max(trigger.start() - _CLAIM_REACH, 0), trigger.end() + _CLAIM_REACH
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = end  # overlapping windows are scanned as one
+        else:
+            spans.append([start, end])
+    whole = len(lowered) == len(text)  # lowercasing can change lengths (İ): then positions differ
+    for kind, pattern in _CLAIM_KINDS:
+        if kind not in regions:
+            continue
+        for start, end in regions[kind] if whole else [[0, len(text)]]:
+            yield from ((kind, match) for match in pattern.finditer(text, start, end))

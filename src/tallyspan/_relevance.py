@@ -315,10 +315,14 @@ def other_question_detail(
     answer = _answer(output)
     own_key = prompt.strip()
     # Prompts too short to be recognised in an answer can neither be named nor compete with one that is.
+    # Each other question counts once: the same prompt in flight twice is not a runner-up to itself.
+    distinct: dict[str, int] = {}
+    for index, other in enumerate(other_prompts):
+        distinct.setdefault(other.strip(), index)
     others = [
         (index, topic)
-        for index, other in enumerate(other_prompts)
-        if (topic := _topic(other)).size >= _MIN_OTHER_SHARED and other.strip() != own_key
+        for key, index in distinct.items()
+        if key != own_key and (topic := _topic(other_prompts[index])).size >= _MIN_OTHER_SHARED
     ]
     if sum(len(topic.bigrams) for _, topic in others) > _INDEX_AFTER:
         answer.index()

@@ -143,10 +143,17 @@ def _chinese_only_re() -> re.Pattern[str]:
 
 
 @cache
-def _hint_chars() -> re.Pattern[str]:
-    # Any sign of Chinese at all: ordinary Japanese usually has only 的, 在 or 了 inside compounds. Two
-    # patterns, since a character class alone lets the engine skip text fast and an alternation does not.
-    return re.compile(_character_class([*CHINESE_ONLY, *RARE_IN_JAPANESE, *_FUNCTION_CHARS, "的"]))
+def _hints() -> re.Pattern[str]:
+    # Any sign of Chinese at all: ordinary Japanese usually has only 的, 在 or 了 inside compounds. One
+    # scan: a leading character class (the sign characters and the first characters of the function
+    # bigrams) lets the engine skip the text in C; a bigram's first character counts only before its second.
+    signs = [*CHINESE_ONLY, *RARE_IN_JAPANESE, *_FUNCTION_CHARS, "的"]
+    bigrams = _FUNCTION_BIGRAMS.split("|")
+    only_firsts = {bigram[0] for bigram in bigrams} - set(signs)
+    bigram_check = "|".join(f"(?<={re.escape(bigram[0])})(?={re.escape(bigram[1])})" for bigram in bigrams)
+    return re.compile(
+        f"{_character_class([*signs, *only_firsts])}(?:(?<!{_character_class(only_firsts)})|{bigram_check})"
+    )
 
 
 _CLAUSE_DELIMITERS = "。！？!?\n、，,；;：:"
@@ -204,11 +211,8 @@ def chinese_evidence(prose: str, text_has_kana: bool) -> ChineseEvidence:
     the text has no kana), and Japanese clauses holding Chinese-only character forms (結肠炎)."""
     clauses = chars = total = 0
     seen_end = -1
-    hints = sorted(
-        [match.start() for match in _hint_chars().finditer(prose)]
-        + [match.start() for match in _CHINESE_BIGRAMS.finditer(prose)]
-    )
-    for position in hints:
+    for hint in _hints().finditer(prose):
+        position = hint.start()
         if position < seen_end:
             continue
         start, end = _clause_around(prose, position)

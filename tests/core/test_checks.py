@@ -273,6 +273,15 @@ def test_an_answer_to_another_in_flight_prompt_is_caught() -> None:
     assert _types(check(answer, prompt=other, other_prompts=[prompt])) == ()
 
 
+def test_another_prompt_in_flight_twice_is_one_question_not_its_own_runner_up() -> None:
+    prompt = "東京の人口動態と経済への影響を説明してください。"
+    other = "光合成の二つの段階と葉緑体の役割を説明してください。"
+    answer = "光合成は明反応と暗反応の二つの段階からなります。葉緑体のチラコイド膜で明反応が起こります。"
+    result = check(answer, prompt=prompt, other_prompts=[prompt, other, f" {other}\n", prompt])
+    assert result.violation_types == ("answer_to_other_question",)
+    assert "prompt #1" in result.violations[0].detail  # the first time it was seen
+
+
 def test_the_same_output_for_a_different_prompt_is_caught() -> None:
     answer = "判定：合格。提出された週次報告は必要な項目をすべて含み、数値にも誤りはありませんでした。"
     earlier = [("A社の週次報告を審査してください。", answer)]
