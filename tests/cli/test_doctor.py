@@ -7,14 +7,17 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from tests.cli.conftest import Recorded
+from tests.cli.conftest import Filled, Recorded
 
+import tallyspan
 from tallyspan.cli import main
+from tallyspan_exporters import SQLiteSpanExporter
 
 
 def _doctor(*args: str) -> tuple[int, dict[str, Any]]:
@@ -165,6 +168,13 @@ def test_a_default_contract_binds_every_stage_and_match_rules_are_listed(
         ("weekly_report", "default"),
     ]
     assert not any("no contract" in problem for problem in data["problems"])
+    text = CliRunner().invoke(main, ["--db", str(recorded.path), "doctor", "--contracts", str(contracts)])
+    lines = text.output.splitlines()
+    assert lines[lines.index(f"Contracts: {contracts} (from --contracts)") + 1 :][:3] == [
+        "  a default contract applies to every stage without one",
+        "  match rule: contract short, agent triage-*",
+        "  stage          contract  calls in store  violating",
+    ]
 
 
 def test_a_contracts_file_that_cannot_load_is_reported_not_raised(recorded: Recorded, tmp_path: Path) -> None:
@@ -269,3 +279,94 @@ def test_otlp_endpoints_default_per_protocol_and_grpc_takes_the_base_as_is(
         "http://127.0.0.1:14317/v1/traces",
         "http://127.0.0.1:14317",
     ]
+
+
+def _utc(unix_nano: int) -> str:
+    return datetime.fromtimestamp(unix_nano // 10**9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@pytest.mark.usefixtures("tokyo_clock")  # times in UTC, not in the local zone
+def test_doctor_text_says_what_each_part_does(
+    recorded: Recorded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    contracts = tmp_path / "contracts.yaml"
+    contracts.write_text(
+        "contracts:\n  short: {max_chars: 100}\n  weekly_reprot: {min_chars: 60}\n"
+        "match:\n  - {contract: short, agent: 'triage-*'}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "openai")
+    monkeypatch.setitem(sys.modules, "tallyspan_instrumentors.mcp", None)  # a plugin that fails to import
+    _, data = _doctor("--db", str(recorded.path), "--contracts", str(contracts))
+    result = CliRunner().invoke(main, ["--db", str(recorded.path), "doctor", "--contracts", str(contracts)])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[:3] == [f"tallyspan doctor — tallyspan {data['version']}", "", lines[2]]
+    assert lines[2] == "Instrumentors (opentelemetry_instrumentor entry points)"
+    assert lines[3].split() == ["name", "library", "patched", "by", "note"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[4 : lines.index("", 4)]}
+    assert rows["openai"] == [
+        "installed",
+        "nothing",
+        "disabled",
+        "by",
+        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
+    ]
+    assert rows["tallyspan_openai"] == [
+        "installed", "tallyspan.instrument(),", "opentelemetry-instrument", "-",
+    ]  # fmt: skip
+    assert rows["tallyspan_mcp"][:5] == ["missing", "nothing", "could", "not", "load"]
+    contracts_at = lines.index(f"Contracts: {contracts} (from --contracts)")
+    assert lines[contracts_at + 1 : contracts_at + 8] == [
+        "  match rule: contract short, agent triage-*",
+        "  stage          contract           calls in store  violating",
+        "  short          short                           0          0",
+        "  triage         (none: unchecked)               1          1",
+        "  weekly_report  (none: unchecked)               3          1",
+        "  weekly_reprot  weekly_reprot                   0          0",
+        "",
+    ]
+    overview = data["store"]["overview"]
+    (process,) = overview["counters"]
+    store_at = lines.index(f"Store: {recorded.path}")
+    assert lines[store_at + 1 : store_at + 4] == [
+        f"  10 spans in 4 traces, 4 runs, 3 reconciled; from {_utc(overview['first_span_unix_nano'])} "
+        f"to {_utc(overview['last_span_unix_nano'])} UTC",
+        f"  process {process['pid']} ({process['service_name']}), last recorded "
+        f"{_utc(process['time_unix_nano'])} UTC:",
+        "    dropped.ledger_claims 1",
+    ]
+    assert lines[lines.index("Problems") + 1 :] == [f"  - {problem}" for problem in data["problems"]]
+    assert data["problems"][0].startswith(
+        "instrumentor tallyspan_mcp cannot load: could not load tallyspan_instrumentors.mcp:MCPInstrumentor: "
+    )
+
+
+def test_doctor_text_of_stores_with_no_span_and_with_no_loss(
+    db_path: Path, filled: Filled, tmp_path: Path
+) -> None:
+    # A process whose store never saw a span (so no service name) but dropped a ledger claim.
+    tallyspan.ledger.claim("c1", "search", "succeeded")  # outside any run: dropped and counted
+    lonely = tmp_path / "lonely.db"
+    exporter = SQLiteSpanExporter(lonely)
+    exporter.export([])
+    exporter.shutdown()
+    result = CliRunner().invoke(main, ["--db", str(lonely), "doctor"])
+    lines = result.output.splitlines()
+    store_at = lines.index(f"Store: {lonely}")
+    assert lines[store_at + 1 : store_at + 4] == [
+        "  0 spans in 0 traces, 0 runs, 0 reconciled; from - to - UTC",
+        lines[store_at + 2],
+        "    dropped.ledger_claims 1",
+    ]
+    assert lines[store_at + 2].startswith(f"  process {os.getpid()} (unknown service), last recorded ")
+    assert lines[-1] == f"  - process {os.getpid()} (unknown service) recorded dropped.ledger_claims=1"
+    assert lines[:-1].count("  no drops or errors recorded by the processes that wrote it") == 0
+    tallyspan.reset_stats()
+    result = CliRunner().invoke(main, ["--db", str(filled.path), "doctor"])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    store_at = lines.index(f"Store: {filled.path}")
+    assert lines[store_at + 2] == "  no drops or errors recorded by the processes that wrote it"
+    assert lines[store_at + 3 : store_at + 4] == ["OTLP"]
+    assert lines[-1] == "No problems found."
