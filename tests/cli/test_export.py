@@ -10,6 +10,7 @@ OTLP/JSON per line). Both sources must export the same records.
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import re
 from collections import Counter
@@ -20,7 +21,7 @@ from typing import Any
 import jsonschema
 import openai
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from google.protobuf import json_format  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -28,6 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace import TracerProvider
 from tests.conftest import LocalReceiver
+from tqdm import tqdm
 
 import tallyspan
 from tallyspan._datasets import schema_file
@@ -327,3 +329,43 @@ def test_export_json_summary(workload: Workload, tmp_path: Path) -> None:
     data = document["data"]
     assert data["records"] == sum(_expected_failure_logs().values())
     assert data["card"] == str(tmp_path / "README.md")
+
+
+def test_an_otlp_file_export_shows_its_progress_in_bytes_and_says_what_it_skipped(
+    workload: Workload, tmp_path: Path
+) -> None:
+    damaged = tmp_path / "traces.jsonl"
+    damaged.write_text(workload.otlp_file.read_text(encoding="utf-8") + "not json\n", encoding="utf-8")
+    packed = tmp_path / "traces.jsonl.gz"
+    with gzip.open(packed, "wt", encoding="utf-8") as out:
+        out.write(workload.otlp_file.read_text(encoding="utf-8"))
+
+    def export(source: Path) -> Result:
+        options = ["--format", "diagnosis", "--progress", "--otlp-file", str(source)]
+        return CliRunner().invoke(
+            main,
+            ["--db", str(tmp_path / "none.db"), "export", *options, str(tmp_path / "out.jsonl")],
+            catch_exceptions=False,
+        )
+
+    plain = export(damaged)
+    assert plain.exit_code == 0, plain.output
+    # The bar counts the file's bytes; a gzip file's size is not what is read, so it has no total.
+    size = tqdm.format_sizeof(damaged.stat().st_size)
+    assert re.search(
+        rf"export diagnosis:   0%\|\s+\| 0\.00/{re.escape(size)} \[00:00<\?, \?B/s\]", plain.stderr
+    )
+    lines = plain.stdout.splitlines()
+    assert re.fullmatch(
+        rf"tallyspan export diagnosis — \d+ records from \d+ traces of the OTLP JSON file {re.escape(str(damaged))}",
+        lines[0],
+    )
+    assert lines[2] == "  1 lines of the file were not JSON and were skipped"
+    gzipped = export(packed)
+    assert "export diagnosis: 0.00B [00:00, ?B/s]" in gzipped.stderr
+    assert gzipped.stdout.splitlines()[2] == "  failure class        records"
+    missing = CliRunner().invoke(
+        main,
+        ["export", "--format", "diagnosis", "--otlp-file", str(tmp_path / "x.jsonl"), str(tmp_path / "o")],
+    )
+    assert (missing.exit_code, missing.output) == (2, f"Error: no OTLP JSON file at {tmp_path / 'x.jsonl'}\n")
