@@ -213,3 +213,11 @@ def test_patterns_that_spend_the_time_budget_are_named_as_not_checked(tmp_path: 
     code, out, _ = _run("--contracts", str(hostile), "--stage", "report", "-", stdin="a" * 5000 + "!")
     assert code == 1
     assert out.splitlines()[-1] == "  could not check: pattern_budget"
+
+
+def test_a_contracts_file_with_no_contract_names_none(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("contracts: {}\n", encoding="utf-8")
+    code, out, err = _run("--contracts", str(empty), "--stage", "report", "-", stdin=GOOD)
+    assert (code, out) == (2, "")
+    assert err == f"Error: {empty}: no contract for stage 'report' and no default (stages: none)\n"

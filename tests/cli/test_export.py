@@ -259,8 +259,19 @@ def test_a_readme_not_written_by_the_export_is_never_overwritten(workload: Workl
         main, ["--db", str(workload.db), "export", "--format", "failure-logs", str(tmp_path / "f.jsonl")]
     )
     assert result.exit_code == 2
-    assert "not overwriting" in result.output
+    assert result.output == (
+        f"Error: {tmp_path / 'README.md'} exists and was not written by tallyspan export: not overwriting it "
+        "(choose another folder for OUT, or --card PATH)\n"
+    )
     assert (tmp_path / "README.md").read_text(encoding="utf-8") == "# my project\n"
+    (tmp_path / "README.md").write_bytes(
+        "# プロジェクト\n".encode("shift_jis")
+    )  # not UTF-8: refused all the same
+    result = CliRunner().invoke(
+        main, ["--db", str(workload.db), "export", "--format", "failure-logs", str(tmp_path / "f.jsonl")]
+    )
+    assert result.exit_code == 2
+    assert "not overwriting" in result.output
     assert not (tmp_path / "f.jsonl").exists()
     records = _export(
         workload, tmp_path / "f.jsonl", "--format", "failure-logs", "--card", str(tmp_path / "CARD.md")
