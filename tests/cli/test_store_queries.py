@@ -109,12 +109,14 @@ def test_a_span_row_has_its_failure_class_and_no_duration_when_it_never_ended(fi
     still_open.end()
     provider.shutdown()
     result = CliRunner().invoke(
-        main, ["spans", "--trace", format(still_open.context.trace_id, "032x"), "--json"]
+        main, ["spans", "--trace", format(still_open.get_span_context().trace_id, "032x"), "--json"]
     )
     (row,) = json.loads(result.output)["data"]
     assert (row["name"], row["duration_ms"]) == ("still open", None)
-    text = CliRunner().invoke(main, ["spans", "--trace", format(still_open.context.trace_id, "032x")])
-    span_id = format(still_open.context.span_id, "016x")
+    text = CliRunner().invoke(
+        main, ["spans", "--trace", format(still_open.get_span_context().trace_id, "032x")]
+    )
+    span_id = format(still_open.get_span_context().span_id, "016x")
     assert text.output.splitlines()[2].split()[1:] == [span_id, "still", "open", "-", "-", "UNSET", "-", "-"]
 
 
