@@ -13,11 +13,14 @@ A worker that is gone (it did not survive ``fork()``) is started again on the ne
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import logging
 import queue
+import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -41,6 +44,9 @@ _logger = logging.getLogger(__name__)
 DEFAULT_MAX_QUEUE_SIZE = 8192
 #: How long ``shutdown`` waits for the queue to drain (the SDK's shutdown takes no timeout).
 DEFAULT_SHUTDOWN_TIMEOUT_MILLIS = 30000
+#: How long the worker lets spans gather after a pause before it handles them (flush and shutdown
+#: do not wait for it).
+DEFAULT_BATCH_DELAY_MILLIS = 20.0
 
 
 class _Flush:
@@ -61,6 +67,29 @@ class _Handed:
 
 
 _STOP = object()
+#: A busy spell of at least this many spans is a backlog, whose freed memory is given back afterwards.
+_RELEASE_AFTER_SPANS = 1024
+
+
+def release_free_memory() -> None:
+    """Return the C heap's free pages to the OS. glibc keeps them after a burst of large allocations (span
+    content, rows), so without this a process stays at its backlog's size; elsewhere it does nothing."""
+    trim = _malloc_trim()
+    if trim is not None:
+        try:
+            trim(0)
+        except Exception:  # a foreign C library: never let it stop the worker
+            swallowed(_logger, "worker.release_memory", "tallyspan could not release free memory")
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
+        return None
 
 
 class OffThreadProcessor(WrappingProcessor):
@@ -73,6 +102,7 @@ class OffThreadProcessor(WrappingProcessor):
         downstream: the processors to run on the worker (usually one ``WrappingProcessor`` chain).
         max_queue_size: spans waiting at most; more are dropped and counted.
         shutdown_timeout_millis: how long ``shutdown`` waits for the queued spans to be forwarded.
+        batch_delay_millis: after a pause, how long the first span waits for others to gather (0: none).
         budget: the instrumentation's shutdown budget, shared with the links below; when given, it
             bounds ``shutdown`` instead of ``shutdown_timeout_millis``.
     """
@@ -84,6 +114,7 @@ class OffThreadProcessor(WrappingProcessor):
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         shutdown_timeout_millis: int = DEFAULT_SHUTDOWN_TIMEOUT_MILLIS,
         budget: ShutdownBudget | None = None,
+        batch_delay_millis: float = DEFAULT_BATCH_DELAY_MILLIS,
     ) -> None:
         if max_queue_size < 1:
             raise ValueError("max_queue_size must be at least 1")
@@ -98,6 +129,8 @@ class OffThreadProcessor(WrappingProcessor):
         # Set once shutdown stops waiting: the worker then discards (and counts) what is still queued.
         self._stopping = False
         self._drained_at_shutdown = True
+        self._batch_delay_s = max(0.0, batch_delay_millis / 1000)
+        self._wake = threading.Event()
         # The worker thread does not survive fork(): give the child a fresh queue and worker.
         after_fork_in_child(self, OffThreadProcessor._reset_after_fork)
 
@@ -151,6 +184,7 @@ class OffThreadProcessor(WrappingProcessor):
         deadline = budget.start() if budget is not None else time.monotonic() + self._shutdown_timeout_s
         self._drained_at_shutdown = self._drain(deadline)
         self._stopping = True
+        self._wake.set()
         worker = self._worker
         if worker is not None:
             # A stuck worker with a full queue stops by itself once it sees _stopping.
@@ -190,6 +224,7 @@ class OffThreadProcessor(WrappingProcessor):
             self._queue.put(marker, timeout=max(0.0, deadline - time.monotonic()))
         except queue.Full:
             return False
+        self._wake.set()
         return marker.done.wait(max(0.0, deadline - time.monotonic()))
 
     def _ensure_worker(self) -> None:
@@ -212,6 +247,7 @@ class OffThreadProcessor(WrappingProcessor):
         # Our own exports (OTLP over HTTP, SQLite) must not be traced by instrumentations of the app.
         token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
+            idle, handled = True, 0
             while True:
                 if self._stopping:
                     try:
@@ -219,9 +255,24 @@ class OffThreadProcessor(WrappingProcessor):
                     except queue.Empty:
                         return
                 else:
-                    item = self._queue.get()
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        if handled >= _RELEASE_AFTER_SPANS:
+                            release_free_memory()  # a backlog was worked off: give its pages back
+                        idle, handled = True, 0
+                        item = self._queue.get()
                 if item is _STOP:
                     return
+                if idle and self._batch_delay_s and not isinstance(item, _Flush):
+                    # The first span after a pause: let the next ones gather for a moment. Meanwhile the
+                    # app runs without contending for the GIL, and the checks then run back to back on
+                    # warm caches (per span, interleaved with the app, they cost about twice the CPU).
+                    # A flush or shutdown cuts the wait short.
+                    self._wake.wait(self._batch_delay_s)
+                    self._wake.clear()
+                idle = False
+                handled += 1
                 if isinstance(item, _Flush):
                     item.done.set()
                 elif self._stopping:
@@ -252,6 +303,7 @@ class OffThreadProcessor(WrappingProcessor):
     def _reset_after_fork(self) -> None:
         self._queue = queue.Queue(self._max_queue_size)
         self._lock = threading.Lock()
+        self._wake = threading.Event()
         self._worker = None
 
 

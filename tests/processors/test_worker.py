@@ -196,3 +196,50 @@ def test_a_span_racing_into_the_queue_during_shutdown_is_discarded_counted_and_f
         content_buffer().remove_consumer()
     assert processor.force_flush(100) is False  # not everything was forwarded
     source_provider.shutdown()
+
+
+def test_spans_gather_for_the_batch_delay_and_a_flush_or_shutdown_cuts_it_short() -> None:
+    recorder = _Recorder()
+    # An hour: nothing but a flush or shutdown can end the wait within the test.
+    processor = OffThreadProcessor([recorder], batch_delay_millis=3_600_000)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 3)
+    assert recorder.ended == []  # still gathering
+    assert processor.force_flush(timeout_millis=10_000)
+    assert recorder.ended == ["span-0", "span-1", "span-2"]
+    _spans(provider, 2)
+    processor.shutdown()
+    assert recorder.ended == ["span-0", "span-1", "span-2", "span-0", "span-1"]
+    assert "dropped.spans_at_shutdown" not in tallyspan.stats()
+
+
+def test_without_a_batch_delay_spans_are_forwarded_as_they_come() -> None:
+    forwarded = threading.Event()
+
+    class _Signalling(_Recorder):
+        def on_end(self, span: ReadableSpan) -> None:
+            super().on_end(span)
+            forwarded.set()
+
+    recorder = _Signalling()
+    provider = TracerProvider()
+    provider.add_span_processor(OffThreadProcessor([recorder], batch_delay_millis=0))
+    _spans(provider, 1)
+    assert forwarded.wait(10)  # no flush asked for it
+    assert recorder.ended == ["span-0"]
+    provider.shutdown()
+
+
+def test_the_worker_gives_memory_back_after_a_backlog_and_goes_on() -> None:
+    recorder = _Recorder()
+    processor = OffThreadProcessor([recorder], batch_delay_millis=50)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 1500)  # more than a backlog's worth, queued within the delay
+    assert processor.force_flush(timeout_millis=30_000)
+    _spans(provider, 1)
+    assert processor.force_flush(timeout_millis=30_000)
+    assert len(recorder.ended) == 1501
+    assert not any(key.startswith("errors.worker") for key in tallyspan.stats())
+    provider.shutdown()
