@@ -4,21 +4,29 @@ bounds of ``--since`` and of a span row."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from tests.cli.conftest import Filled, Recorded, age_trace
 
+import tallyspan
+from tallyspan import semconv
 from tallyspan._store_queries import (
     LedgerRun,
+    ModelUsage,
     StoreNotFoundError,
     ViolationCount,
     failing_traces,
+    iter_traces,
     ledger_runs,
+    list_spans,
     open_store,
+    process_counters,
     report,
     stage_summaries,
     violations_by_stage_and_type,
@@ -149,3 +157,109 @@ def test_a_bad_since_says_what_it_takes(db_path: Path) -> None:
         "Error: Invalid value for '--since': 'yesterday' is neither an age like 15m, 2h, 7d "
         "nor an ISO time like 2026-01-31T09:00"
     )
+
+
+def test_list_spans_for_scripts_lists_every_span_unless_asked_for_fewer(filled: Filled) -> None:
+    with open_store(filled.path) as db:
+        names = [span.name for span in list_spans(db)]
+        assert len(names) == 5
+        assert [span.name for span in list_spans(db, limit=0)] == names
+        assert [span.name for span in list_spans(db, limit=1)] == names[-1:]
+        assert [span.name for span in list_spans(db, violated=True)] == ["chat qwen3-32b", "chat gpt-4o-mini"]
+
+
+def test_report_limit_0_names_no_failing_trace_but_counts_them(recorded: Recorded) -> None:
+    with open_store(recorded.path) as db:
+        result = report(db, failing_limit=0)
+    assert (result.failing_traces, result.failing_trace_count) == ([], 3)
+
+
+def test_a_call_without_usage_counts_no_tokens_and_a_trace_without_its_root_still_fails(
+    db_path: Path,
+) -> None:
+    provider = TracerProvider()
+    tracer = provider.get_tracer("test")
+    lost_parent = tracer.start_span("invoke_agent lost")  # never exported: the process died before it ended
+    with trace.use_span(lost_parent, end_on_exit=False):
+        call = tracer.start_span(
+            "chat m",
+            attributes={
+                semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_CHAT,
+                semconv.GEN_AI_REQUEST_MODEL: "m",
+                semconv.VIOLATION_TYPES: ["too_short"],
+                semconv.VIOLATION_COUNT: 1,
+            },
+        )
+        call.end()
+    provider.shutdown()
+    _export(db_path, call)
+    with open_store(db_path) as db:
+        result = report(db)
+    assert result.models == [ModelUsage("m", 1, 0, 0)]
+    (failing,) = result.failing_traces
+    assert (failing.run_name, failing.violating_calls, failing.violation_types) == (None, 1, ["too_short"])
+
+
+def test_a_run_whose_failing_spans_were_lost_still_fails_by_its_roll_up(
+    recorded: Recorded, tmp_path: Path
+) -> None:
+    store = recorded.copy(tmp_path / "copy.db")
+    reporter = recorded.trace_ids["reporter"]
+    db = connect(store)
+    with db:  # the reporter's violating call dropped on the way (or pruned): only its run span says so
+        db.execute("DELETE FROM violations WHERE trace_id = ?", (reporter,))
+        db.execute("DELETE FROM spans WHERE trace_id = ? AND violation_count > 0", (reporter,))
+    db.close()
+    with open_store(store) as db:
+        failing = {trace.trace_id: trace for trace in failing_traces(db)}
+    assert (failing[reporter].violating_calls, failing[reporter].violation_types) == (
+        0,
+        ["missing_required", "not_japanese", "too_short"],
+    )
+
+
+def test_iter_traces_gives_each_trace_with_its_runs_and_survives_a_damaged_row(
+    recorded: Recorded, tmp_path: Path
+) -> None:
+    store = recorded.copy(tmp_path / "copy.db")
+    booker = recorded.trace_ids["booker"]
+    db = connect(store)
+    with db:
+        db.execute(
+            "UPDATE spans SET attributes = 'not json' WHERE trace_id = ? AND operation = 'chat'", (booker,)
+        )
+    db.close()
+    with open_store(store) as db:
+        traces = {data.trace_id: data for data in iter_traces(db)}
+    assert set(traces) == set(recorded.trace_ids.values())
+    spans = traces[booker].spans
+    assert {span.trace_id for span in spans} == {booker}
+    assert [(span.name, span.is_run) for span in spans] == [
+        ("invoke_agent booker", True), ("execute_tool book", False), ("chat qwen3-32b", False),
+    ]  # fmt: skip
+    assert spans[2].stage is None  # its attributes did not parse: the columns still show
+    assert spans[1].tool_name == "book"
+    reporter = traces[recorded.trace_ids["reporter"]]
+    (call,) = [span for span in reporter.spans if span.violations]
+    assert [(v.type, v.failure_class) for v in call.violations] == [
+        ("too_short", "contract_violation"),
+        ("missing_required", "contract_violation"),
+        ("not_japanese", "language_corruption"),
+    ]
+    assert [span.parent_span_id is None for span in reporter.spans] == [True, False, False, False]
+
+
+def test_process_counters_name_the_process_and_when(tmp_path: Path) -> None:
+    tallyspan.ledger.claim("c1", "search", "succeeded")  # outside any run: dropped and counted
+    lonely = tmp_path / "lonely.db"
+    exporter = SQLiteSpanExporter(lonely)
+    exporter.export([])
+    exporter.shutdown()
+    with open_store(lonely) as db:
+        (process,) = process_counters(db)
+    assert (process.pid, process.service_name, process.counts) == (
+        os.getpid(),
+        None,
+        {"dropped.ledger_claims": 1},
+    )
+    assert 0 < process.started_unix_nano <= process.time_unix_nano <= time.time_ns()
