@@ -13,6 +13,7 @@ import base64
 import gzip
 import json
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ import tallyspan
 from tallyspan._datasets import schema_file
 from tallyspan.cli import main
 from tallyspan.cli.demo import load_script, run_demo
+from tallyspan.cli.export import parse_when
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply
 
 SCRIPT = load_script()
@@ -380,3 +382,28 @@ def test_an_otlp_file_export_shows_its_progress_in_bytes_and_says_what_it_skippe
         ["export", "--format", "diagnosis", "--otlp-file", str(tmp_path / "x.jsonl"), str(tmp_path / "o")],
     )
     assert (missing.exit_code, missing.output) == (2, f"Error: no OTLP JSON file at {tmp_path / 'x.jsonl'}\n")
+
+
+def test_since_and_until_take_an_iso_time_utc_unless_it_says_otherwise_or_an_age(
+    tokyo_clock: None,
+) -> None:
+    nine_utc = 1_777_626_000 * 10**9  # 2026-05-01T09:00Z
+    assert parse_when("2026-05-01T09:00Z", "--since") == nine_utc
+    assert parse_when("2026-05-01T09:00", "--since") == nine_utc  # no offset: UTC, not the local zone
+    assert parse_when("2026-05-01T18:00+09:00", "--until") == nine_utc
+    assert parse_when("1970-01-01T00:00Z", "--since") == 0
+    before = time.time_ns()
+    seven_days_ago = parse_when("7d", "--since")
+    after = time.time_ns()
+    week = 7 * 86400 * 10**9
+    assert before - week - 10**6 <= seven_days_ago <= after - week + 10**6
+
+
+def test_a_bad_since_is_named_with_what_it_takes(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["export", "--format", "diagnosis", "--until", "soon", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == (
+        "Error: Invalid value for --until: 'soon' is neither an ISO-8601 time (2026-05-01T09:00Z) nor an age (7d)"
+    )
