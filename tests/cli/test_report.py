@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -475,3 +476,26 @@ def test_report_text_of_an_empty_store_and_of_books_that_all_balance(
     tallyspan.uninstrument()
     _, output = _invoke("report")
     assert output.splitlines()[-1] == "  all books balance"
+
+
+def test_a_failed_command_prints_one_line_and_keeps_the_traceback_in_the_debug_log(
+    db_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    connect(db_path).close()
+    caplog.set_level(logging.DEBUG, logger="tallyspan.cli")
+    bad_input = CliRunner().invoke(
+        main, ["export", "--format", "diagnosis", "--judge", "http://127.0.0.1:9/v1", "o"]
+    )
+    assert (bad_input.exit_code, bad_input.output.splitlines()[-1]) == (
+        2,
+        "Error: --judge and --judge-model go together",
+    )
+    failed = CliRunner().invoke(main, ["ledger", "--run", "no-such-run"])
+    assert (failed.exit_code, failed.output) == (
+        1,
+        "Error: No reconciled run has the id 'no-such-run' (a run span id or trace id, or a prefix)\n",
+    )
+    assert [(record.getMessage(), record.exc_info is not None) for record in caplog.records] == [
+        ("tallyspan command got bad input", True),
+        ("tallyspan command failed", True),
+    ]
