@@ -380,7 +380,24 @@ def test_report_shows_what_tallyspan_itself_lost(recorded: Recorded) -> None:
     heading = lines.index(
         "What tallyspan lost or failed on (tallyspan.stats() of the processes that wrote the store)"
     )
-    assert lines[heading + 2].split()[-2:] == ["dropped.ledger_claims", "1"]
+    assert lines[heading - 1] == ""
+    assert lines[heading + 1].split() == ["pid", "service", "counter", "count"]
+    assert lines[heading + 2].split() == [
+        str(os.getpid()),
+        process["service_name"],
+        "dropped.ledger_claims",
+        "1",
+    ]
+
+
+def test_losses_of_a_process_whose_store_saw_no_span_show_no_service(tmp_path: Path) -> None:
+    tallyspan.ledger.claim("c1", "search", "succeeded")  # outside any run: dropped and counted
+    lonely = tmp_path / "lonely.db"
+    exporter = SQLiteSpanExporter(lonely)
+    exporter.export([])
+    exporter.shutdown()
+    _, output = _invoke("--db", str(lonely), "report")
+    assert output.splitlines()[-1].split() == [str(os.getpid()), "-", "dropped.ledger_claims", "1"]
 
 
 def _utc(unix_nano: int) -> str:

@@ -217,6 +217,9 @@ def test_since_takes_an_age_or_an_iso_time(recorded: Recorded) -> None:
 def test_trace_prefix_combines_with_the_other_filters(recorded: Recorded) -> None:
     reporter = recorded.trace_ids["reporter"][:10]
     assert len(_names(recorded, "--trace", reporter)) == 4
+    assert (
+        len(_names(recorded, "--trace", reporter, "--limit", "1")) == 4
+    )  # the limit is for the latest spans
     assert _names(recorded, "--trace", reporter, "--violated") == [("chat qwen3-32b", "weekly_report")]
     assert _names(recorded, "--trace", reporter, "--since", "1d") == []
 
