@@ -54,7 +54,7 @@ _QUOTED = re.compile(
     r"「[^」「\n]{0,400}」|『[^』『\n]{0,400}』|\"[^\"\n]{0,400}\"|“[^”“\n]{0,400}”"
     r"|'[^'\n]{0,400}?[\u3041-\u30FF\u4E00-\u9FFF][^'\n]{0,400}?'"
 )
-_QUOTE_MARKS = ("「", "『", '"', "“", "'", "(", "（")
+_QUOTE_MARKS = ("「", "『", '"', "“", "'")
 # A line without CJK that is code: starts like code, ends like code, or is an assignment or formula;
 # never a line with four words in a row (English prose that happens to hold "=" or end in ";").
 _CODE_LINE = re.compile(
@@ -337,6 +337,7 @@ def profile(text: str) -> ScriptProfile:
     """
     prose, code = _set_aside_code(text)
     unquoted, quoted_kana = prose, 0
+    # Each scan only where its opening mark occurs: substring tests cost far less than the scans.
     if any(mark in prose for mark in _QUOTE_MARKS):
         quotes: list[str] = []
 
@@ -344,8 +345,10 @@ def profile(text: str) -> ScriptProfile:
             quotes.append(match.group(0))
             return " "
 
-        unquoted = _GLOSS.sub(" ", _QUOTED.sub(set_aside, prose))
+        unquoted = _QUOTED.sub(set_aside, prose)
         quoted_kana = sum(len(KANA.findall(quote)) for quote in quotes)
+    if "(" in unquoted or "（" in unquoted:
+        unquoted = _GLOSS.sub(" ", unquoted)
     result = _profile_of(unquoted, quoted_kana)
     if result.primary != "none":
         return result
