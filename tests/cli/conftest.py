@@ -38,6 +38,18 @@ def tokyo_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     time.tzset()
 
 
+@pytest.fixture
+def store_without_spans(tmp_path: Path) -> Path:
+    """A store written by a process that dropped a ledger claim before it exported any span: its counters
+    are there, with no service name."""
+    tallyspan.ledger.claim("c1", "search", "succeeded")  # outside any run: dropped and counted
+    path = tmp_path / "lonely.db"
+    exporter = SQLiteSpanExporter(path)
+    exporter.export([])
+    exporter.shutdown()
+    return path
+
+
 @dataclass(frozen=True)
 class Filled:
     """The filled store and the spans in it, by name."""

@@ -17,7 +17,6 @@ from tests.cli.conftest import Filled, Recorded
 
 import tallyspan
 from tallyspan.cli import main
-from tallyspan_exporters import SQLiteSpanExporter
 
 
 def _doctor(*args: str) -> tuple[int, dict[str, Any]]:
@@ -343,14 +342,10 @@ def test_doctor_text_says_what_each_part_does(
 
 
 def test_doctor_text_of_stores_with_no_span_and_with_no_loss(
-    db_path: Path, filled: Filled, tmp_path: Path
+    filled: Filled, store_without_spans: Path
 ) -> None:
-    # A process whose store never saw a span (so no service name) but dropped a ledger claim.
-    tallyspan.ledger.claim("c1", "search", "succeeded")  # outside any run: dropped and counted
-    lonely = tmp_path / "lonely.db"
-    exporter = SQLiteSpanExporter(lonely)
-    exporter.export([])
-    exporter.shutdown()
+    # ``filled`` first: its store is written before this process drops the claim it records.
+    lonely = store_without_spans
     result = CliRunner().invoke(main, ["--db", str(lonely), "doctor"])
     lines = result.output.splitlines()
     store_at = lines.index(f"Store: {lonely}")

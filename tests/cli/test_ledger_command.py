@@ -23,24 +23,27 @@ def _invoke(db_path: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+@tallyspan.tool
+def search(query: str, tool_call_id: str) -> str:
+    return query
+
+
+@tallyspan.tool
+def log_action(
+    call_id: str, tool_name: str, claimed_outcome: str, tool_call_id: str, summary: str = ""
+) -> str:
+    """The agent's log tool: each call is a claim on the books."""
+    return "logged"
+
+
 @pytest.fixture
 def books(tracer_provider: TracerProvider, db_path: Path) -> dict[str, str]:
     """Two runs recorded through the real chain into the store; returns run name -> run span id."""
     instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=())
 
     @tallyspan.tool
-    def search(query: str, tool_call_id: str) -> str:
-        return query
-
-    @tallyspan.tool
     def book(flight: str, tool_call_id: str) -> str:
         raise tallyspan.Rejected("no seats")
-
-    @tallyspan.tool
-    def log_action(
-        call_id: str, tool_name: str, claimed_outcome: str, tool_call_id: str, summary: str = ""
-    ) -> str:
-        return "logged"
 
     ids = {}
     with tallyspan.run("tidy") as span:
@@ -272,16 +275,6 @@ def protocol(tracer_provider: TracerProvider, db_path: Path) -> dict[str, str]:
     instrumentation = tallyspan.instrument(
         tracer_provider=tracer_provider, store=db_path, instrumentors=(), capture_content=True
     )
-
-    @tallyspan.tool
-    def search(query: str, tool_call_id: str) -> str:
-        return query
-
-    @tallyspan.tool
-    def log_action(
-        call_id: str, tool_name: str, claimed_outcome: str, tool_call_id: str, summary: str = ""
-    ) -> str:
-        return "logged"
 
     traces = {}
     with tallyspan.run("tidy") as span:

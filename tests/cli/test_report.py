@@ -390,12 +390,8 @@ def test_report_shows_what_tallyspan_itself_lost(recorded: Recorded) -> None:
     ]
 
 
-def test_losses_of_a_process_whose_store_saw_no_span_show_no_service(tmp_path: Path) -> None:
-    tallyspan.ledger.claim("c1", "search", "succeeded")  # outside any run: dropped and counted
-    lonely = tmp_path / "lonely.db"
-    exporter = SQLiteSpanExporter(lonely)
-    exporter.export([])
-    exporter.shutdown()
+def test_losses_of_a_process_whose_store_saw_no_span_show_no_service(store_without_spans: Path) -> None:
+    lonely = store_without_spans
     _, output = _invoke("--db", str(lonely), "report")
     assert output.splitlines()[-1].split() == [str(os.getpid()), "-", "dropped.ledger_claims", "1"]
 

@@ -14,7 +14,6 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from tests.cli.conftest import Filled, Recorded, age_trace
 
-import tallyspan
 from tallyspan import semconv
 from tallyspan._store_queries import (
     LedgerRun,
@@ -44,6 +43,17 @@ def _spans(db_path: Path, *args: str) -> list[str]:
     )
     assert result.exit_code == 0, result.output
     return [row["name"] for row in json.loads(result.output)["data"]]
+
+
+def _edited_copy(recorded: Recorded, tmp_path: Path, *statements: tuple[str, str]) -> Path:
+    """A copy of the recorded store with ``statements`` (SQL, trace id) applied, as a damaged store would be."""
+    store = recorded.copy(tmp_path / "copy.db")
+    db = connect(store)
+    with db:
+        for sql, trace_id in statements:
+            db.execute(sql, (trace_id,))
+    db.close()
+    return store
 
 
 def _export(db_path: Path, *spans: object) -> None:
@@ -203,13 +213,15 @@ def test_a_call_without_usage_counts_no_tokens_and_a_trace_without_its_root_stil
 def test_a_run_whose_failing_spans_were_lost_still_fails_by_its_roll_up(
     recorded: Recorded, tmp_path: Path
 ) -> None:
-    store = recorded.copy(tmp_path / "copy.db")
     reporter = recorded.trace_ids["reporter"]
-    db = connect(store)
-    with db:  # the reporter's violating call dropped on the way (or pruned): only its run span says so
-        db.execute("DELETE FROM violations WHERE trace_id = ?", (reporter,))
-        db.execute("DELETE FROM spans WHERE trace_id = ? AND violation_count > 0", (reporter,))
-    db.close()
+    store = (
+        _edited_copy(  # the reporter's violating call dropped on the way (or pruned): only its run says so
+            recorded,
+            tmp_path,
+            ("DELETE FROM violations WHERE trace_id = ?", reporter),
+            ("DELETE FROM spans WHERE trace_id = ? AND violation_count > 0", reporter),
+        )
+    )
     with open_store(store) as db:
         failing = {trace.trace_id: trace for trace in failing_traces(db)}
     assert (failing[reporter].violating_calls, failing[reporter].violation_types) == (
@@ -221,14 +233,12 @@ def test_a_run_whose_failing_spans_were_lost_still_fails_by_its_roll_up(
 def test_iter_traces_gives_each_trace_with_its_runs_and_survives_a_damaged_row(
     recorded: Recorded, tmp_path: Path
 ) -> None:
-    store = recorded.copy(tmp_path / "copy.db")
     booker = recorded.trace_ids["booker"]
-    db = connect(store)
-    with db:
-        db.execute(
-            "UPDATE spans SET attributes = 'not json' WHERE trace_id = ? AND operation = 'chat'", (booker,)
-        )
-    db.close()
+    store = _edited_copy(
+        recorded,
+        tmp_path,
+        ("UPDATE spans SET attributes = 'not json' WHERE trace_id = ? AND operation = 'chat'", booker),
+    )
     with open_store(store) as db:
         traces = {data.trace_id: data for data in iter_traces(db)}
     assert set(traces) == set(recorded.trace_ids.values())
@@ -249,12 +259,8 @@ def test_iter_traces_gives_each_trace_with_its_runs_and_survives_a_damaged_row(
     assert [span.parent_span_id is None for span in reporter.spans] == [True, False, False, False]
 
 
-def test_process_counters_name_the_process_and_when(tmp_path: Path) -> None:
-    tallyspan.ledger.claim("c1", "search", "succeeded")  # outside any run: dropped and counted
-    lonely = tmp_path / "lonely.db"
-    exporter = SQLiteSpanExporter(lonely)
-    exporter.export([])
-    exporter.shutdown()
+def test_process_counters_name_the_process_and_when(store_without_spans: Path) -> None:
+    lonely = store_without_spans
     with open_store(lonely) as db:
         (process,) = process_counters(db)
     assert (process.pid, process.service_name, process.counts) == (
