@@ -131,7 +131,10 @@ def test_report_text_shows_every_section(filled: Filled) -> None:
         assert heading in lines
     assert "  qwen3-32b                   2           180            250" in lines
     assert "  weekly_report  too_short         contract_violation       1" in lines
-    assert "  TimeoutError      1" in lines
+    assert lines[lines.index("Errors") + 1 : lines.index("Errors") + 3] == [
+        "  error type    calls",
+        "  TimeoutError      1",
+    ]
     trace_prefix = filled.trace_id("invoke_agent reporter")[:12]
     assert f"  {trace_prefix}  reporter  no        yes                 2        1  unlogged_call" in lines
     assert lines[-1] == "  1 of 1 runs do not balance"
