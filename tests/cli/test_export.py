@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 import tallyspan
 from tallyspan._datasets import schema_file
+from tallyspan._store_queries import count_traces, open_store
 from tallyspan.cli import main
 from tallyspan.cli.demo import load_script, run_demo
 from tallyspan.cli.export import parse_when
@@ -407,3 +408,32 @@ def test_a_bad_since_is_named_with_what_it_takes(tmp_path: Path) -> None:
     assert result.output.splitlines()[-1] == (
         "Error: Invalid value for --until: 'soon' is neither an ISO-8601 time (2026-05-01T09:00Z) nor an age (7d)"
     )
+
+
+def test_diagnosis_filters_keep_only_the_runs_asked_for(workload: Workload, tmp_path: Path) -> None:
+    everything = _export(workload, tmp_path / "all.jsonl", "--format", "diagnosis")
+    evidence = [{item["type"] for item in record["diagnosis"]["evidence"]} for record in everything]
+    unlogged = _export(workload, tmp_path / "u.jsonl", "--format", "diagnosis", "--type", "unlogged_call")
+    assert unlogged == [r for r, types in zip(everything, evidence, strict=True) if "unlogged_call" in types]
+    assert 0 < len(unlogged) < len(everything)
+    timeouts = _export(workload, tmp_path / "t.jsonl", "--format", "diagnosis", "--class", "timeout")
+    assert timeouts == [r for r in everything if r["diagnosis"]["failure_class"] == "timeout"] != []
+    assert (
+        _export(workload, tmp_path / "f.jsonl", "--format", "diagnosis", "--since", "2999-01-01T00:00Z") == []
+    )
+
+
+def test_a_store_export_counts_traces_into_a_new_folder_and_names_its_source_on_the_card(
+    workload: Workload, tmp_path: Path
+) -> None:
+    out = tmp_path / "new" / "folder" / "failures.jsonl"
+    result = CliRunner().invoke(
+        main,
+        ["--db", str(workload.db), "export", "--format", "failure-logs", "--progress", str(out)],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    with open_store(workload.db) as db:
+        traces = count_traces(db)
+    assert f"| 0/{traces} [" in result.stderr
+    assert f"the store {workload.db}" in (out.parent / "README.md").read_text(encoding="utf-8")

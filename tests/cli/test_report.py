@@ -511,7 +511,7 @@ def test_a_failed_command_prints_one_line_and_keeps_the_traceback_in_the_debug_l
         1,
         "Error: No reconciled run has the id 'no-such-run' (a run span id or trace id, or a prefix)\n",
     )
-    assert [(record.getMessage(), record.exc_info is not None) for record in caplog.records] == [
+    assert [(record.getMessage(), bool(record.exc_info)) for record in caplog.records] == [
         ("tallyspan command got bad input", True),
         ("tallyspan command failed", True),
     ]
