@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,28 @@ from tallyspan import semconv
 from tallyspan._store_schema import connect
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
 from tallyspan_exporters import SQLiteSpanExporter
+
+
+@pytest.fixture
+def tokyo_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone is Asia/Tokyo (nine hours ahead of UTC) for the test."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.fixture
+def store_without_spans(tmp_path: Path) -> Path:
+    """A store written by a process that dropped a ledger claim before it exported any span: its counters
+    are there, with no service name."""
+    tallyspan.ledger.claim("c1", "search", "succeeded")  # outside any run: dropped and counted
+    path = tmp_path / "lonely.db"
+    exporter = SQLiteSpanExporter(path)
+    exporter.export([])
+    exporter.shutdown()
+    return path
 
 
 @dataclass(frozen=True)

@@ -200,3 +200,24 @@ def test_a_hostile_contracts_file_exits_2_fast_in_a_real_process(
     assert str(path) in done.stderr
     assert says in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_patterns_that_spend_the_time_budget_are_named_as_not_checked(tmp_path: Path) -> None:
+    # Three catastrophic patterns each stop at their 0.1 s timeout, which spends the span's 0.25 s.
+    hostile = tmp_path / "hostile.yaml"
+    hostile.write_text(
+        "contracts:\n  report:\n    max_repeated_share: null\n"
+        "    required: ['^(a+)+$', '^(a|a)+$', '^(a|aa)+$']\n",
+        encoding="utf-8",
+    )
+    code, out, _ = _run("--contracts", str(hostile), "--stage", "report", "-", stdin="a" * 5000 + "!")
+    assert code == 1
+    assert out.splitlines()[-1] == "  could not check: pattern_budget"
+
+
+def test_a_contracts_file_with_no_contract_names_none(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("contracts: {}\n", encoding="utf-8")
+    code, out, err = _run("--contracts", str(empty), "--stage", "report", "-", stdin=GOOD)
+    assert (code, out) == (2, "")
+    assert err == f"Error: {empty}: no contract for stage 'report' and no default (stages: none)\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -13,25 +14,29 @@ from click.testing import CliRunner
 from opentelemetry.sdk.trace import TracerProvider
 
 import tallyspan
+from tallyspan import semconv
+from tallyspan._store_schema import connect
 from tallyspan.cli import main
 from tallyspan.cli.demo import load_script
 
 SCRIPT = load_script()
 
 
-@pytest.fixture(scope="module")
-def demo_text(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """The demo run once for the module, as a user runs it (text output)."""
-    db = tmp_path_factory.mktemp("demo") / "store" / "tallyspan.db"
+# Function-scoped on purpose: mutation testing maps code to the tests that run it, and a module-scoped
+# fixture runs the demo inside the first test only, so the others could not catch a mutant in it.
+@pytest.fixture
+def demo_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """The demo as a user runs it (text output), with message content captured into the store."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    db = tmp_path / "store" / "tallyspan.db"
     result = CliRunner().invoke(main, ["--db", str(db), "demo"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return db, result.output
 
 
-@pytest.fixture(scope="module")
-def demo_json(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    db = tmp_path_factory.mktemp("demo-json") / "tallyspan.db"
-    result = CliRunner().invoke(main, ["--db", str(db), "demo", "--json"], catch_exceptions=False)
+@pytest.fixture
+def demo_json(db_path: Path) -> dict[str, Any]:
+    result = CliRunner().invoke(main, ["--db", str(db_path), "demo", "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     document: dict[str, Any] = json.loads(result.output)
     return document
@@ -43,7 +48,7 @@ def _report(db: Path) -> dict[str, Any]:
     return data
 
 
-def test_demo_json_is_the_pinned_document(demo_json: dict[str, Any]) -> None:
+def test_demo_json_is_the_pinned_document(demo_json: dict[str, Any], db_path: Path) -> None:
     assert demo_json["format_version"] == 1
     assert demo_json["command"] == "demo"
     data = demo_json["data"]
@@ -57,6 +62,7 @@ def test_demo_json_is_the_pinned_document(demo_json: dict[str, Any]) -> None:
         "notes",
         "report",
     }
+    assert data["store"] == str(db_path)
     assert data["agent"] == "weekly-report-agent"
     assert data["runs"] == len(SCRIPT["runs"]) == 9
     assert data["model_url"].startswith("http://127.0.0.1:")
@@ -108,17 +114,114 @@ def test_demo_books_balance_except_for_the_unlogged_call(demo_text: tuple[Path, 
 def test_demo_prints_the_report(demo_text: tuple[Path, str]) -> None:
     db, output = demo_text
     lines = output.splitlines()
-    assert lines[0].startswith(
-        "tallyspan demo: 9 runs of weekly-report-agent against a scripted local model ("
+    assert re.fullmatch(
+        r"tallyspan demo: 9 runs of weekly-report-agent against a scripted local model "
+        r"\(http://127\.0\.0\.1:\d+/v1\)",
+        lines[0],
     )
-    assert lines[1] == "  instrumented: OpenAIInstrumentor; processors: store, ledger, checks"
-    assert f"tallyspan report — {db}" in lines
-    assert "  59 spans in 9 traces, 9 runs; 39 model calls (7 violating), 11 tool calls" in lines
+    assert lines[1:5] == [
+        "  instrumented: OpenAIInstrumentor; processors: store, ledger, checks",
+        "",
+        f"tallyspan report — {db}",
+        "  59 spans in 9 traces, 9 runs; 39 model calls (7 violating), 11 tool calls",
+    ]
+    models = lines.index("Models")
+    assert lines[models + 1 : models + 4] == [  # the tokens the scripted model counts for each request
+        "  model               calls  input tokens  output tokens",
+        "  qwen3-32b-instruct     39          6922           1065",
+        "",
+    ]
     assert any(
         line.split()[:3] == ["weekly_report", "chinese_in_japanese", "language_corruption"] for line in lines
     )
     assert "  1 of 9 runs do not balance" in lines
-    assert lines[-1].startswith("Next: `tallyspan spans --violated` says why each failing call failed")
+    assert lines[-2:] == [
+        "",
+        "Next: `tallyspan spans --violated` says why each failing call failed; `tallyspan ledger --unbalanced`"
+        " shows the books that do not balance; every command takes --json for scripts.",
+    ]
+
+
+def _conversation(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the agent sends for the report of ``run``, as the store records it with content captured."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "parts": [{"type": "text", "content": SCRIPT["system_prompt"]}]},
+        {
+            "role": "user",
+            "parts": [
+                {"type": "text", "content": SCRIPT["user_prompt"].format(department=run["department"])}
+            ],
+        },
+    ]
+
+    def call_and_answer(call_id: str, name: str, arguments: dict[str, Any], response: str) -> None:
+        messages.append(
+            {
+                "role": "assistant",
+                "parts": [{"type": "tool_call", "id": call_id, "name": name, "arguments": arguments}],
+            }
+        )
+        messages.append(
+            {"role": "tool", "parts": [{"type": "tool_call_response", "id": call_id, "response": response}]}
+        )
+
+    for call in run["tool_calls"]:
+        answer = f"エラー: {call['error']}" if "error" in call else json.dumps(call["result"])
+        call_and_answer(call["call_id"], call["name"], call["arguments"], answer)
+        if call["logged"]:
+            claim = {
+                "call_id": call["call_id"],
+                "tool_name": call["name"],
+                "claimed_outcome": call["claimed_outcome"],
+                "summary": call["summary"],
+            }
+            call_and_answer(f"{call['call_id']}_log", "log_action", claim, "記録しました")
+    messages.append({"role": "assistant", "parts": [{"type": "text", "content": SCRIPT["ready_reply"]}]})
+    messages.append({"role": "user", "parts": [{"type": "text", "content": SCRIPT["write_prompt"]}]})
+    return messages
+
+
+def test_demo_agent_sends_the_whole_conversation_and_runs_each_tool_with_its_arguments(
+    demo_text: tuple[Path, str],
+) -> None:
+    db = connect(demo_text[0])
+    try:
+        rows = db.execute(
+            "SELECT name, stage, service_name, attributes FROM spans ORDER BY start_unix_nano, rowid"
+        ).fetchall()
+    finally:
+        db.close()
+    assert {row[2] for row in rows} == {"tallyspan-demo"}
+    reports = [json.loads(row[3]) for row in rows if row[1] == SCRIPT["stage"]]
+    assert [json.loads(attributes[semconv.GEN_AI_INPUT_MESSAGES]) for attributes in reports] == [
+        _conversation(run) for run in SCRIPT["runs"]
+    ]
+    tools = [json.loads(row[3]) for row in rows if row[0].startswith("execute_tool ")]
+    assert [
+        (attributes[semconv.GEN_AI_TOOL_CALL_ID], json.loads(attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS]))
+        for attributes in tools
+    ] == [
+        (call["call_id"], {"tool_call_id": call["call_id"], "arguments": call["arguments"]})
+        for run in SCRIPT["runs"]
+        for call in run["tool_calls"]
+    ]
+
+
+def test_demo_without_the_openai_instrumentor_or_the_contract_engine_says_so(
+    monkeypatch: pytest.MonkeyPatch, db_path: Path
+) -> None:
+    # What the imports see when those parts are not installed; the demo still runs and reports.
+    monkeypatch.setitem(sys.modules, "tallyspan_instrumentors.openai", None)
+    monkeypatch.setitem(sys.modules, "tallyspan._contracts", None)
+    result = CliRunner().invoke(main, ["demo"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1:6] == [
+        "  instrumented: nothing; processors: store, ledger, checks",
+        "  note: the contract engine is not installed: the demo contracts were not loaded",
+        "  note: the OpenAI instrumentor is not installed: model calls were not traced",
+        "",
+        f"tallyspan report — {db_path}",
+    ]
 
 
 def test_demo_leaves_nothing_instrumented(demo_text: tuple[Path, str]) -> None:

@@ -7,13 +7,15 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from tests.cli.conftest import Recorded
+from tests.cli.conftest import Filled, Recorded
 
+import tallyspan
 from tallyspan.cli import main
 
 
@@ -165,6 +167,13 @@ def test_a_default_contract_binds_every_stage_and_match_rules_are_listed(
         ("weekly_report", "default"),
     ]
     assert not any("no contract" in problem for problem in data["problems"])
+    text = CliRunner().invoke(main, ["--db", str(recorded.path), "doctor", "--contracts", str(contracts)])
+    lines = text.output.splitlines()
+    assert lines[lines.index(f"Contracts: {contracts} (from --contracts)") + 1 :][:3] == [
+        "  a default contract applies to every stage without one",
+        "  match rule: contract short, agent triage-*",
+        "  stage          contract  calls in store  violating",
+    ]
 
 
 def test_a_contracts_file_that_cannot_load_is_reported_not_raised(recorded: Recorded, tmp_path: Path) -> None:
@@ -250,3 +259,265 @@ def test_doctor_text_has_every_section(recorded: Recorded) -> None:
     assert "    dropped.ledger_claims 1" in lines
     assert lines[-1].startswith(f"  - process {os.getpid()} (")
     assert lines[-1].endswith(") recorded dropped.ledger_claims=1")
+
+
+def test_otlp_endpoints_default_per_protocol_and_grpc_takes_the_base_as_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")  # asked for, with no endpoint: the exporters' defaults
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "grpc")
+    _, data = _doctor("--db", str(tmp_path / "none.db"))
+    assert [(signal["endpoint"], signal["protocol"]) for signal in data["otlp"]] == [
+        ("http://localhost:4318/v1/traces", "http/protobuf"),
+        ("http://localhost:4317", "grpc"),
+    ]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:14317")
+    _, data = _doctor("--db", str(tmp_path / "none.db"))
+    assert [signal["endpoint"] for signal in data["otlp"]] == [
+        "http://127.0.0.1:14317/v1/traces",
+        "http://127.0.0.1:14317",
+    ]
+
+
+def _utc(unix_nano: int) -> str:
+    return datetime.fromtimestamp(unix_nano // 10**9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@pytest.mark.usefixtures("tokyo_clock")  # times in UTC, not in the local zone
+def test_doctor_text_says_what_each_part_does(
+    recorded: Recorded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    contracts = tmp_path / "contracts.yaml"
+    contracts.write_text(
+        "contracts:\n  short: {max_chars: 100}\n  weekly_reprot: {min_chars: 60}\n"
+        "match:\n  - {contract: short, agent: 'triage-*'}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "openai")
+    monkeypatch.setitem(sys.modules, "tallyspan_instrumentors.mcp", None)  # a plugin that fails to import
+    _, data = _doctor("--db", str(recorded.path), "--contracts", str(contracts))
+    result = CliRunner().invoke(main, ["--db", str(recorded.path), "doctor", "--contracts", str(contracts)])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[:3] == [f"tallyspan doctor — tallyspan {data['version']}", "", lines[2]]
+    assert lines[2] == "Instrumentors (opentelemetry_instrumentor entry points)"
+    assert lines[3].split() == ["name", "library", "patched", "by", "note"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[4 : lines.index("", 4)]}
+    assert rows["openai"] == [
+        "installed",
+        "nothing",
+        "disabled",
+        "by",
+        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
+    ]
+    assert rows["tallyspan_openai"] == [
+        "installed", "tallyspan.instrument(),", "opentelemetry-instrument", "-",
+    ]  # fmt: skip
+    assert rows["tallyspan_mcp"][:5] == ["missing", "nothing", "could", "not", "load"]
+    contracts_at = lines.index(f"Contracts: {contracts} (from --contracts)")
+    assert lines[contracts_at + 1 : contracts_at + 8] == [
+        "  match rule: contract short, agent triage-*",
+        "  stage          contract           calls in store  violating",
+        "  short          short                           0          0",
+        "  triage         (none: unchecked)               1          1",
+        "  weekly_report  (none: unchecked)               3          1",
+        "  weekly_reprot  weekly_reprot                   0          0",
+        "",
+    ]
+    overview = data["store"]["overview"]
+    (process,) = overview["counters"]
+    store_at = lines.index(f"Store: {recorded.path}")
+    assert lines[store_at + 1 : store_at + 4] == [
+        f"  10 spans in 4 traces, 4 runs, 3 reconciled; from {_utc(overview['first_span_unix_nano'])} "
+        f"to {_utc(overview['last_span_unix_nano'])} UTC",
+        f"  process {process['pid']} ({process['service_name']}), last recorded "
+        f"{_utc(process['time_unix_nano'])} UTC:",
+        "    dropped.ledger_claims 1",
+    ]
+    assert lines[lines.index("Problems") + 1 :] == [f"  - {problem}" for problem in data["problems"]]
+    assert data["problems"][0].startswith(
+        "instrumentor tallyspan_mcp cannot load: could not load tallyspan_instrumentors.mcp:MCPInstrumentor: "
+    )
+
+
+def test_doctor_text_of_stores_with_no_span_and_with_no_loss(
+    filled: Filled, store_without_spans: Path
+) -> None:
+    # ``filled`` first: its store is written before this process drops the claim it records.
+    lonely = store_without_spans
+    result = CliRunner().invoke(main, ["--db", str(lonely), "doctor"])
+    lines = result.output.splitlines()
+    store_at = lines.index(f"Store: {lonely}")
+    assert lines[store_at + 1 : store_at + 4] == [
+        "  0 spans in 0 traces, 0 runs, 0 reconciled; from - to - UTC",
+        lines[store_at + 2],
+        "    dropped.ledger_claims 1",
+    ]
+    assert lines[store_at + 2].startswith(f"  process {os.getpid()} (unknown service), last recorded ")
+    assert lines[-1] == f"  - process {os.getpid()} (unknown service) recorded dropped.ledger_claims=1"
+    assert lines[:-1].count("  no drops or errors recorded by the processes that wrote it") == 0
+    tallyspan.reset_stats()
+    result = CliRunner().invoke(main, ["--db", str(filled.path), "doctor"])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    store_at = lines.index(f"Store: {filled.path}")
+    assert lines[store_at + 2] == "  no drops or errors recorded by the processes that wrote it"
+    assert lines[store_at + 3 : store_at + 4] == ["OTLP"]
+    assert lines[-1] == "No problems found."
+
+
+_THIRD_PARTY = """\
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+
+
+class _Instrumentor(BaseInstrumentor):
+    def _instrument(self, **kwargs):
+        pass
+
+    def _uninstrument(self, **kwargs):
+        pass
+
+
+class MissingLibraryInstrumentor(_Instrumentor):
+    def instrumentation_dependencies(self):
+        return ["tallyspan-test-absent-library >= 1.0"]
+
+
+class SecondOpenAIInstrumentor(_Instrumentor):
+    def instrumentation_dependencies(self):
+        return ["openai >= 1.0"]
+"""
+
+
+@pytest.fixture
+def third_party_instrumentors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An installed distribution of two other instrumentors: one for a library that is not installed, one
+    more for openai (beside opentelemetry-instrumentation-openai-v2's)."""
+    site = tmp_path / "site"
+    (site / "third_party_instrumentors-1.0.dist-info").mkdir(parents=True)
+    (site / "third_party_instrumentors.py").write_text(_THIRD_PARTY, encoding="utf-8")
+    (site / "third_party_instrumentors-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: third-party-instrumentors\nVersion: 1.0\n", encoding="utf-8"
+    )
+    (site / "third_party_instrumentors-1.0.dist-info" / "entry_points.txt").write_text(
+        "[opentelemetry_instrumentor]\n"
+        "absent_library = third_party_instrumentors:MissingLibraryInstrumentor\n"
+        "openai_second = third_party_instrumentors:SecondOpenAIInstrumentor\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "third_party_instrumentors", raising=False)
+
+
+@pytest.mark.usefixtures("third_party_instrumentors")
+def test_doctor_shows_a_library_missing_and_names_every_other_instrumentor_of_a_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "tallyspan_instrumentors.mcp", None)  # a plugin that fails to import
+    code, data = _doctor("--db", str(tmp_path / "none.db"))
+    assert code == 1  # the plugin that cannot load; a library not installed is no problem of the set-up
+    by_name = {item["name"]: item for item in data["instrumentors"]}
+    assert by_name["absent_library"] == {
+        "name": "absent_library",
+        "target": "third_party_instrumentors:MissingLibraryInstrumentor",
+        "tallyspan": False,
+        "requires": ["tallyspan-test-absent-library >= 1.0"],
+        "library_installed": False,
+        "disabled": False,
+        "patched_by": [],
+        "problem": 'This instrumentation only instruments "tallyspan-test-absent-library >= 1.0", but no '
+        "installed version was found, so nothing can be instrumented.",
+    }
+    assert (by_name["tallyspan_mcp"]["requires"], by_name["tallyspan_mcp"]["patched_by"]) == ([], [])
+    assert by_name["tallyspan_mcp"]["problem"].startswith(
+        "could not load tallyspan_instrumentors.mcp:MCPInstrumentor: ModuleNotFoundError: "
+    )
+    assert data["notes"] == [
+        "openai and openai_second and tallyspan_openai both instrument openai under opentelemetry-instrument: "
+        "tallyspan joins the other's model span where it can (one span a call, checked), and the report counts "
+        "a call traced twice once; to keep tallyspan's alone, set "
+        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=openai,openai_second"
+    ]
+    text = CliRunner().invoke(main, ["--db", str(tmp_path / "none.db"), "doctor"]).output.splitlines()
+    row = next(line for line in text if line.startswith("  absent_library "))
+    assert row.split()[1:5] == ["missing", "nothing", "This", "instrumentation"]
+
+
+def test_doctor_without_our_own_instrumentor_of_a_library_has_no_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "tallyspan_openai")
+    _, data = _doctor("--db", str(tmp_path / "none.db"))
+    assert data["notes"] == []
+
+
+def test_doctor_in_a_bare_environment_is_the_pinned_text(tmp_path: Path) -> None:
+    missing = tmp_path / "none.db"
+    code, data = _doctor("--db", str(missing))
+    assert code == 0
+    assert data["version"] == tallyspan.__version__
+    assert data["store"] == {"path": str(missing), "exists": False, "error": None, "overview": None}
+    assert data["contracts"] == {
+        "path": None, "given_by": None, "error": None, "contracts": [], "default": False, "match_rules": [],
+        "stages": [],
+    }  # fmt: skip
+    result = CliRunner().invoke(main, ["--db", str(missing), "doctor"])
+    lines = result.output.splitlines()
+    start = lines.index(
+        "Contracts: none given (--contracts FILE or TALLYSPAN_CONTRACTS); only the default checks run"
+    )
+    assert lines[start - 1 : start + 11] == [
+        "",
+        "Contracts: none given (--contracts FILE or TALLYSPAN_CONTRACTS); only the default checks run",
+        "  (none)",
+        "",
+        "Where spans and ledger records go",
+        f"Store: {missing} (nothing recorded there yet)",
+        "OTLP",
+        "  traces (checked spans): not exported (no OTEL_EXPORTER_OTLP_* endpoint set)",
+        "  logs (ledger records): not exported (no OTEL_EXPORTER_OTLP_* endpoint set)",
+        "  message content exported: no; service name: (from the app)",
+        "",
+        *[f"Note: {note}" for note in data["notes"]],
+    ]
+    assert lines[start + 11 :] == ["No problems found."]
+
+
+def test_doctor_names_what_is_asked_for_but_cannot_be_exported_or_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without the tallyspan[grpc] extra: what the import sees when it is not installed.
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc.trace_exporter", None)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:14318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
+    bogus = tmp_path / "notes.db"
+    bogus.write_bytes(b"not a database at all" * 200)
+    code, data = _doctor("--db", str(bogus))
+    assert code == 1
+    assert data["store"]["path"] == str(bogus)
+    assert (data["store"]["exists"], data["store"]["overview"]) == (True, None)
+    assert data["store"]["error"].startswith("could not be read: ")
+    assert data["otlp"][1]["endpoint"] == "http://127.0.0.1:14318/v1/logs"
+    assert data["problems"] == [
+        f"the store at {bogus} {data['store']['error']}",
+        "OTLP traces over grpc were asked for but are not exported: pip install 'tallyspan[grpc]'",
+    ]
+    text = CliRunner().invoke(main, ["--db", str(bogus), "doctor"]).output.splitlines()
+    otlp = text.index("OTLP")
+    assert text[otlp - 1] == f"Store: {bogus} {data['store']['error']}"
+    assert text[otlp + 1 : otlp + 3] == [
+        "  traces (checked spans): http://127.0.0.1:14318 over grpc (NOT exported)",
+        "  logs (ledger records): http://127.0.0.1:14318/v1/logs over http/protobuf",
+    ]
+    assert text[-3:] == ["Problems", *(f"  - {problem}" for problem in data["problems"])]
+
+
+def test_a_stage_with_calls_and_no_contract_in_a_file_without_any(recorded: Recorded, tmp_path: Path) -> None:
+    empty = tmp_path / "contracts.yaml"
+    empty.write_text("contracts: {}\n", encoding="utf-8")
+    _, data = _doctor("--db", str(recorded.path), "--contracts", str(empty))
+    assert (
+        "stage 'triage' has 1 model call(s) in the store but no contract (stages with one: none); "
+        "a misspelt stage name turns its checks off"
+    ) in data["problems"]

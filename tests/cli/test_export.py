@@ -10,8 +10,10 @@ OTLP/JSON per line). Both sources must export the same records.
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any
 import jsonschema
 import openai
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from google.protobuf import json_format  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -28,11 +30,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace import TracerProvider
 from tests.conftest import LocalReceiver
+from tqdm import tqdm
 
 import tallyspan
 from tallyspan._datasets import schema_file
+from tallyspan._store_queries import count_traces, open_store
 from tallyspan.cli import main
 from tallyspan.cli.demo import load_script, run_demo
+from tallyspan.cli.export import parse_when
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply
 
 SCRIPT = load_script()
@@ -257,8 +262,19 @@ def test_a_readme_not_written_by_the_export_is_never_overwritten(workload: Workl
         main, ["--db", str(workload.db), "export", "--format", "failure-logs", str(tmp_path / "f.jsonl")]
     )
     assert result.exit_code == 2
-    assert "not overwriting" in result.output
+    assert result.output == (
+        f"Error: {tmp_path / 'README.md'} exists and was not written by tallyspan export: not overwriting it "
+        "(choose another folder for OUT, or --card PATH)\n"
+    )
     assert (tmp_path / "README.md").read_text(encoding="utf-8") == "# my project\n"
+    (tmp_path / "README.md").write_bytes(
+        "# プロジェクト\n".encode("shift_jis")
+    )  # not UTF-8: refused all the same
+    result = CliRunner().invoke(
+        main, ["--db", str(workload.db), "export", "--format", "failure-logs", str(tmp_path / "f.jsonl")]
+    )
+    assert result.exit_code == 2
+    assert "not overwriting" in result.output
     assert not (tmp_path / "f.jsonl").exists()
     records = _export(
         workload, tmp_path / "f.jsonl", "--format", "failure-logs", "--card", str(tmp_path / "CARD.md")
@@ -327,3 +343,97 @@ def test_export_json_summary(workload: Workload, tmp_path: Path) -> None:
     data = document["data"]
     assert data["records"] == sum(_expected_failure_logs().values())
     assert data["card"] == str(tmp_path / "README.md")
+
+
+def test_an_otlp_file_export_shows_its_progress_in_bytes_and_says_what_it_skipped(
+    workload: Workload, tmp_path: Path
+) -> None:
+    damaged = tmp_path / "traces.jsonl"
+    damaged.write_text(workload.otlp_file.read_text(encoding="utf-8") + "not json\n", encoding="utf-8")
+    packed = tmp_path / "traces.jsonl.gz"
+    with gzip.open(packed, "wt", encoding="utf-8") as out:
+        out.write(workload.otlp_file.read_text(encoding="utf-8"))
+
+    def export(source: Path) -> Result:
+        options = ["--format", "diagnosis", "--progress", "--otlp-file", str(source)]
+        return CliRunner().invoke(
+            main,
+            ["--db", str(tmp_path / "none.db"), "export", *options, str(tmp_path / "out.jsonl")],
+            catch_exceptions=False,
+        )
+
+    plain = export(damaged)
+    assert plain.exit_code == 0, plain.output
+    # The bar counts the file's bytes; a gzip file's size is not what is read, so it has no total.
+    size = tqdm.format_sizeof(damaged.stat().st_size)
+    assert re.search(
+        rf"export diagnosis:   0%\|\s+\| 0\.00/{re.escape(size)} \[00:00<\?, \?B/s\]", plain.stderr
+    )
+    lines = plain.stdout.splitlines()
+    assert re.fullmatch(
+        rf"tallyspan export diagnosis — \d+ records from \d+ traces of the OTLP JSON file {re.escape(str(damaged))}",
+        lines[0],
+    )
+    assert lines[2] == "  1 lines of the file were not JSON and were skipped"
+    gzipped = export(packed)
+    assert "export diagnosis: 0.00B [00:00, ?B/s]" in gzipped.stderr
+    assert gzipped.stdout.splitlines()[2] == "  failure class        records"
+    missing = CliRunner().invoke(
+        main,
+        ["export", "--format", "diagnosis", "--otlp-file", str(tmp_path / "x.jsonl"), str(tmp_path / "o")],
+    )
+    assert (missing.exit_code, missing.output) == (2, f"Error: no OTLP JSON file at {tmp_path / 'x.jsonl'}\n")
+
+
+def test_since_and_until_take_an_iso_time_utc_unless_it_says_otherwise_or_an_age(
+    tokyo_clock: None,
+) -> None:
+    nine_utc = 1_777_626_000 * 10**9  # 2026-05-01T09:00Z
+    assert parse_when("2026-05-01T09:00Z", "--since") == nine_utc
+    assert parse_when("2026-05-01T09:00", "--since") == nine_utc  # no offset: UTC, not the local zone
+    assert parse_when("2026-05-01T18:00+09:00", "--until") == nine_utc
+    assert parse_when("1970-01-01T00:00Z", "--since") == 0
+    before = time.time_ns()
+    seven_days_ago = parse_when("7d", "--since")
+    after = time.time_ns()
+    week = 7 * 86400 * 10**9
+    assert before - week - 10**6 <= seven_days_ago <= after - week + 10**6
+
+
+def test_a_bad_since_is_named_with_what_it_takes(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["export", "--format", "diagnosis", "--until", "soon", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == (
+        "Error: Invalid value for --until: 'soon' is neither an ISO-8601 time (2026-05-01T09:00Z) nor an age (7d)"
+    )
+
+
+def test_diagnosis_filters_keep_only_the_runs_asked_for(workload: Workload, tmp_path: Path) -> None:
+    everything = _export(workload, tmp_path / "all.jsonl", "--format", "diagnosis")
+    evidence = [{item["type"] for item in record["diagnosis"]["evidence"]} for record in everything]
+    unlogged = _export(workload, tmp_path / "u.jsonl", "--format", "diagnosis", "--type", "unlogged_call")
+    assert unlogged == [r for r, types in zip(everything, evidence, strict=True) if "unlogged_call" in types]
+    assert 0 < len(unlogged) < len(everything)
+    timeouts = _export(workload, tmp_path / "t.jsonl", "--format", "diagnosis", "--class", "timeout")
+    assert timeouts == [r for r in everything if r["diagnosis"]["failure_class"] == "timeout"] != []
+    assert (
+        _export(workload, tmp_path / "f.jsonl", "--format", "diagnosis", "--since", "2999-01-01T00:00Z") == []
+    )
+
+
+def test_a_store_export_counts_traces_into_a_new_folder_and_names_its_source_on_the_card(
+    workload: Workload, tmp_path: Path
+) -> None:
+    out = tmp_path / "new" / "folder" / "failures.jsonl"
+    result = CliRunner().invoke(
+        main,
+        ["--db", str(workload.db), "export", "--format", "failure-logs", "--progress", str(out)],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    with open_store(workload.db) as db:
+        traces = count_traces(db)
+    assert f"| 0/{traces} [" in result.stderr
+    assert f"the store {workload.db}" in (out.parent / "README.md").read_text(encoding="utf-8")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -11,13 +12,28 @@ from opentelemetry.sdk.trace import TracerProvider
 from tests.cli.conftest import Recorded
 
 import tallyspan
+from tallyspan._store_queries import ledger_books, open_store
+from tallyspan._store_schema import connect
 from tallyspan.cli import main
-from tallyspan.cli.ledger import LedgerLine, LedgerSide, command
+from tallyspan.cli.ledger import LedgerLine, LedgerSide, command, load_books
 
 
 def _invoke(db_path: Path, *args: str) -> tuple[int, str]:
     result = CliRunner().invoke(main, ["--db", str(db_path), "ledger", *args], catch_exceptions=False)
     return result.exit_code, result.output
+
+
+@tallyspan.tool
+def search(query: str, tool_call_id: str) -> str:
+    return query
+
+
+@tallyspan.tool
+def log_action(
+    call_id: str, tool_name: str, claimed_outcome: str, tool_call_id: str, summary: str = ""
+) -> str:
+    """The agent's log tool: each call is a claim on the books."""
+    return "logged"
 
 
 @pytest.fixture
@@ -26,18 +42,8 @@ def books(tracer_provider: TracerProvider, db_path: Path) -> dict[str, str]:
     instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=())
 
     @tallyspan.tool
-    def search(query: str, tool_call_id: str) -> str:
-        return query
-
-    @tallyspan.tool
     def book(flight: str, tool_call_id: str) -> str:
         raise tallyspan.Rejected("no seats")
-
-    @tallyspan.tool
-    def log_action(
-        call_id: str, tool_name: str, claimed_outcome: str, tool_call_id: str, summary: str = ""
-    ) -> str:
-        return "logged"
 
     ids = {}
     with tallyspan.run("tidy") as span:
@@ -256,3 +262,129 @@ def test_id_less_claims_sit_beside_the_earliest_unclaimed_call_of_their_tool() -
         LedgerLine(LedgerSide(0, "a", "t", "succeeded", None), LedgerSide(3, None, "t", "succeeded", None)),
         LedgerLine(LedgerSide(1, "b", "t", "failed", None), LedgerSide(2, "b", "t", "failed", "x")),
     ]
+
+
+# --- a broken protocol, the limit, older writers' rows ----------------------------------------------
+
+
+@pytest.fixture
+def protocol(tracer_provider: TracerProvider, db_path: Path) -> dict[str, str]:
+    """Four runs through the real chain: ``tidy``, ``late`` (both calls logged, but after both calls:
+    balanced, protocol broken), ``sloppy`` (a call nobody logged) and ``noted`` (a logged summary, kept
+    since content is captured). Returns run name -> trace id."""
+    instrumentation = tallyspan.instrument(
+        tracer_provider=tracer_provider, store=db_path, instrumentors=(), capture_content=True
+    )
+
+    traces = {}
+    with tallyspan.run("tidy") as span:
+        search("a", tool_call_id="t1")
+        log_action("t1", "search", "succeeded", tool_call_id="tL1")
+    traces["tidy"] = format(span.get_span_context().trace_id, "032x")
+    with tallyspan.run("late") as span:
+        search("b", tool_call_id="l1")
+        search("c", tool_call_id="l2")
+        log_action("l1", "search", "succeeded", tool_call_id="lL1")
+        log_action("l2", "search", "succeeded", tool_call_id="lL2")
+    traces["late"] = format(span.get_span_context().trace_id, "032x")
+    with tallyspan.run("sloppy") as span:
+        search("d", tool_call_id="s1")
+    traces["sloppy"] = format(span.get_span_context().trace_id, "032x")
+    with tallyspan.run("noted") as span:
+        search("e", tool_call_id="n1")
+        log_action("n1", "search", "succeeded", tool_call_id="nL1", summary="looked it up")
+    traces["noted"] = format(span.get_span_context().trace_id, "032x")
+    instrumentation.force_flush()
+    tallyspan.uninstrument()
+    return traces
+
+
+def _runs(db_path: Path, *args: str) -> list[dict[str, Any]]:
+    code, output = _invoke(db_path, *args, "--json")
+    assert code == 0, output
+    runs: list[dict[str, Any]] = json.loads(output)["data"]
+    return runs
+
+
+def test_a_run_logged_out_of_order_balances_but_says_its_protocol_broke(
+    db_path: Path, protocol: dict[str, str]
+) -> None:
+    code, output = _invoke(db_path, "--run", protocol["late"])
+    assert code == 0
+    lines = output.splitlines()
+    assert lines[1] == "  balanced, protocol broken: 2 observed, 2 claimed"
+    assert [line.split()[0] for line in lines[6:]] == ["out_of_order_log"]
+    _, tidy = _invoke(db_path, "--run", protocol["tidy"])
+    assert tidy.splitlines()[1:] == [
+        "  balanced, protocol ok: 1 observed, 1 claimed",
+        "  observed call  tool    outcome    |  claimed call  tool    outcome    summary",
+        "  t1             search  succeeded  |  t1            search  succeeded  -",
+        "  no discrepancies",
+    ]
+    _, noted = _invoke(db_path, "--run", protocol["noted"])
+    assert noted.splitlines()[3].endswith("  |  n1            search  succeeded  looked it up")
+
+
+def test_limit_and_run_choose_the_runs_and_unbalanced_keeps_only_books_that_do_not_balance(
+    db_path: Path, protocol: dict[str, str]
+) -> None:
+    assert [run["run_name"] for run in _runs(db_path)] == ["noted", "sloppy", "late", "tidy"]
+    assert [run["run_name"] for run in _runs(db_path, "--limit", "2")] == ["noted", "sloppy"]
+    assert [run["run_name"] for run in _runs(db_path, "--run", protocol["tidy"], "--limit", "1")] == ["tidy"]
+    assert [run["run_name"] for run in _runs(db_path, "--unbalanced")] == ["sloppy"]
+    with open_store(db_path) as db:
+        assert [run.run_name for run in ledger_books(db)] == ["noted", "sloppy", "late", "tidy"]
+    assert [run.run_name for run in load_books(db_path)] == ["noted", "sloppy", "late", "tidy"]
+    assert [run.run_name for run in load_books(db_path, limit=1)] == ["noted"]
+
+
+def test_every_run_a_prefix_names_is_shown_whatever_the_limit(
+    tracer_provider: TracerProvider, db_path: Path
+) -> None:
+    instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=())
+    tracer = tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("request") as request:  # two runs served by one request: one trace
+        with tallyspan.run("first"):
+            pass
+        with tallyspan.run("second"):
+            pass
+    instrumentation.force_flush()
+    tallyspan.uninstrument()
+    trace_id = format(request.get_span_context().trace_id, "032x")
+    assert [run["run_name"] for run in _runs(db_path, "--run", trace_id, "--limit", "1")] == [
+        "second",
+        "first",
+    ]
+
+
+def test_wildcards_and_escapes_in_a_run_id_are_taken_literally(
+    db_path: Path, protocol: dict[str, str]
+) -> None:
+    for given in ("%", "_", "\\" + protocol["tidy"][:6]):
+        result = CliRunner().invoke(main, ["--db", str(db_path), "ledger", "--run", given])
+        assert result.exit_code == 1, given
+        assert f"No reconciled run has the id {given!r}" in result.output
+
+
+def test_a_row_of_an_older_writer_shows_what_it_lacks_as_dashes(db_path: Path) -> None:
+    db = connect(db_path)
+    with db:
+        db.execute(
+            "INSERT INTO ledger_reconciliations (trace_id, run_span_id, run_name, balanced, protocol_ok,"
+            " discrepancy_types, discrepancies, observed_count, claimed_count, time_unix_nano)"
+            " VALUES (?, ?, NULL, 0, 1, ?, ?, NULL, NULL, 1)",
+            ("ab" * 16, "cd" * 8, '["unlogged_call"]', '[{"type": "unlogged_call", "call_id": "c7"}]'),
+        )
+    db.close()
+    code, output = _invoke(db_path)
+    assert code == 0
+    assert output.splitlines() == [
+        f"run -  span {'cd' * 8}  trace {'ab' * 16}",
+        "  UNBALANCED, protocol ok: - observed, - claimed",
+        "  (none)",
+        "  discrepancy    call  detail",
+        "  unlogged_call  c7",
+    ]
+    (run,) = _runs(db_path)
+    assert run["discrepancies"] == [{"type": "unlogged_call", "call_id": "c7", "detail": ""}]
+    assert (run["observed_count"], run["claimed_count"], run["run_name"]) == (None, None, None)

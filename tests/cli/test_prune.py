@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tests.cli.conftest import Filled, Recorded, age_trace
 
+from tallyspan._store_queries import open_store, prune
 from tallyspan._store_schema import connect
 from tallyspan.cli import main
 from tallyspan.cli.prune import parse_age
+from tallyspan_exporters import SQLiteSpanExporter
 
 TABLES = ("spans", "runs", "violations", "ledger_entries", "ledger_reconciliations", "self_stats")
 
@@ -115,3 +121,47 @@ def test_an_age_too_long_is_a_usage_error_not_an_overflow(filled: Filled, text: 
     assert "--older-than" in result.output
     assert "longer than 200 years" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_bad_age_says_why_under_the_option_name(filled: Filled) -> None:
+    not_an_age = CliRunner().invoke(main, ["prune", "--older-than", "7"])
+    assert not_an_age.output.splitlines()[-1] == (
+        "Error: Invalid value for --older-than: '7' is not an age like 90m, 36h, 7d or 2w"
+    )
+    too_long = CliRunner().invoke(main, ["prune", "--older-than", "73001d"])
+    assert too_long.output.splitlines()[-1] == (
+        "Error: Invalid value for --older-than: '73001d' is longer than 200 years"
+    )
+
+
+def test_exactly_200_years_is_taken_and_a_cutoff_before_1970_deletes_nothing(db_path: Path) -> None:
+    # A span stamped at the epoch itself (a producer whose clock was never set) is not older than 1970.
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    provider.get_tracer("test").start_span("at the epoch", start_time=0).end(end_time=0)
+    provider.shutdown()
+    exporter = SQLiteSpanExporter(db_path)
+    exporter.export(memory.get_finished_spans())
+    exporter.shutdown()
+    assert parse_age("73000d") == 200 * 365 * 86400
+
+    result = CliRunner().invoke(main, ["prune", "--older-than", "73000d", "--json"], catch_exceptions=False)
+
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)["data"]
+    assert data["before_unix_nano"] < 0  # 200 years back from now is before 1970: clamped to 0 by prune
+    assert data["deleted"]["spans"] == 0
+    assert _table_counts(db_path)["spans"] == 1
+
+
+def test_prune_called_from_a_script_deletes_unless_asked_for_a_dry_run(filled: Filled) -> None:
+    old = filled.trace_id("invoke_agent reporter")
+    age_trace(filled.path, old, days=10)
+    cutoff = time.time_ns() - 7 * 86400 * 10**9
+    with open_store(filled.path) as db:
+        would = prune(db, cutoff, dry_run=True)
+        assert _table_counts(filled.path)["spans"] == 5
+        assert prune(db, cutoff) == would
+    assert would["spans"] == 4
+    assert _table_counts(filled.path)["spans"] == 1

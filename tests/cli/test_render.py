@@ -49,3 +49,9 @@ def test_table_shows_none_as_dash_bools_as_words_and_lists_joined() -> None:
 
 def test_an_empty_table_says_none() -> None:
     assert table(["a"], []) == "  (none)"
+
+
+def test_json_is_indented_by_two_for_people_reading_it() -> None:
+    assert to_json("x", ("判定", 1)) == (
+        '{\n  "format_version": 1,\n  "command": "x",\n  "data": [\n    "判定",\n    1\n  ]\n}'
+    )

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.util.types import AttributeValue
 from tests.cli.conftest import RECORDED_TOKENS, Filled, Recorded
 
+import tallyspan
 from tallyspan import semconv
 from tallyspan._store_schema import connect
 from tallyspan.cli import main
@@ -127,7 +131,10 @@ def test_report_text_shows_every_section(filled: Filled) -> None:
         assert heading in lines
     assert "  qwen3-32b                   2           180            250" in lines
     assert "  weekly_report  too_short         contract_violation       1" in lines
-    assert "  TimeoutError      1" in lines
+    assert lines[lines.index("Errors") + 1 : lines.index("Errors") + 3] == [
+        "  error type    calls",
+        "  TimeoutError      1",
+    ]
     trace_prefix = filled.trace_id("invoke_agent reporter")[:12]
     assert f"  {trace_prefix}  reporter  no        yes                 2        1  unlogged_call" in lines
     assert lines[-1] == "  1 of 1 runs do not balance"
@@ -376,4 +383,135 @@ def test_report_shows_what_tallyspan_itself_lost(recorded: Recorded) -> None:
     heading = lines.index(
         "What tallyspan lost or failed on (tallyspan.stats() of the processes that wrote the store)"
     )
-    assert lines[heading + 2].split()[-2:] == ["dropped.ledger_claims", "1"]
+    assert lines[heading - 1] == ""
+    assert lines[heading + 1].split() == ["pid", "service", "counter", "count"]
+    assert lines[heading + 2].split() == [
+        str(os.getpid()),
+        process["service_name"],
+        "dropped.ledger_claims",
+        "1",
+    ]
+
+
+def test_losses_of_a_process_whose_store_saw_no_span_show_no_service(store_without_spans: Path) -> None:
+    lonely = store_without_spans
+    _, output = _invoke("--db", str(lonely), "report")
+    assert output.splitlines()[-1].split() == [str(os.getpid()), "-", "dropped.ledger_claims", "1"]
+
+
+def _utc(unix_nano: int) -> str:
+    return datetime.fromtimestamp(unix_nano // 10**9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@pytest.mark.usefixtures("tokyo_clock")  # times in UTC, not in the local zone
+def test_report_text_is_exactly_the_pinned_text(recorded: Recorded) -> None:
+    ids = recorded.trace_ids
+    starts = {trace["trace_id"]: trace["start_unix_nano"] for trace in _report(recorded)["failing_traces"]}
+    code, output = _invoke("--db", str(recorded.path), "report")
+    assert code == 0
+    lines = output.splitlines()
+    assert lines[
+        : lines.index(
+            "What tallyspan lost or failed on (tallyspan.stats() of the processes that wrote the store)"
+        )
+    ] == [
+        f"tallyspan report — {recorded.path}",
+        "  10 spans in 4 traces, 4 runs; 5 model calls (2 violating), 2 tool calls",
+        "",
+        "Failing traces (unbalanced first, then the latest)",
+        "  start (UTC)          trace                             run             books       violating calls  types",
+        f"  {_utc(starts[ids['booker']])}  {ids['booker']}  booker          UNBALANCED"
+        "                0  ledger_missing, unlogged_call",
+        f"  {_utc(starts[ids['triage']])}  {ids['triage']}  chat qwen3-32b  -"
+        "                         1  refusal",
+        f"  {_utc(starts[ids['reporter']])}  {ids['reporter']}  reporter        balanced"
+        "                  1  missing_required, not_japanese, too_short",
+        "  Open one with `tallyspan spans --trace ID`, or search the trace id in your tracing backend.",
+        "",
+        "Models",
+        "  model      calls  input tokens  output tokens",
+        "  qwen3-32b      5            76             72",
+        "",
+        "Stages",
+        "  stage          calls  violating",
+        "  triage             1          1",
+        "  weekly_report      3          1",
+        "",
+        "Errors",
+        "  (none)",
+        "",
+        "Violations by stage and type",
+        "  stage          type              failure class        calls",
+        "  triage         refusal           contract_violation       1",
+        "  weekly_report  missing_required  contract_violation       1",
+        "  weekly_report  not_japanese      language_corruption      1",
+        "  weekly_report  too_short         contract_violation       1",
+        "",
+        "Ledger (unbalanced first, then the latest)",
+        "  trace         run       balanced  protocol ok  observed  claimed  discrepancies",
+        f"  {ids['booker'][:12]}  booker    no        yes                 1        0  ledger_missing, unlogged_call",
+        f"  {ids['both'][:12]}  both      yes       yes                 0        0  -",
+        f"  {ids['reporter'][:12]}  reporter  yes       yes                 1        1  -",
+        "  1 of 3 runs do not balance",
+        "",
+    ]
+
+
+def test_report_text_of_an_empty_store_and_of_books_that_all_balance(
+    db_path: Path, tracer_provider: TracerProvider
+) -> None:
+    connect(db_path).close()
+    code, output = _invoke("report", "--since", "2000-01-01T00:00:00Z")
+    assert code == 0
+    assert output.splitlines() == [
+        f"tallyspan report — {db_path} (since 2000-01-01 00:00:00 UTC)",
+        "  0 spans in 0 traces, 0 runs; 0 model calls (0 violating), 0 tool calls",
+        "",
+        "Failing traces",
+        "  (none)",
+        "",
+        "Models",
+        "  (none)",
+        "",
+        "Stages",
+        "  (none)",
+        "",
+        "Errors",
+        "  (none)",
+        "",
+        "Violations by stage and type",
+        "  (none)",
+        "",
+        "Ledger (unbalanced first, then the latest)",
+        "  (none)",
+    ]
+    instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=())
+    with tallyspan.run("quiet"):
+        pass
+    instrumentation.force_flush()
+    tallyspan.uninstrument()
+    _, output = _invoke("report")
+    assert output.splitlines()[-1] == "  all books balance"
+
+
+def test_a_failed_command_prints_one_line_and_keeps_the_traceback_in_the_debug_log(
+    db_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    connect(db_path).close()
+    caplog.set_level(logging.DEBUG, logger="tallyspan.cli")
+    bad_input = CliRunner().invoke(
+        main, ["export", "--format", "diagnosis", "--judge", "http://127.0.0.1:9/v1", "o"]
+    )
+    assert (bad_input.exit_code, bad_input.output.splitlines()[-1]) == (
+        2,
+        "Error: --judge and --judge-model go together",
+    )
+    failed = CliRunner().invoke(main, ["ledger", "--run", "no-such-run"])
+    assert (failed.exit_code, failed.output) == (
+        1,
+        "Error: No reconciled run has the id 'no-such-run' (a run span id or trace id, or a prefix)\n",
+    )
+    assert [(record.getMessage(), bool(record.exc_info)) for record in caplog.records] == [
+        ("tallyspan command got bad input", True),
+        ("tallyspan command failed", True),
+    ]

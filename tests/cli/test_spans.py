@@ -9,10 +9,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tests.cli.conftest import Filled, Recorded
 
+from tallyspan import semconv
 from tallyspan._store_schema import connect
 from tallyspan.cli import main
+from tallyspan_exporters import SQLiteSpanExporter
 
 
 def _invoke(*args: str) -> tuple[int, str]:
@@ -211,6 +217,9 @@ def test_since_takes_an_age_or_an_iso_time(recorded: Recorded) -> None:
 def test_trace_prefix_combines_with_the_other_filters(recorded: Recorded) -> None:
     reporter = recorded.trace_ids["reporter"][:10]
     assert len(_names(recorded, "--trace", reporter)) == 4
+    assert (
+        len(_names(recorded, "--trace", reporter, "--limit", "1")) == 4
+    )  # the limit is for the latest spans
     assert _names(recorded, "--trace", reporter, "--violated") == [("chat qwen3-32b", "weekly_report")]
     assert _names(recorded, "--trace", reporter, "--since", "1d") == []
 
@@ -224,3 +233,75 @@ def test_a_bad_since_is_a_usage_error_naming_the_option(recorded: Recorded, sinc
 
 def test_a_huge_age_means_since_the_beginning(recorded: Recorded) -> None:
     assert len(_names(recorded, "--since", "999999999999w")) == 10
+
+
+# --- the text table, exactly -----------------------------------------------------------------------
+
+#: 2026-01-31 09:00:05.123456789 UTC: the run starts then, its call 250 ms later.
+RUN_START = 1_769_850_005_123_456_789
+CALL_START = RUN_START + 250_000_000
+
+
+def _timed_store(db_path: Path) -> dict[str, ReadableSpan]:
+    """Two traces at fixed times through the real exporter: a run (no tokens) around a call with a
+    violation that names neither class nor detail, and a call whose start the SDK clock gave."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("test")
+    run = tracer.start_span(
+        "invoke_agent planner",
+        attributes={semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_INVOKE_AGENT},
+        start_time=RUN_START,
+    )
+    with trace.use_span(run, end_on_exit=False):
+        call = tracer.start_span(
+            "chat m",
+            attributes={
+                semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_CHAT,
+                semconv.STAGE: "plan",
+                semconv.GEN_AI_USAGE_INPUT_TOKENS: 7,
+                semconv.GEN_AI_USAGE_OUTPUT_TOKENS: 3,
+                semconv.VIOLATION_TYPES: ["a_newer_type"],
+                semconv.VIOLATION_COUNT: 1,
+            },
+            start_time=CALL_START,
+        )
+        call.add_event(semconv.EVENT_VIOLATION, {semconv.VIOLATION_TYPE: "a_newer_type"})
+        call.end(end_time=CALL_START + 1_500_000)
+    run.end(end_time=RUN_START + 2_000_000_000)
+    tracer.start_span("chat other", start_time=RUN_START + 3_600_000_000_000).end(
+        end_time=RUN_START + 3_600_001_000_000
+    )
+    provider.shutdown()
+    spans = {span.name: span for span in memory.get_finished_spans()}
+    exporter = SQLiteSpanExporter(db_path)
+    exporter.export(list(spans.values()))
+    exporter.shutdown()
+    return spans
+
+
+def _hex_ids(span: ReadableSpan) -> tuple[str, str]:
+    return format(span.context.trace_id, "032x"), format(span.context.span_id, "016x")
+
+
+@pytest.mark.usefixtures("tokyo_clock")  # a local clock would show 18:00
+def test_spans_text_is_the_table_per_trace_in_utc_whatever_the_local_zone(db_path: Path) -> None:
+    spans = _timed_store(db_path)
+    code, output = _invoke("spans")
+    assert code == 0
+    run_trace, run_id = _hex_ids(spans["invoke_agent planner"])
+    _, call_id = _hex_ids(spans["chat m"])
+    other_trace, other_id = _hex_ids(spans["chat other"])
+    assert output.splitlines() == [
+        f"trace {run_trace}",
+        "  start (UTC)   span              name                  stage      ms  status  tokens in/out  violations",
+        f"  09:00:05.123  {run_id}  invoke_agent planner  -      2000.0  UNSET   -              -",
+        f"  09:00:05.373  {call_id}  chat m                plan      1.5  UNSET   7/3            a_newer_type",
+        f"  why {call_id} (chat m):",
+        "    a_newer_type (unknown class): -",
+        "",
+        f"trace {other_trace}",
+        "  start (UTC)   span              name        stage   ms  status  tokens in/out  violations",
+        f"  10:00:05.123  {other_id}  chat other  -      1.0  UNSET   -              -",
+    ]

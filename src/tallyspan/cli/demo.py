@@ -193,7 +193,6 @@ def _run_agent(client: openai.OpenAI, script: Mapping[str, Any], run: Mapping[st
         {"role": "user", "content": script["user_prompt"].format(department=run["department"])},
     ]
     functions = _tools(run)
-    agent_log: list[dict[str, Any]] = []  # the agent's own books, which the ledger reconciles
     with tallyspan.run(script["agent"]):
         for _turn in range(MAX_TOOL_TURNS):
             message = (
@@ -207,7 +206,7 @@ def _run_agent(client: openai.OpenAI, script: Mapping[str, Any], run: Mapping[st
                     continue
                 arguments = json.loads(call.function.arguments)
                 if call.function.name == LOG_TOOL:
-                    agent_log.append(arguments)  # a claim about an action, not an action
+                    # A claim about an action, not an action: the ledger reads it from the model's reply.
                     content = "記録しました"
                 else:
                     try:
