@@ -248,7 +248,7 @@ class OffThreadProcessor(WrappingProcessor):
         # Our own exports (OTLP over HTTP, SQLite) must not be traced by instrumentations of the app.
         token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
-            idle, handled = True, 0
+            handled = 0  # spans since the queue was last empty
             while True:
                 if self._stopping:
                     try:
@@ -261,18 +261,17 @@ class OffThreadProcessor(WrappingProcessor):
                     except queue.Empty:
                         if handled >= _RELEASE_AFTER_SPANS:
                             release_free_memory()  # a backlog was worked off: give its pages back
-                        idle, handled = True, 0
+                        handled = 0
                         item = self._queue.get()
                 if item is _STOP:
                     return
-                if idle and self._batch_delay_s and not isinstance(item, _Flush):
+                if not handled and self._batch_delay_s and not isinstance(item, _Flush):
                     # The first span after a pause: let the next ones gather for a moment. Meanwhile the
                     # app runs without contending for the GIL, and the checks then run back to back on
                     # warm caches (per span, interleaved with the app, they cost about twice the CPU).
                     # A flush or shutdown cuts the wait short.
                     self._wake.wait(self._batch_delay_s)
                     self._wake.clear()
-                idle = False
                 handled += 1
                 if isinstance(item, _Flush):
                     item.done.set()
