@@ -243,8 +243,19 @@ _TRIGGERS: dict[str, tuple[str, ...]] = {
 _KIND_OF_TRIGGER: dict[str, str] = {
     trigger: kind for kind, triggers in _TRIGGERS.items() for trigger in triggers
 }
+# An ASCII text is lowercased (cheap for ASCII) and scanned once by an alternation of the triggers.
 _ANY_TRIGGER = re.compile(
     "|".join(re.escape(trigger) for trigger in sorted(_KIND_OF_TRIGGER, key=len, reverse=True))
+)
+# Lowercasing any other text costs more than the scan itself, so it is scanned as written, for each
+# trigger in lower case, capitalised, in title case and in upper case ("Trusted by", "Number One").
+_KIND_OF_CASED_TRIGGER: dict[str, str] = {
+    variant: kind
+    for trigger, kind in _KIND_OF_TRIGGER.items()
+    for variant in (trigger, trigger.capitalize(), trigger.title(), trigger.upper())
+}
+_ANY_CASED_TRIGGER = re.compile(
+    "|".join(re.escape(trigger) for trigger in sorted(_KIND_OF_CASED_TRIGGER, key=len, reverse=True))
 )
 #: A claim pattern runs this far either side of its trigger word (a claim is a phrase, not a paragraph).
 _CLAIM_REACH = 120
@@ -300,18 +311,18 @@ def find_claims(text: str, allowed: Sequence[str]) -> list[str]:
 
 def _claim_matches(text: str) -> Iterator[tuple[str, re.Match[str]]]:
     """(kind, match) of each claim pattern's matches, kind by kind, in text order."""
-    lowered = text.lower()
+    if text.isascii():
+        triggers, kind_of = _ANY_TRIGGER.finditer(text.lower()), _KIND_OF_TRIGGER
+    else:
+        triggers, kind_of = _ANY_CASED_TRIGGER.finditer(text), _KIND_OF_CASED_TRIGGER
     regions: dict[str, list[list[int]]] = {}
-    for trigger in _ANY_TRIGGER.finditer(lowered):
-        spans = regions.setdefault(_KIND_OF_TRIGGER[trigger.group()], [])
+    for trigger in triggers:
+        spans = regions.setdefault(kind_of[trigger.group()], [])
         start, end = max(trigger.start() - _CLAIM_REACH, 0), trigger.end() + _CLAIM_REACH
         if spans and start <= spans[-1][1]:
             spans[-1][1] = end  # overlapping windows are scanned as one
         else:
             spans.append([start, end])
-    whole = len(lowered) == len(text)  # lowercasing can change lengths (İ): then positions differ
     for kind, pattern in _CLAIM_KINDS:
-        if kind not in regions:
-            continue
-        for start, end in regions[kind] if whole else [[0, len(text)]]:
+        for start, end in regions.get(kind, ()):
             yield from ((kind, match) for match in pattern.finditer(text, start, end))

@@ -145,8 +145,13 @@ def test_the_providers_reasoning_repeated_is_a_leak_from_thirty_characters() -> 
         ("Satisfaction is 98%. Our docs mention satisfaction is 98% too.", ["docs mention"], ["percentage"]),
         ("We are the world's first. Trusted by 300 customers.", ["WORLD'S FIRST"], ["customer", "customer"]),
         ("x" * 300 + " Trusted by many.", [], ["customer"]),  # far from the start
-        ("İ" * 200 + " trusted by many", [], ["customer"]),  # lowercasing that changes the length
-        ("Trusted by many. İ", [], ["customer"]),  # then the whole text is read, from its start
+        ("İ" * 200 + " trusted by many", [], ["customer"]),  # lowercasing would change the length
+        ("Trusted by many. İ", [], ["customer"]),
+        # A non-ASCII text is scanned as written: each trigger in lower, capitalised, title and upper case.
+        ("弊社は TRUSTED BY many teams です。", [], ["customer"]),
+        ("弊社は the Number One choice です。", [], ["superlative"]),
+        ("弊社は Used by 5 Companies です。", [], ["customer", "customer"]),
+        ("Trusted by many.", [], ["customer"]),
         ("Trusted by many. " + "x" * 300 + " Trusted by all.", [], ["customer", "customer"]),  # once each
         ("CPU usage is 97%. Trusted by many.", [], ["customer"]),  # a bare load does not stop the reading
         # the sentence reaches 200 characters to the right at most
