@@ -69,7 +69,14 @@ _LATIN_TOKEN = re.compile(
 )
 _SENTENCE_END = re.compile(r"[。！？!?\n]|\.(?=\s|$)")
 _UP_TO_SENTENCE_END = re.compile(r"(?s).*(?:[。！？!?\n]|\.(?=\s))")
-_NOT_ASCII_LETTER = bytes(byte for byte in range(128) if not chr(byte).isalpha())
+# An ASCII view of the prose, position for position: letters "a", digits "0", anything else " ".
+_LETTERS_AND_DIGITS = (
+    bytes(
+        ord("a") if chr(byte).isalpha() else ord("0") if chr(byte).isdigit() else ord(" ")
+        for byte in range(128)
+    )
+    + b" " * 128
+)
 _CJK = re.compile(r"[\u3041-\u30FF\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF\uAC00-\uD7AF々]")
 
 # English words that carry grammar; two of them inside a Japanese sentence make a broken mix.
@@ -181,10 +188,13 @@ def _is_json(text: str) -> bool:
         return False
 
 
-def _word_kinds(prose: str) -> _English:
-    """Count English words, and find whole English sentences and sentences that switch to English."""
+def _word_kinds(prose: str, start: int = 0, end: int | None = None) -> _English:
+    """Count English words, and find whole English sentences and sentences that switch to English.
+
+    Tokens are looked for between ``start`` and ``end`` only (where the prose has Latin letters).
+    """
     found = _English()
-    tokens = list(_LATIN_TOKEN.finditer(prose))
+    tokens = list(_LATIN_TOKEN.finditer(prose, start, len(prose) if end is None else end))
     if not tokens:
         return found
     kinds: list[tuple[int, int, str]] = []  # (start, end, kind): f function, o ordinary, c other word
@@ -279,8 +289,14 @@ def _is_japanese(kana: int, quoted_kana: int, words: int, sentence_end: bool, en
 
 def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
     kana, han, hangul, _ = script_counts(prose)
-    has_letters = bool(prose.encode("ascii", "ignore").translate(None, _NOT_ASCII_LETTER))
-    english = _word_kinds(prose) if has_letters else _English()
+    english = _English()
+    # The token scan tests every character; in CJK prose only the stretch from the first Latin letter to
+    # the last letter or digit (and one more, for the token's look-ahead) can hold a token. Found in C.
+    view = prose.encode("ascii", "replace").translate(_LETTERS_AND_DIGITS)  # "?" for each other character
+    first_letter = view.find(b"a")
+    if first_letter >= 0:
+        last = max(view.rfind(b"a"), view.rfind(b"0"))
+        english = _word_kinds(prose, first_letter, min(last + 2, len(prose)))
     cjk = kana + han
     chinese = chinese_evidence(prose, kana > 0) if han else None
     sentence_end = bool(kana) and _JAPANESE_SENTENCE_END.search(prose) is not None

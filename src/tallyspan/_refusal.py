@@ -42,6 +42,20 @@ _REFUSAL = re.compile(
     r"|作为(?:一个)?(?:AI|人工智能|语言模型)[^。\n]{0,20}?(?:不能|无法)"
     r"|我(?:无法|無法|不能)(?:提供|回答|帮助|幫助|协助|協助|完成)"
 )
+# Every match of _REFUSAL holds one of these words (in lower case): trying its ~20 alternatives at each
+# position costs ~1,700 instructions a character, scanning for these literals ~100, so _REFUSAL runs only
+# on an opening that holds one (tests/core/test_refusal.py checks each alternative keeps one).
+_REFUSAL_ANCHORS = re.compile(
+    "|".join(
+        (
+            "sorry", "afraid", "can't", "cannot", "won't", "will not", "unable", "not able", "decline",
+            "refuse", "don't", "do not", "am not",
+            "申し訳", "できません", "できかねます", "いたしかねます", "控えさせて", "お断り", "持ちません",
+            "持っていません", "持たない", "ありません",
+            "抱歉", "对不起", "對不起", "很遗憾", "很遺憾", "不能", "无法", "無法",
+        )
+    )
+)  # fmt: skip
 # The premise rejected ("such a situation cannot exist"): a refusal only when nothing real follows,
 # since "impossible, because ..." can be the answer to a puzzle.
 _PREMISE_REJECTED = re.compile(
@@ -108,7 +122,7 @@ def is_refusal(text: str) -> bool:
     if not text or _length(text) > _REFUSAL_MAX_CHARS:
         return False
     head = text.lstrip()[:_REFUSAL_WINDOW]
-    found = _REFUSAL.search(head)
+    found = _REFUSAL.search(head) if _REFUSAL_ANCHORS.search(head.lower()) else None
     if found is None:
         premise = _PREMISE_REJECTED.search(head)
         if premise is not None and not _LEAD_SENTENCE_END.search(head[: premise.start()].rstrip()):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tallyspan._refusal import find_claims, find_reasoning_leak, first_turn, is_refusal, strip_reasoning
@@ -29,6 +31,61 @@ def test_the_first_turn_ends_at_the_first_end_token_after_content(text: str, tur
 
 
 # --- refusals at their limits ------------------------------------------------------------------------
+
+# One opening per alternative of the refusal pattern, in its order.
+_ONE_PER_ALTERNATIVE = (
+    "I'm sorry, but I cannot do this.",
+    "I won't help with that.",
+    "As an AI language model, I do not have opinions.",
+    "I must decline.",
+    "I am sorry, I don't know.",
+    "I do not have enough information.",
+    "申し訳ないが、わかりません。",
+    "お答えできません。",
+    "AIですので、感情は持っていません。",
+    "お断りいたします。",
+    "私は感情を持ちません。",
+    "抱歉，我不能回答。",
+    "作为AI，我不能这样做。",
+    "我无法提供。",
+)
+
+
+def _top_level_alternatives(pattern: str) -> list[str]:
+    alternatives, depth, in_class, escaped, start = [], 0, False, False, 0
+    for index, char in enumerate(pattern):
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            alternatives.append(pattern[start:index])
+            start = index + 1
+    return [*alternatives, pattern[start:]]
+
+
+def test_every_refusal_alternative_holds_an_anchor_word_the_cheap_scan_finds() -> None:
+    # is_refusal runs the refusal pattern only where an anchor word occurs: each alternative needs one.
+    from tallyspan import _refusal
+
+    source = _refusal._REFUSAL.pattern.removeprefix("(?i)")
+    alternatives = _top_level_alternatives(source)
+    assert len(alternatives) == len(_ONE_PER_ALTERNATIVE), "add an opening for the new alternative"
+    for alternative, opening in zip(alternatives, _ONE_PER_ALTERNATIVE, strict=True):
+        found = re.compile(alternative, re.IGNORECASE).search(opening)
+        assert found is not None, (alternative, opening)
+        assert _refusal._REFUSAL_ANCHORS.search(found.group().lower()), opening
+        assert is_refusal(opening), opening
+    assert is_refusal("I'M SORRY, BUT I CANNOT DO THIS.")
+    assert is_refusal("I Will Not Help With That.")
 
 
 @pytest.mark.parametrize(
