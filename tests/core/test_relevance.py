@@ -208,13 +208,17 @@ def test_the_answer_is_its_first_turn_without_markup(output: str, answer: str) -
     assert _first_turn(output) == answer
 
 
-def test_an_answer_is_lowered_once_and_indexed_on_demand() -> None:
+def test_an_answers_words_are_lowercased_and_its_pairs_indexed_on_demand() -> None:
     answer = _Answer("Tea CEREMONY 茶道")
     assert answer.tokens == {"tea", "ceremony"}
+    assert answer._index is None
     answer.index()
+    # Only kanji and katakana pairs are ever looked up, and they have no case: the text is indexed as written.
     assert answer._index == frozenset(
-        ["te", "ea", "a ", " c", "ce", "er", "re", "em", "mo", "on", "ny", "y ", " 茶", "茶道"]
+        ["Te", "ea", "a ", " C", "CE", "ER", "RE", "EM", "MO", "ON", "NY", "Y ", " 茶", "茶道"]
     )  # fmt: skip
+    assert "script" not in vars(answer)  # counted only when off_topic needs it
+    assert answer.script == "en"
 
 
 def test_a_web_text_mark_the_prompt_shares_is_no_mark() -> None:
