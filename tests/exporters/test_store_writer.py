@@ -38,8 +38,9 @@ def _keys(db_path: Path) -> list[str]:
         db.close()
 
 
-def _writer(path: Path) -> StoreWriter:
-    return StoreWriter(path, name="test", unit="things", lost_key="dropped.test_things")
+def _writer(path: Path, **limits: int) -> StoreWriter:
+    """A writer of things counted under ``dropped.test_things``; ``limits``: busy timeout, max pending."""
+    return StoreWriter(path, name="test", unit="things", lost_key="dropped.test_things", **limits)
 
 
 def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -260,9 +261,7 @@ def test_the_writer_thread_is_a_daemon_named_for_its_store(db_path: Path) -> Non
 def test_rows_kept_under_a_lock_are_written_by_the_retry_once_it_is_free(
     db_path: Path, lock_holder: sqlite3.Connection
 ) -> None:
-    writer = StoreWriter(
-        db_path, name="test", unit="things", lost_key="dropped.test_things", busy_timeout_millis=50
-    )
+    writer = _writer(db_path, busy_timeout_millis=50)
     thread: WriterThread[str] = WriterThread(writer, lambda items: _rows(*items), name="tallyspan-test")
     lock_holder.execute("BEGIN EXCLUSIVE")
     thread.submit("kept")
@@ -283,9 +282,7 @@ def test_rows_kept_under_a_lock_are_written_by_the_retry_once_it_is_free(
 def test_flush_and_close_wait_for_the_lock_up_to_the_busy_timeout(db_path: Path) -> None:
     connect(db_path).close()
     holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
-    writer = StoreWriter(
-        db_path, name="test", unit="things", lost_key="dropped.test_things", busy_timeout_millis=400
-    )
+    writer = _writer(db_path, busy_timeout_millis=400)
     holder.execute("BEGIN EXCLUSIVE")
     assert writer.write(_rows("a")) is False  # kept after one busy timeout
     threading.Timer(0.1, holder.execute, ("COMMIT",)).start()
@@ -364,14 +361,7 @@ def _locked_message(db_path: Path, max_pending: int) -> str:
 def test_rows_kept_under_a_lock_stay_within_max_pending_and_the_oldest_batches_go_first(
     db_path: Path, lock_holder: sqlite3.Connection, caplog: pytest.LogCaptureFixture
 ) -> None:
-    writer = StoreWriter(
-        db_path,
-        name="test",
-        unit="things",
-        lost_key="dropped.test_things",
-        busy_timeout_millis=50,
-        max_pending=4,
-    )
+    writer = _writer(db_path, busy_timeout_millis=50, max_pending=4)
     lock_holder.execute("BEGIN EXCLUSIVE")
     with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):
         assert writer.write(_rows("a1", "a2", "a3")) is False
@@ -399,14 +389,7 @@ def test_rows_kept_under_a_lock_stay_within_max_pending_and_the_oldest_batches_g
 def test_a_pending_limit_below_one_keeps_the_newest_batch(
     db_path: Path, lock_holder: sqlite3.Connection
 ) -> None:
-    writer = StoreWriter(
-        db_path,
-        name="test",
-        unit="things",
-        lost_key="dropped.test_things",
-        busy_timeout_millis=50,
-        max_pending=0,
-    )
+    writer = _writer(db_path, busy_timeout_millis=50, max_pending=0)
     lock_holder.execute("BEGIN EXCLUSIVE")
     assert writer.write(_rows("a")) is False
     assert writer.write(_rows("b")) is False
@@ -425,17 +408,13 @@ def _release_after(holder: sqlite3.Connection, seconds: float) -> threading.Time
 def test_a_write_waits_out_a_brief_lock_unless_the_store_is_known_contended(db_path: Path) -> None:
     connect(db_path).close()
     holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
-    patient = StoreWriter(
-        db_path, name="test", unit="things", lost_key="dropped.test_things", busy_timeout_millis=10_000
-    )
+    patient = _writer(db_path, busy_timeout_millis=10_000)
     holder.execute("BEGIN EXCLUSIVE")
     _release_after(holder, 0.2).join()
     holder.execute("BEGIN EXCLUSIVE")
     _release_after(holder, 0.2)
     assert patient.write(_rows("first")) is True  # its first write waited for the lock
-    writer = StoreWriter(
-        db_path, name="test", unit="things", lost_key="dropped.test_things", busy_timeout_millis=300
-    )
+    writer = _writer(db_path, busy_timeout_millis=300)
     holder.execute("BEGIN EXCLUSIVE")
     assert writer.write(_rows("kept1")) is False  # after its busy timeout
     started = time.monotonic()
@@ -456,9 +435,7 @@ def test_a_write_waits_out_a_brief_lock_unless_the_store_is_known_contended(db_p
 def test_a_flush_waits_for_the_lock_no_longer_than_its_timeout(
     db_path: Path, lock_holder: sqlite3.Connection
 ) -> None:
-    writer = StoreWriter(
-        db_path, name="test", unit="things", lost_key="dropped.test_things", busy_timeout_millis=1000
-    )
+    writer = _writer(db_path, busy_timeout_millis=1000)
     lock_holder.execute("BEGIN EXCLUSIVE")
     assert writer.write(_rows("a")) is False
     started = time.monotonic()
@@ -472,9 +449,7 @@ def test_a_flush_waits_for_the_lock_no_longer_than_its_timeout(
 def test_close_counts_what_it_could_not_write_and_keeps_nothing(
     db_path: Path, lock_holder: sqlite3.Connection
 ) -> None:
-    writer = StoreWriter(
-        db_path, name="test", unit="things", lost_key="dropped.test_things", busy_timeout_millis=50
-    )
+    writer = _writer(db_path, busy_timeout_millis=50)
     lock_holder.execute("BEGIN EXCLUSIVE")
     assert writer.write(_rows("a", "b")) is False
     writer.close()  # one last wait for the lock, in vain
@@ -482,21 +457,6 @@ def test_close_counts_what_it_could_not_write_and_keeps_nothing(
     assert tallyspan.stats() == {"dropped.test_things": 2, "errors.test.locked": 2}
     lock_holder.execute("COMMIT")
     assert _keys(db_path) == []
-
-
-def test_a_file_that_is_not_sqlite_loses_each_write_and_keeps_nothing(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    path = tmp_path / "not-a-store.db"
-    path.write_bytes(b"not a database, at all " * 100)
-    writer = _writer(path)
-    with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):
-        assert writer.write(_rows("a", "b")) is False
-        assert writer.write(_rows("c")) is False
-    assert (writer.kept, writer.lost, writer.is_open) == (0, 3, False)
-    assert tallyspan.stats() == {"dropped.test_things": 3, "errors.test.write": 2}
-    assert _messages(caplog) == [f"could not write things to the tallyspan store at {path}"] * 2
-    writer.close()
 
 
 def test_a_flush_or_shutdown_behind_a_busy_write_does_not_wait_for_the_schedule_delay(
@@ -571,9 +531,7 @@ def test_after_fork_the_thread_starts_afresh_with_an_empty_queue(db_path: Path, 
 def test_a_forked_child_writes_only_its_own_rows_and_leaves_the_parents_kept_rows_to_the_parent(
     db_path: Path, lock_holder: sqlite3.Connection
 ) -> None:
-    writer = StoreWriter(
-        db_path, name="test", unit="things", lost_key="dropped.test_things", busy_timeout_millis=50
-    )
+    writer = _writer(db_path, busy_timeout_millis=50)
     assert writer.write(_rows("parent")) is True  # the parent's connection is open
     lock_holder.execute("BEGIN EXCLUSIVE")
     assert writer.write(_rows("kept-1", "kept-2")) is False
