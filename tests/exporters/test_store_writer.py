@@ -556,3 +556,25 @@ def test_a_forked_child_writes_only_its_own_rows_and_leaves_the_parents_kept_row
     assert _keys(db_path) == ["parent", "child", "kept-1", "kept-2"]
     writer.close()
     assert "dropped.test_things" not in tallyspan.stats()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_writes_through_a_thread_of_its_own_and_not_what_the_parent_queued(
+    db_path: Path,
+) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="tallyspan-test", schedule_delay_millis=60_000
+    )
+    thread.submit("first")
+    assert thread.flush(5000) is True  # the parent's thread runs
+    thread.submit("parent")  # gathered for a minute
+
+    def child() -> bool:
+        thread.submit("child")
+        return thread.flush(30_000) and _keys(db_path) == ["first", "child"]
+
+    assert run_forked(child) == 0
+    assert thread.flush(5000) is True
+    assert _keys(db_path) == ["first", "child", "parent"]
+    assert tallyspan.stats() == {}
+    thread.shutdown()
