@@ -578,3 +578,19 @@ def test_a_forked_child_writes_through_a_thread_of_its_own_and_not_what_the_pare
     assert _keys(db_path) == ["first", "child", "parent"]
     assert tallyspan.stats() == {}
     thread.shutdown()
+
+
+def test_the_threads_flush_waits_for_a_lock_held_a_moment_within_the_flushs_timeout(db_path: Path) -> None:
+    connect(db_path).close()
+    holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path, busy_timeout_millis=300), lambda items: _rows(*items), name="tallyspan-test"
+    )
+    holder.execute("BEGIN EXCLUSIVE")
+    thread.submit("a")
+    assert thread.flush(1000) is False  # the write, then the flush, wait out the busy timeout in vain
+    threading.Timer(0.1, holder.execute, ("COMMIT",)).start()
+    assert thread.flush(5000) is True  # known contended, but a flush waits for the lock
+    assert _keys(db_path) == ["a"]
+    thread.shutdown()
+    holder.close()
