@@ -540,17 +540,25 @@ def test_after_fork_the_thread_starts_afresh_with_an_empty_queue(db_path: Path) 
 def test_a_forked_child_writes_only_its_own_rows_and_leaves_the_parents_kept_rows_to_the_parent(
     db_path: Path, lock_holder: sqlite3.Connection
 ) -> None:
-    writer = _writer(db_path, busy_timeout_millis=50)
+    writer = _writer(db_path, busy_timeout_millis=500)
     assert writer.write(_rows("parent")) is True  # the parent's connection is open
     lock_holder.execute("BEGIN EXCLUSIVE")
-    assert writer.write(_rows("kept-1", "kept-2")) is False
+    assert writer.write(_rows("kept-1", "kept-2")) is False  # the parent now knows the store contended
     lock_holder.execute("COMMIT")
 
-    def child() -> bool:
-        written = writer.write(_rows("child"))
+    def child_writes() -> bool:
+        holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN EXCLUSIVE")
+        threading.Timer(0.1, holder.execute, ("COMMIT",)).start()
+        written = writer.write(_rows("child"))  # waits for the lock: the parent's contention is not its own
         return written and (writer.kept, writer.lost, _keys(db_path)) == (0, 0, ["parent", "child"])
 
-    assert run_forked(child) == 0
+    def child_closes() -> bool:
+        writer.close()  # a prefork worker's shutdown: the parent's kept rows are neither written nor lost
+        return (writer.kept, writer.lost) == (0, 0)
+
+    assert run_forked(child_writes) == 0
+    assert run_forked(child_closes) == 0
     assert writer.kept == 2  # still the parent's to write
     assert writer.flush(5000) is True
     assert _keys(db_path) == ["parent", "child", "kept-1", "kept-2"]
