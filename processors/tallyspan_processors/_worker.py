@@ -70,15 +70,19 @@ _STOP = object()
 _RELEASE_AFTER_SPANS = 1024
 
 
-def release_free_memory() -> None:
+def release_free_memory() -> bool:
     """Return the C heap's free pages to the OS. glibc keeps them after a burst of large allocations (span
-    content, rows), so without this a process stays at its backlog's size; elsewhere it does nothing."""
+    content, rows), so without this a process stays at its backlog's size; elsewhere it does nothing.
+    True if the C library was asked to."""
     trim = _malloc_trim()
-    if trim is not None:
-        try:
-            trim(0)
-        except Exception:  # a foreign C library: never let it stop the worker
-            swallowed(_logger, "worker.release_memory", "tallyspan could not release free memory")
+    if trim is None:
+        return False
+    try:
+        trim(0)
+    except Exception:  # a foreign C library: never let it stop the worker
+        swallowed(_logger, "worker.release_memory", "tallyspan could not release free memory")
+        return False
+    return True
 
 
 @functools.cache
@@ -129,11 +133,19 @@ class OffThreadProcessor(WrappingProcessor):
         self._is_shutdown = False
         # Set once shutdown stops waiting: the worker then discards (and counts) what is still queued.
         self._stopping = False
-        self._drained_at_shutdown = True
+        # What a flush answers once shutdown began; until its drain ends, nothing is known forwarded.
+        self._drained_at_shutdown = False
         self._batch_delay_s = max(0.0, batch_delay_millis / 1000)
         self._wake = threading.Event()
+        self._memory_releases = 0
         # The worker thread does not survive fork(): give the child a fresh queue and worker.
         after_fork_in_child(self, OffThreadProcessor._reset_after_fork)
+
+    @property
+    def memory_releases(self) -> int:
+        """How often the worker gave free memory back to the OS after working off a backlog (at least
+        1024 spans without the queue running empty); always 0 where the C library cannot (not glibc)."""
+        return self._memory_releases
 
     def on_end(self, span: ReadableSpan) -> None:
         # On the app's thread: only enqueue; the worker takes the content.
@@ -259,8 +271,9 @@ class OffThreadProcessor(WrappingProcessor):
                     try:
                         item = self._queue.get_nowait()
                     except queue.Empty:
-                        if handled >= _RELEASE_AFTER_SPANS:
-                            release_free_memory()  # a backlog was worked off: give its pages back
+                        # A backlog was worked off: give its pages back.
+                        if handled >= _RELEASE_AFTER_SPANS and release_free_memory():
+                            self._memory_releases += 1
                         handled = 0
                         item = self._queue.get()
                 if item is _STOP:

@@ -5,6 +5,7 @@ the thread is stuck, fails, or was asked to stop."""
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.forking import run_forked
 
 import tallyspan
 from tallyspan._store_schema import SELF_STATS, connect
@@ -36,8 +38,9 @@ def _keys(db_path: Path) -> list[str]:
         db.close()
 
 
-def _writer(path: Path) -> StoreWriter:
-    return StoreWriter(path, name="test", unit="things", lost_key="dropped.test_things")
+def _writer(path: Path, **limits: int) -> StoreWriter:
+    """A writer of things counted under ``dropped.test_things``; ``limits``: busy timeout, max pending."""
+    return StoreWriter(path, name="test", unit="things", lost_key="dropped.test_things", **limits)
 
 
 def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -258,9 +261,7 @@ def test_the_writer_thread_is_a_daemon_named_for_its_store(db_path: Path) -> Non
 def test_rows_kept_under_a_lock_are_written_by_the_retry_once_it_is_free(
     db_path: Path, lock_holder: sqlite3.Connection
 ) -> None:
-    writer = StoreWriter(
-        db_path, name="test", unit="things", lost_key="dropped.test_things", busy_timeout_millis=50
-    )
+    writer = _writer(db_path, busy_timeout_millis=50)
     thread: WriterThread[str] = WriterThread(writer, lambda items: _rows(*items), name="tallyspan-test")
     lock_holder.execute("BEGIN EXCLUSIVE")
     thread.submit("kept")
@@ -281,9 +282,7 @@ def test_rows_kept_under_a_lock_are_written_by_the_retry_once_it_is_free(
 def test_flush_and_close_wait_for_the_lock_up_to_the_busy_timeout(db_path: Path) -> None:
     connect(db_path).close()
     holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
-    writer = StoreWriter(
-        db_path, name="test", unit="things", lost_key="dropped.test_things", busy_timeout_millis=400
-    )
+    writer = _writer(db_path, busy_timeout_millis=400)
     holder.execute("BEGIN EXCLUSIVE")
     assert writer.write(_rows("a")) is False  # kept after one busy timeout
     threading.Timer(0.1, holder.execute, ("COMMIT",)).start()
@@ -350,3 +349,256 @@ def test_a_writer_loss_and_a_queue_drop_of_the_same_size_are_both_losses(tmp_pat
     assert thread.flush(5000) is False  # one lost by the writer and one dropped: two losses, not none
     assert tallyspan.stats()["dropped.test_things"] == 2
     thread.shutdown()
+
+
+def _locked_message(db_path: Path, max_pending: int) -> str:
+    return (
+        f"the tallyspan store at {db_path} is locked by another connection; up to {max_pending} things "
+        "are kept and written once it is free"
+    )
+
+
+def test_rows_kept_under_a_lock_stay_within_max_pending_and_the_oldest_batches_go_first(
+    db_path: Path, lock_holder: sqlite3.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = _writer(db_path, busy_timeout_millis=50, max_pending=4)
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):
+        assert writer.write(_rows("a1", "a2", "a3")) is False
+        assert writer.write(_rows("b1")) is False
+        assert (writer.kept, writer.lost) == (4, 0)  # exactly the limit: all kept
+        assert writer.write(_rows("c1")) is False
+        assert (writer.kept, writer.lost) == (2, 3)  # one over: the oldest batch, all of it, goes
+        lock_holder.execute("COMMIT")
+        assert writer.flush(5000) is True
+        assert _keys(db_path) == ["b1", "c1"]
+        lock_holder.execute("BEGIN EXCLUSIVE")
+        assert writer.write(_rows("d1", "d2", "d3", "d4", "d5")) is False
+        assert (writer.kept, writer.lost) == (5, 3)  # a batch over the limit alone is kept whole
+        assert writer.write(_rows("e1", "e2")) is False
+        assert (writer.kept, writer.lost) == (2, 8)  # the newest is kept, the one before it goes
+        lock_holder.execute("COMMIT")
+        assert writer.flush(5000) is True
+    assert _keys(db_path) == ["b1", "c1", "e1", "e2"]
+    assert (writer.kept, writer.lost) == (0, 8)
+    assert tallyspan.stats() == {"dropped.test_things": 8, "errors.test.locked": 5}
+    assert _messages(caplog) == [_locked_message(db_path, 4)] * 5
+    writer.close()
+
+
+def test_a_pending_limit_below_one_keeps_the_newest_batch(
+    db_path: Path, lock_holder: sqlite3.Connection
+) -> None:
+    writer = _writer(db_path, busy_timeout_millis=50, max_pending=0)
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    assert writer.write(_rows("a")) is False
+    assert writer.write(_rows("b")) is False
+    assert (writer.kept, writer.lost) == (1, 1)
+    lock_holder.execute("COMMIT")
+    writer.close()
+    assert _keys(db_path) == ["b"]
+
+
+def _release_after(holder: sqlite3.Connection, seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, holder.execute, ("COMMIT",))
+    timer.start()
+    return timer
+
+
+def test_a_write_waits_out_a_brief_lock_unless_the_store_is_known_contended(db_path: Path) -> None:
+    connect(db_path).close()
+    holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    patient = _writer(db_path, busy_timeout_millis=10_000)
+    holder.execute("BEGIN EXCLUSIVE")
+    _release_after(holder, 0.2).join()
+    holder.execute("BEGIN EXCLUSIVE")
+    _release_after(holder, 0.2)
+    assert patient.write(_rows("first")) is True  # its first write waited for the lock
+    writer = _writer(db_path, busy_timeout_millis=300)
+    holder.execute("BEGIN EXCLUSIVE")
+    assert writer.write(_rows("kept1")) is False  # after its busy timeout
+    started = time.monotonic()
+    assert writer.write(_rows("kept2")) is False
+    assert time.monotonic() - started < 0.25  # known contended: tried once, without waiting
+    holder.execute("COMMIT")
+    assert writer.flush(5000) is True
+    holder.execute("BEGIN EXCLUSIVE")
+    _release_after(holder, 0.1)
+    assert writer.write(_rows("after")) is True  # written since: it waits for the lock again
+    holder.close()
+    patient.close()
+    writer.close()
+    assert _keys(db_path) == ["first", "kept1", "kept2", "after"]
+    assert tallyspan.stats() == {"errors.test.locked": 2}
+
+
+def test_a_flush_waits_for_the_lock_no_longer_than_its_timeout(
+    db_path: Path, lock_holder: sqlite3.Connection
+) -> None:
+    writer = _writer(db_path, busy_timeout_millis=1000)
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    assert writer.write(_rows("a")) is False
+    started = time.monotonic()
+    assert writer.flush(100) is False
+    assert time.monotonic() - started < 0.6  # its 100 ms, not the busy timeout's second
+    lock_holder.execute("COMMIT")
+    writer.close()
+    assert _keys(db_path) == ["a"]
+
+
+def test_close_counts_what_it_could_not_write_and_keeps_nothing(
+    db_path: Path, lock_holder: sqlite3.Connection
+) -> None:
+    writer = _writer(db_path, busy_timeout_millis=50)
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    assert writer.write(_rows("a", "b")) is False
+    writer.close()  # one last wait for the lock, in vain
+    assert (writer.kept, writer.lost, writer.is_open) == (0, 2, False)
+    assert tallyspan.stats() == {"dropped.test_things": 2, "errors.test.locked": 2}
+    lock_holder.execute("COMMIT")
+    assert _keys(db_path) == []
+
+
+def test_a_flush_or_shutdown_behind_a_busy_write_does_not_wait_for_the_schedule_delay(
+    db_path: Path, held: _Held
+) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), held, name="tallyspan-test", schedule_delay_millis=60_000
+    )
+    thread.submit("hold", size=512)  # a full batch: taken at once
+    assert held.entered.wait(10)
+    thread.submit("queued")  # behind the busy write; the flush asks for it before the thread looks
+    threading.Timer(0.2, held.release.set).start()
+    started = time.monotonic()
+    assert thread.flush(10_000) is True
+    assert time.monotonic() - started < 5
+    assert _keys(db_path) == ["hold", "queued"]
+    thread.shutdown()
+    held.release.clear()
+    held.entered.clear()
+    other_path = db_path.with_name("other.db")
+    other: WriterThread[str] = WriterThread(
+        _writer(other_path), held, name="tallyspan-test", schedule_delay_millis=60_000
+    )
+    other.submit("hold", size=512)
+    assert held.entered.wait(10)
+    other.submit("last")
+    threading.Timer(0.2, held.release.set).start()
+    started = time.monotonic()
+    other.shutdown(10_000)
+    assert time.monotonic() - started < 5
+    assert _keys(other_path) == ["hold", "last"]
+
+
+def test_shutdown_writes_what_was_submitted_before_it_returns_and_flush_then_says_so(db_path: Path) -> None:
+    writer = _writer(db_path)
+    thread: WriterThread[str] = WriterThread(writer, lambda items: _rows(*items), name="tallyspan-test")
+    thread.submit("a")
+    thread.shutdown()
+    assert _keys(db_path) == ["a"]
+    assert thread.flush(100) is True  # nothing queued, nothing kept
+    unused = _writer(db_path)
+    never: WriterThread[str] = WriterThread(unused, lambda items: _rows(*items), name="tallyspan-test")
+    never.shutdown()  # no thread was ever started: the writer is closed all the same
+    assert unused.write(_rows("late")) is False
+    assert unused.lost == 1
+
+
+def test_after_fork_the_thread_starts_afresh_with_an_empty_queue(db_path: Path) -> None:
+    """What the fork hook does in the child, driven in this process (a mutation tool sees no child):
+    the parent's thread, here held for good, is gone there with what it had queued; the child's items
+    go through a thread of its own, with the whole queue limit."""
+    entered, release = threading.Event(), threading.Event()
+
+    def prepare(items: list[str]) -> Rows:
+        if items == ["parents"]:
+            entered.set()
+            release.wait(10)
+            return Rows()  # the parent's batch: nothing this test writes
+        return _rows(*items)
+
+    thread: WriterThread[str] = WriterThread(_writer(db_path), prepare, name="tallyspan-test", max_queued=512)
+    thread.submit("parents", size=512)  # a full batch: taken at once
+    assert entered.wait(10)
+    thread.submit("queued", size=512)  # the queue is full
+    parents_thread = thread._thread
+    assert parents_thread is not None
+
+    thread._reset_after_fork()
+
+    assert thread.submit("b", size=512) is True  # the whole limit again
+    assert thread.flush(10_000) is True
+    assert _keys(db_path) == ["b"]
+    thread.shutdown()
+    release.set()  # the parent's thread finds shutdown and ends too, writing nothing
+    parents_thread.join(10)
+    assert not parents_thread.is_alive()
+    assert tallyspan.stats() == {}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_writes_only_its_own_rows_and_leaves_the_parents_kept_rows_to_the_parent(
+    db_path: Path, lock_holder: sqlite3.Connection
+) -> None:
+    writer = _writer(db_path, busy_timeout_millis=500)
+    assert writer.write(_rows("parent")) is True  # the parent's connection is open
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    assert writer.write(_rows("kept-1", "kept-2")) is False  # the parent now knows the store contended
+    lock_holder.execute("COMMIT")
+
+    def child_writes() -> bool:
+        holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN EXCLUSIVE")
+        threading.Timer(0.1, holder.execute, ("COMMIT",)).start()
+        written = writer.write(_rows("child"))  # waits for the lock: the parent's contention is not its own
+        return written and (writer.kept, writer.lost, _keys(db_path)) == (0, 0, ["parent", "child"])
+
+    def child_closes() -> bool:
+        writer.close()  # a prefork worker's shutdown: the parent's kept rows are neither written nor lost
+        return (writer.kept, writer.lost) == (0, 0)
+
+    assert run_forked(child_writes) == 0
+    assert run_forked(child_closes) == 0
+    assert writer.kept == 2  # still the parent's to write
+    assert writer.flush(5000) is True
+    assert _keys(db_path) == ["parent", "child", "kept-1", "kept-2"]
+    writer.close()
+    assert "dropped.test_things" not in tallyspan.stats()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_writes_through_a_thread_of_its_own_and_not_what_the_parent_queued(
+    db_path: Path,
+) -> None:
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), lambda items: _rows(*items), name="tallyspan-test", schedule_delay_millis=60_000
+    )
+    thread.submit("first")
+    assert thread.flush(5000) is True  # the parent's thread runs
+    thread.submit("parent")  # gathered for a minute
+
+    def child() -> bool:
+        thread.submit("child")
+        return thread.flush(30_000) and _keys(db_path) == ["first", "child"]
+
+    assert run_forked(child) == 0
+    assert thread.flush(5000) is True
+    assert _keys(db_path) == ["first", "child", "parent"]
+    assert tallyspan.stats() == {}
+    thread.shutdown()
+
+
+def test_the_threads_flush_waits_for_a_lock_held_a_moment_within_the_flushs_timeout(db_path: Path) -> None:
+    connect(db_path).close()
+    holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path, busy_timeout_millis=300), lambda items: _rows(*items), name="tallyspan-test"
+    )
+    holder.execute("BEGIN EXCLUSIVE")
+    thread.submit("a")
+    assert thread.flush(1000) is False  # the write, then the flush, wait out the busy timeout in vain
+    threading.Timer(0.1, holder.execute, ("COMMIT",)).start()
+    assert thread.flush(5000) is True  # known contended, but a flush waits for the lock
+    assert _keys(db_path) == ["a"]
+    thread.shutdown()
+    holder.close()

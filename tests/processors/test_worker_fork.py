@@ -111,3 +111,45 @@ def test_a_fork_while_other_threads_hold_our_locks_does_not_deadlock_the_child(
         release.set()
     assert code == 0
     assert _rows(db_path) == {"chat child": ["too_short"]}
+
+
+def test_a_forked_child_gets_a_worker_and_queue_of_its_own_while_the_parents_is_held() -> None:
+    """The parent's worker is held on a span and its queue is full at the fork: in the child, neither
+    exists; its spans are forwarded by a fresh worker (not counted as a restart) and none is dropped."""
+    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+
+    from tallyspan_processors import OffThreadProcessor
+
+    class _Gate(SpanProcessor):
+        def __init__(self) -> None:
+            self.ended: list[str] = []
+            self.entered, self.release = threading.Event(), threading.Event()
+
+        def on_end(self, span: ReadableSpan) -> None:
+            self.ended.append(span.name)
+            if span.name == "gate":
+                self.entered.set()
+                self.release.wait(60)
+
+    gate = _Gate()
+    processor = OffThreadProcessor([gate], max_queue_size=2, batch_delay_millis=0)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("test")
+    tracer.start_span("gate").end()
+    assert gate.entered.wait(10)
+    tracer.start_span("queued-1").end()
+    tracer.start_span("queued-2").end()  # the queue is full
+
+    def child() -> bool:
+        tracer.start_span("child").end()
+        flushed = processor.force_flush(30_000)
+        return flushed and gate.ended == ["gate", "child"] and tallyspan.stats() == {}
+
+    try:
+        assert run_forked(child) == 0
+    finally:
+        gate.release.set()
+    assert processor.force_flush(10_000)
+    assert gate.ended == ["gate", "queued-1", "queued-2"]
+    provider.shutdown()
