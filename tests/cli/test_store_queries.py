@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from tests.cli.conftest import Filled, Recorded, age_trace
 
 from tallyspan import semconv
+from tallyspan._store_ledger import like_prefix
 from tallyspan._store_queries import (
     LedgerRun,
     ModelUsage,
@@ -28,6 +31,7 @@ from tallyspan._store_queries import (
     process_counters,
     report,
     stage_summaries,
+    store_overview,
     violations_by_stage_and_type,
 )
 from tallyspan._store_schema import connect
@@ -269,3 +273,39 @@ def test_process_counters_name_the_process_and_when(store_without_spans: Path) -
         {"dropped.ledger_claims": 1},
     )
     assert 0 < process.started_unix_nano <= process.time_unix_nano <= time.time_ns()
+
+
+def test_a_prefix_for_like_escapes_the_wildcards_and_the_escape() -> None:
+    assert like_prefix("a%b_c\\d") == "a\\%b\\_c\\\\d%"
+    assert like_prefix("") == "%"
+
+
+def test_report_for_scripts_names_no_store_unless_told(filled: Filled) -> None:
+    with open_store(filled.path) as db:
+        assert report(db).store == ""
+        assert report(db, str(filled.path)).store == str(filled.path)
+
+
+def test_the_overview_keeps_the_counters_of_the_latest_processes_asked_for(
+    store_without_spans: Path,
+) -> None:
+    """A second process drops a claim into the same store after this one."""
+    script = (
+        "import sys, tallyspan\n"
+        "from tallyspan_exporters import SQLiteSpanExporter\n"
+        "tallyspan.ledger.claim('c2', 'search', 'succeeded')\n"
+        "tallyspan.ledger.claim('c3', 'search', 'succeeded')\n"
+        "exporter = SQLiteSpanExporter(sys.argv[1])\n"
+        "exporter.export([])\n"
+        "exporter.shutdown()\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script, str(store_without_spans)], capture_output=True, text=True, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    with open_store(store_without_spans) as db:
+        assert [(p.pid == os.getpid(), p.counts) for p in store_overview(db).counters] == [
+            (False, {"dropped.ledger_claims": 2}),
+            (True, {"dropped.ledger_claims": 1}),
+        ]
+        assert [p.counts for p in store_overview(db, processes=1).counters] == [{"dropped.ledger_claims": 2}]
