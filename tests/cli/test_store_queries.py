@@ -309,3 +309,25 @@ def test_the_overview_keeps_the_counters_of_the_latest_processes_asked_for(
             (True, {"dropped.ledger_claims": 1}),
         ]
         assert [p.counts for p in store_overview(db, processes=1).counters] == [{"dropped.ledger_claims": 2}]
+
+
+def test_a_types_column_an_older_or_foreign_writer_filled_shows_what_it_holds(
+    recorded: Recorded, tmp_path: Path
+) -> None:
+    ids = recorded.trace_ids
+    store = _edited_copy(
+        recorded,
+        tmp_path,
+        ("UPDATE spans SET violation_types = '\"refusal\"' WHERE trace_id = ?", ids["triage"]),
+        ("UPDATE spans SET violation_types = '' WHERE trace_id = ?", ids["booker"]),
+        ("UPDATE spans SET violation_types = X'07' WHERE trace_id = ?", ids["both"]),  # not text at all
+        ("UPDATE spans SET violation_types = 'too_short' WHERE trace_id = ?", ids["reporter"]),
+    )
+    with open_store(store) as db:
+        types = {name: {tuple(row.violation_types) for row in list_spans(db, ids[name])} for name in ids}
+    assert types == {
+        "triage": {("refusal",)},  # one JSON string, not a list: a list of it
+        "booker": {()},
+        "both": {()},
+        "reporter": {("too_short",)},  # not JSON: shown as it is
+    }
