@@ -331,3 +331,16 @@ def test_a_types_column_an_older_or_foreign_writer_filled_shows_what_it_holds(
         "both": {()},
         "reporter": {("too_short",)},  # not JSON: shown as it is
     }
+
+
+def test_a_trace_whose_attributes_are_json_but_no_object_is_exported_with_its_columns(
+    recorded: Recorded, tmp_path: Path
+) -> None:
+    triage = recorded.trace_ids["triage"]
+    store = _edited_copy(
+        recorded, tmp_path, ("UPDATE spans SET attributes = '[1, 2]' WHERE trace_id = ?", triage)
+    )
+    with open_store(store) as db:
+        traces = {data.trace_id: data for data in iter_traces(db)}
+    [span] = traces[triage].spans
+    assert (span.name, span.stage, span.status_code) == ("chat qwen3-32b", None, "ERROR")
