@@ -33,6 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from tests.cli.conftest import Recorded
+from tests.cli.test_ledger_command import log_action, search
 from tests.conftest import LocalReceiver
 from tqdm import tqdm
 
@@ -609,17 +610,6 @@ def test_an_unknown_type_or_class_is_named_with_the_known_ones(workload: Workloa
     assert result.exit_code == 2
     known = ", ".join(sorted(member.value for member in FailureClass))
     assert result.output.splitlines()[-1] == f"Error: unknown failure class nope, zzz; known: {known}"
-
-
-@tallyspan.tool
-def search(query: str, tool_call_id: str) -> str:
-    return query
-
-
-@tallyspan.tool
-def log_action(call_id: str, tool_name: str, claimed_outcome: str, tool_call_id: str) -> str:
-    """The agent's log tool: each call is a claim on the books."""
-    return "logged"
 
 
 @pytest.fixture(scope="module")
