@@ -344,3 +344,54 @@ def test_a_trace_whose_attributes_are_json_but_no_object_is_exported_with_its_co
         traces = {data.trace_id: data for data in iter_traces(db)}
     [span] = traces[triage].spans
     assert (span.name, span.stage, span.status_code) == ("chat qwen3-32b", None, "ERROR")
+
+
+def test_iter_traces_gives_each_run_its_whole_books(recorded: Recorded, tmp_path: Path) -> None:
+    ids = recorded.trace_ids
+    store = _edited_copy(
+        recorded,
+        tmp_path,
+        (
+            """UPDATE ledger_reconciliations SET discrepancies = '[{"type": "unlogged_call", "call_id": "c7"}]'
+               WHERE trace_id = ?""",
+            ids["booker"],
+        ),  # an older writer's discrepancy, without its detail
+    )
+    with open_store(store) as db:
+        traces = {data.trace_id: data for data in iter_traces(db)}
+        rows = {
+            name: db.execute(
+                "SELECT run_span_id, run_name, time_unix_nano FROM ledger_reconciliations WHERE trace_id = ?",
+                (ids[name],),
+            ).fetchone()
+            for name in ("reporter", "booker")
+        }
+        entries = [
+            tuple(row)
+            for row in db.execute(
+                "SELECT side, seq, call_id, tool_name, outcome, span_id, time_unix_nano FROM ledger_entries"
+                " WHERE trace_id = ? ORDER BY seq",
+                (ids["reporter"],),
+            )
+        ]
+    for name in ("reporter", "booker"):
+        [(run_span_id, books)] = traces[ids[name]].ledgers.items()
+        assert (books.run_span_id, books.run_name, books.time_unix_nano) == tuple(rows[name])
+        assert run_span_id == books.run_span_id
+        assert books.time_unix_nano is not None
+    reporter = traces[ids["reporter"]].ledgers[rows["reporter"][0]]
+    assert [
+        (e.side, e.seq, e.call_id, e.tool_name, e.outcome, e.span_id, e.time_unix_nano)
+        for e in reporter.entries
+    ] == entries
+    tool_span = next(span.span_id for span in traces[ids["reporter"]].spans if span.tool_name == "search")
+    first = reporter.entries[0]
+    assert (first.side, first.tool_name, first.outcome, first.span_id) == (
+        "observed",
+        "search",
+        "succeeded",
+        tool_span,
+    )
+    assert all(e.time_unix_nano for e in reporter.entries)
+    booker = traces[ids["booker"]].ledgers[rows["booker"][0]]
+    assert [(d.type, d.call_id, d.detail) for d in booker.discrepancies] == [("unlogged_call", "c7", "")]
