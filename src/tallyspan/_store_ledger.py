@@ -174,14 +174,15 @@ def ledger_books(
         db: the open store.
         run_id: a run span id or trace id, or a prefix of one.
         limit: runs returned at most without ``run_id``.
-        unbalanced: only runs whose books do not balance.
+        unbalanced: only runs whose books do not balance or whose logging protocol was broken (what
+            ``books_broken`` says, and the report counts).
 
     Raises:
         RunNotFoundError: no reconciled run matches ``run_id``.
     """
     where, parameters = ["1"], {"limit": limit}  # type: list[str], dict[str, Any]
-    if unbalanced:
-        where.append("balanced = 0")
+    if unbalanced:  # as books_broken(): the report counts a broken protocol as books that do not balance
+        where.append("(balanced = 0 OR protocol_ok = 0)")
     if run_id:
         where.append("(run_span_id LIKE :prefix ESCAPE '\\' OR trace_id LIKE :prefix ESCAPE '\\')")
         parameters["prefix"] = like_prefix(run_id.strip().lower())

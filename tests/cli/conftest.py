@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,12 +21,20 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tqdm import tqdm
 
 import tallyspan
 from tallyspan import semconv
 from tallyspan._store_schema import connect
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
 from tallyspan_exporters import SQLiteSpanExporter
+
+# tqdm's default lock holds a multiprocessing semaphore, shared with every process forked after it was
+# made, and its monitor thread takes it every 10 s. The mutation tool forks one process per mutant from
+# one that ran these tests and ends each with os._exit or a kill: one ended while holding the semaphore
+# left every later export bar waiting for it, each mutant a timeout. The tests need a lock per process.
+tqdm.set_lock(threading.RLock())
+tqdm.monitor_interval = 0
 
 
 @pytest.fixture

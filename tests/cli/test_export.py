@@ -24,20 +24,26 @@ import openai
 import pytest
 from click.testing import CliRunner, Result
 from google.protobuf import json_format  # type: ignore[import-untyped]
+from opentelemetry import context
+from opentelemetry import trace as otel_trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from tests.cli.conftest import Recorded
+from tests.cli.test_ledger_command import log_action, search
 from tests.conftest import LocalReceiver
 from tqdm import tqdm
 
 import tallyspan
 from tallyspan._datasets import schema_file
 from tallyspan._store_queries import count_traces, open_store
+from tallyspan._taxonomy import FailureClass
 from tallyspan.cli import main
 from tallyspan.cli.demo import load_script, run_demo
-from tallyspan.cli.export import parse_when
+from tallyspan.cli.export import ExportResult, export, format_result, parse_when
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply
 
 SCRIPT = load_script()
@@ -437,3 +443,246 @@ def test_a_store_export_counts_traces_into_a_new_folder_and_names_its_source_on_
         traces = count_traces(db)
     assert f"| 0/{traces} [" in result.stderr
     assert f"the store {workload.db}" in (out.parent / "README.md").read_text(encoding="utf-8")
+
+
+# --- the summary, and what the filters and the options change ----------------------------------------
+
+
+def _invoke(*arguments: str) -> Result:
+    result = CliRunner().invoke(main, list(arguments), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def _rows(output: str) -> dict[str, int]:
+    """The summary's table: failure class -> records."""
+    body = output.split("  failure class", 1)[1].splitlines()[1:]
+    return {name: int(n) for name, n in (line.split() for line in body)}
+
+
+def test_the_summary_counts_the_traces_records_and_classes_and_names_the_file_and_the_card(
+    workload: Workload, tmp_path: Path
+) -> None:
+    with open_store(workload.db) as db:
+        traces = count_traces(db)
+    out, card = tmp_path / "failures.jsonl", tmp_path / "README.md"
+    logs = _invoke("--db", str(workload.db), "export", "--format", "failure-logs", str(out))
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    lines = logs.output.splitlines()
+    assert lines[:2] == [
+        f"tallyspan export failure-logs — {len(records)} records from {traces} traces of the store {workload.db}",
+        f"  written to {out}; dataset card {card}",
+    ]
+    assert _rows(logs.output) == Counter(r["failure_class"] for r in records)
+    assert f"    data_files: {out.name}" in card.read_text(encoding="utf-8").splitlines()
+
+    runs = tmp_path / "runs.jsonl"
+    diagnosis = _invoke("--db", str(workload.db), "export", "--format", "diagnosis", str(runs))
+    found = [json.loads(line) for line in runs.read_text(encoding="utf-8").splitlines()]
+    classes = Counter(r["diagnosis"]["failure_class"] for r in found)
+    assert classes["contract_violation"] > 1  # a class counted more than once
+    assert diagnosis.output.splitlines()[:2] == [
+        f"tallyspan export diagnosis — {len(found)} records from {traces} traces of the store {workload.db}",
+        f"  written to {runs}",
+    ]
+    assert _rows(diagnosis.output) == classes
+    summary = json.loads(
+        _invoke("--db", str(workload.db), "export", "--format", "diagnosis", "--json", str(runs)).output
+    )
+    assert summary["data"] == {
+        "format": "diagnosis",
+        "out": str(runs),
+        "source": f"the store {workload.db}",
+        "traces": traces,
+        "records": len(found),
+        "card": None,
+        "judged": 0,
+        "by_class": dict(classes),
+        "skipped_lines": 0,
+        "split_traces": 0,
+    }
+
+
+def test_an_otlp_file_export_summary_says_what_it_read(workload: Workload, tmp_path: Path) -> None:
+    out = tmp_path / "runs.jsonl"
+    result = _invoke(
+        "export", "--format", "diagnosis", "--json", "--otlp-file", str(workload.otlp_file), str(out)
+    )
+    data = json.loads(result.output)["data"]
+    assert (data["source"], data["out"], data["skipped_lines"], data["split_traces"]) == (
+        f"the OTLP JSON file {workload.otlp_file}",
+        str(out),
+        0,
+        0,
+    )
+    assert data["records"] == len(out.read_text(encoding="utf-8").splitlines())
+
+
+def test_the_summary_says_how_many_traces_were_split_by_the_memory_bound() -> None:
+    result = ExportResult(
+        "diagnosis", "runs.jsonl", "the OTLP JSON file t.jsonl", traces=5, records=2, judged=2,
+        by_class={"timeout": 2}, skipped_lines=3, split_traces=4,
+    )  # fmt: skip
+    assert format_result(result).splitlines() == [
+        "tallyspan export diagnosis — 2 records from 5 traces of the OTLP JSON file t.jsonl",
+        "  written to runs.jsonl",
+        "  2 runs judged",
+        "  3 lines of the file were not JSON and were skipped",
+        "  4 traces were exported before all their spans were read",
+        "  failure class  records",
+        "  timeout              2",
+    ]
+
+
+def test_records_keep_their_text_readable_and_failure_logs_show_the_contracts_patterns(
+    workload: Workload, tmp_path: Path
+) -> None:
+    contracts = Path(tallyspan.__file__).parent / "_demo_data" / "contracts.yaml"
+    for kind in ("failure-logs", "diagnosis"):
+        out = tmp_path / f"{kind}.jsonl"
+        _invoke("--db", str(workload.db), "export", "--format", kind, "--contracts", str(contracts), str(out))
+        assert "判定[:：]" in out.read_text(encoding="utf-8")  # as written, not as \\u escapes
+    plain = tmp_path / "plain.jsonl"
+    _invoke("--db", str(workload.db), "export", "--format", "failure-logs", str(plain))
+    assert "判定[:：]" not in plain.read_text(encoding="utf-8")
+
+
+def test_a_time_window_counts_and_exports_only_the_traces_inside_it(
+    recorded: Recorded, tmp_path: Path
+) -> None:
+    """``reporter`` was recorded three days ago, the three other traces now."""
+    out = tmp_path / "failures.jsonl"
+    for window, traces in ((("--since", "1d"), 3), (("--until", "1d"), 1)):
+        result = CliRunner().invoke(
+            main,
+            ["--db", str(recorded.path), "export", "--format", "failure-logs", *window, "--progress", "--json",
+             str(out)],
+            catch_exceptions=False,
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["data"]["traces"] == traces, window
+        assert f"| 0/{traces} [" in result.stderr, window
+    reporter = _invoke(
+        "--db", str(recorded.path), "export", "--format", "diagnosis", "--until", "1d", "--json", str(out)
+    )
+    assert [json.loads(line)["run"]["name"] for line in out.read_text(encoding="utf-8").splitlines()] == [
+        "reporter"
+    ]
+    assert json.loads(reporter.output)["data"]["records"] == 1
+    recent = _invoke("--db", str(recorded.path), "export", "--format", "diagnosis", "--since", "1d", str(out))
+    names = sorted(json.loads(line)["run"]["name"] for line in out.read_text(encoding="utf-8").splitlines())
+    assert "reporter" not in names
+    assert names
+    assert "from 3 traces" in recent.output
+
+
+def test_diagnosis_keeps_a_run_with_a_step_in_the_stage_asked_for(workload: Workload, tmp_path: Path) -> None:
+    everything = _export(workload, tmp_path / "all.jsonl", "--format", "diagnosis")
+    triage = _export(workload, tmp_path / "t.jsonl", "--format", "diagnosis", "--stage", FAILING_STAGE)
+    assert triage == [r for r in everything if FAILING_STAGE in {step["stage"] for step in r["steps"]}]
+    assert sorted(r["diagnosis"]["failure_class"] for r in triage) == ["process_error", "timeout"]
+    recent = _export(workload, tmp_path / "r.jsonl", "--format", "diagnosis", "--since", "1d")
+    assert recent == everything
+
+
+def test_the_export_function_shows_no_bar_unless_asked_and_the_cli_bar_leaves_no_line(
+    workload: Workload, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "runs.jsonl"
+    result = export("diagnosis", out, db_path=workload.db)
+    assert result.records == len(out.read_text(encoding="utf-8").splitlines())
+    assert capsys.readouterr().err == ""
+    shown = CliRunner().invoke(
+        main, ["--db", str(workload.db), "export", "--format", "diagnosis", "--progress", str(out)]
+    )
+    assert shown.exit_code == 0
+    assert "| 0/" in shown.stderr
+    assert "100%" not in shown.stderr  # the bar is cleared when the export ends
+    assert shown.stderr.endswith("\r")
+
+
+def test_an_unknown_type_or_class_is_named_with_the_known_ones(workload: Workload, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["--db", str(workload.db), "export", "--format", "failure-logs", "--class", "zzz", "--class", "nope",
+         "--class", "timeout", str(tmp_path / "o")],
+    )  # fmt: skip
+    assert result.exit_code == 2
+    known = ", ".join(sorted(member.value for member in FailureClass))
+    assert result.output.splitlines()[-1] == f"Error: unknown failure class nope, zzz; known: {known}"
+
+
+@pytest.fixture(scope="module")
+def runs_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Through the real chain: an agent called twice over HTTP in one trace (two runs under a remote
+    parent), the first run leaving its call unlogged, the second logging a call nobody made; then a run
+    that raises."""
+    path = tmp_path_factory.mktemp("runs") / "tallyspan.db"
+    provider = TracerProvider()
+    active = tallyspan.instrument(tracer_provider=provider, store=path, instrumentors=())
+    caller = SpanContext(0xAB << 120, 0xCD, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    try:
+        token = context.attach(otel_trace.set_span_in_context(NonRecordingSpan(caller)))
+        try:
+            with tallyspan.run("forgetful"):
+                search("a", tool_call_id="c1")
+            with tallyspan.run("boastful"):
+                log_action("c9", "search", "succeeded", tool_call_id="L9")
+        finally:
+            context.detach(token)
+        with pytest.raises(RuntimeError), tallyspan.run("crashy"):
+            raise RuntimeError("boom")
+        assert active.force_flush()
+    finally:
+        tallyspan.uninstrument()
+        provider.shutdown()
+    return path
+
+
+def test_diagnosis_filters_each_run_of_a_trace_and_counts_a_run_without_a_class(
+    runs_store: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "runs.jsonl"
+    result = _invoke("--db", str(runs_store), "export", "--format", "diagnosis", str(out))
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [(r["run"]["name"], r["diagnosis"]["failure_class"]) for r in records] == [
+        ("forgetful", "ledger_discrepancy"),
+        ("boastful", "ledger_discrepancy"),
+        ("crashy", None),
+    ]
+    assert result.output.splitlines()[0].endswith("3 records from 2 traces of the store " + str(runs_store))
+    assert _rows(result.output) == {"(none)": 1, "ledger_discrepancy": 2}
+    # the first run of the request is left out, the second one still exported
+    _invoke("--db", str(runs_store), "export", "--format", "diagnosis", "--type", "phantom_log", str(out))
+    assert [json.loads(line)["run"]["name"] for line in out.read_text(encoding="utf-8").splitlines()] == [
+        "boastful"
+    ]
+
+
+def test_a_run_without_a_start_time_is_exported_and_left_out_by_a_time_window(tmp_path: Path) -> None:
+    """A file from another writer: a failed model call whose span has no start time."""
+    span = {
+        "traceId": "ab" * 16, "spanId": "cd" * 8, "name": "chat m", "endTimeUnixNano": "1000",
+        "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+                       {"key": "error.type", "value": {"stringValue": "TimeoutError"}}],
+        "status": {"code": 2},
+    }  # fmt: skip
+    source = tmp_path / "traces.jsonl"
+    source.write_text(
+        json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}) + "\n", encoding="utf-8"
+    )
+    out = tmp_path / "runs.jsonl"
+    _invoke("export", "--format", "diagnosis", "--otlp-file", str(source), str(out))
+    [record] = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert record["run"]["start"] is None
+    _invoke(
+        "export",
+        "--format",
+        "diagnosis",
+        "--since",
+        "1970-01-01T00:00Z",
+        "--otlp-file",
+        str(source),
+        str(out),
+    )
+    assert out.read_text(encoding="utf-8") == ""

@@ -67,9 +67,17 @@ def test_an_answer_that_does_not_parse_is_recorded_as_an_error(filled: Filled, t
 def test_an_unreachable_judge_does_not_stop_the_export(filled: Filled, tmp_path: Path) -> None:
     with OpenAICompatibleServer() as server:
         url = server.base_url
-    records = _export(filled, tmp_path / "runs.jsonl", "--judge", url, "--judge-model", "m")
-    assert records
+    out = tmp_path / "runs.jsonl"
+    result = CliRunner().invoke(
+        main,
+        ["--db", str(filled.path), "export", "--format", "diagnosis", "--judge", url, "--judge-model", "m",
+         "--json", str(out)],
+        catch_exceptions=False,
+    )  # fmt: skip
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(records) == 2
     assert all(r["judged"]["error"].startswith("APIConnectionError") for r in records)
+    assert json.loads(result.output)["data"]["judged"] == 2
 
 
 def test_without_judge_nothing_is_sent_and_judged_is_null(filled: Filled, tmp_path: Path) -> None:

@@ -331,11 +331,31 @@ def test_limit_and_run_choose_the_runs_and_unbalanced_keeps_only_books_that_do_n
     assert [run["run_name"] for run in _runs(db_path)] == ["noted", "sloppy", "late", "tidy"]
     assert [run["run_name"] for run in _runs(db_path, "--limit", "2")] == ["noted", "sloppy"]
     assert [run["run_name"] for run in _runs(db_path, "--run", protocol["tidy"], "--limit", "1")] == ["tidy"]
-    assert [run["run_name"] for run in _runs(db_path, "--unbalanced")] == ["sloppy"]
+    # A broken protocol counts as books that do not balance, as the report counts it.
+    assert [run["run_name"] for run in _runs(db_path, "--unbalanced")] == ["sloppy", "late"]
     with open_store(db_path) as db:
         assert [run.run_name for run in ledger_books(db)] == ["noted", "sloppy", "late", "tidy"]
     assert [run.run_name for run in load_books(db_path)] == ["noted", "sloppy", "late", "tidy"]
     assert [run.run_name for run in load_books(db_path, limit=1)] == ["noted"]
+
+
+def test_the_unbalanced_runs_listed_are_the_runs_the_report_counts_with_the_reason_shown(
+    db_path: Path, protocol: dict[str, str]
+) -> None:
+    report = CliRunner().invoke(main, ["--db", str(db_path), "report"], catch_exceptions=False)
+    assert report.output.splitlines()[-1] == "  2 of 4 runs do not balance"
+    code, output = _invoke(db_path, "--unbalanced")
+    assert code == 0
+    headers = [line for line in output.splitlines() if line.startswith("  ") and " observed, " in line]
+    assert headers == [
+        "  UNBALANCED, protocol ok: 1 observed, 0 claimed",
+        "  balanced, protocol broken: 2 observed, 2 claimed",
+    ]
+    assert "  out_of_order_log" in output
+    assert [run["run_name"] for run in _runs(db_path, "--unbalanced", "--run", protocol["late"])] == ["late"]
+    code, output = _invoke(db_path, "--unbalanced", "--run", protocol["tidy"])
+    assert code == 1
+    assert f"No unbalanced run has the id {protocol['tidy']!r}" in output
 
 
 def test_every_run_a_prefix_names_is_shown_whatever_the_limit(

@@ -515,3 +515,20 @@ def test_a_failed_command_prints_one_line_and_keeps_the_traceback_in_the_debug_l
         ("tallyspan command got bad input", True),
         ("tallyspan command failed", True),
     ]
+
+
+def test_the_command_lists_its_subcommands_and_takes_only_a_file_as_the_store(tmp_path: Path) -> None:
+    code, output = _invoke("--help")
+    assert code == 0
+    assert output.split("Options:")[0].split("\n", 1)[1] == (
+        "\n  Make the silent failures of LLM agents visible: read what\n  tallyspan.instrument() recorded.\n\n"
+    )
+    assert "  --db FILE  The store to read. [default: TALLYSPAN_DB, else\n" in output
+    commands = [line.split()[0] for line in output.split("Commands:\n", 1)[1].splitlines()]
+    assert commands == ["check", "demo", "doctor", "export", "ledger", "prune", "report", "spans"]
+    result = CliRunner().invoke(main, ["--db", str(tmp_path), "report"])
+    assert result.exit_code == 2
+    assert (
+        result.output.splitlines()[-1]
+        == f"Error: Invalid value for '--db': File '{tmp_path}' is a directory."
+    )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from tests.cli.conftest import Filled, Recorded, age_trace
 
 from tallyspan import semconv
+from tallyspan._store_ledger import like_prefix
 from tallyspan._store_queries import (
     LedgerRun,
     ModelUsage,
@@ -28,6 +31,7 @@ from tallyspan._store_queries import (
     process_counters,
     report,
     stage_summaries,
+    store_overview,
     violations_by_stage_and_type,
 )
 from tallyspan._store_schema import connect
@@ -269,3 +273,125 @@ def test_process_counters_name_the_process_and_when(store_without_spans: Path) -
         {"dropped.ledger_claims": 1},
     )
     assert 0 < process.started_unix_nano <= process.time_unix_nano <= time.time_ns()
+
+
+def test_a_prefix_for_like_escapes_the_wildcards_and_the_escape() -> None:
+    assert like_prefix("a%b_c\\d") == "a\\%b\\_c\\\\d%"
+    assert like_prefix("") == "%"
+
+
+def test_report_for_scripts_names_no_store_unless_told(filled: Filled) -> None:
+    with open_store(filled.path) as db:
+        assert report(db).store == ""
+        assert report(db, str(filled.path)).store == str(filled.path)
+
+
+def test_the_overview_keeps_the_counters_of_the_latest_processes_asked_for(
+    store_without_spans: Path,
+) -> None:
+    """A second process drops a claim into the same store after this one."""
+    script = (
+        "import sys, tallyspan\n"
+        "from tallyspan_exporters import SQLiteSpanExporter\n"
+        "tallyspan.ledger.claim('c2', 'search', 'succeeded')\n"
+        "tallyspan.ledger.claim('c3', 'search', 'succeeded')\n"
+        "exporter = SQLiteSpanExporter(sys.argv[1])\n"
+        "exporter.export([])\n"
+        "exporter.shutdown()\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script, str(store_without_spans)], capture_output=True, text=True, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    with open_store(store_without_spans) as db:
+        assert [(p.pid == os.getpid(), p.counts) for p in store_overview(db).counters] == [
+            (False, {"dropped.ledger_claims": 2}),
+            (True, {"dropped.ledger_claims": 1}),
+        ]
+        assert [p.counts for p in store_overview(db, processes=1).counters] == [{"dropped.ledger_claims": 2}]
+
+
+def test_a_types_column_an_older_or_foreign_writer_filled_shows_what_it_holds(
+    recorded: Recorded, tmp_path: Path
+) -> None:
+    ids = recorded.trace_ids
+    store = _edited_copy(
+        recorded,
+        tmp_path,
+        ("UPDATE spans SET violation_types = '\"refusal\"' WHERE trace_id = ?", ids["triage"]),
+        ("UPDATE spans SET violation_types = '' WHERE trace_id = ?", ids["booker"]),
+        ("UPDATE spans SET violation_types = X'07' WHERE trace_id = ?", ids["both"]),  # not text at all
+        ("UPDATE spans SET violation_types = 'too_short' WHERE trace_id = ?", ids["reporter"]),
+    )
+    with open_store(store) as db:
+        types = {name: {tuple(row.violation_types) for row in list_spans(db, ids[name])} for name in ids}
+    assert types == {
+        "triage": {("refusal",)},  # one JSON string, not a list: a list of it
+        "booker": {()},
+        "both": {()},
+        "reporter": {("too_short",)},  # not JSON: shown as it is
+    }
+
+
+def test_a_trace_whose_attributes_are_json_but_no_object_is_exported_with_its_columns(
+    recorded: Recorded, tmp_path: Path
+) -> None:
+    triage = recorded.trace_ids["triage"]
+    store = _edited_copy(
+        recorded, tmp_path, ("UPDATE spans SET attributes = '[1, 2]' WHERE trace_id = ?", triage)
+    )
+    with open_store(store) as db:
+        traces = {data.trace_id: data for data in iter_traces(db)}
+    [span] = traces[triage].spans
+    assert (span.name, span.stage, span.status_code) == ("chat qwen3-32b", None, "ERROR")
+
+
+def test_iter_traces_gives_each_run_its_whole_books(recorded: Recorded, tmp_path: Path) -> None:
+    ids = recorded.trace_ids
+    store = _edited_copy(
+        recorded,
+        tmp_path,
+        (
+            """UPDATE ledger_reconciliations SET discrepancies = '[{"type": "unlogged_call", "call_id": "c7"}]'
+               WHERE trace_id = ?""",
+            ids["booker"],
+        ),  # an older writer's discrepancy, without its detail
+    )
+    with open_store(store) as db:
+        traces = {data.trace_id: data for data in iter_traces(db)}
+        rows = {
+            name: db.execute(
+                "SELECT run_span_id, run_name, time_unix_nano FROM ledger_reconciliations WHERE trace_id = ?",
+                (ids[name],),
+            ).fetchone()
+            for name in ("reporter", "booker")
+        }
+        entries = [
+            tuple(row)
+            for row in db.execute(
+                "SELECT side, seq, call_id, tool_name, outcome, span_id, time_unix_nano FROM ledger_entries"
+                " WHERE trace_id = ? ORDER BY seq",
+                (ids["reporter"],),
+            )
+        ]
+    for name in ("reporter", "booker"):
+        [(run_span_id, books)] = traces[ids[name]].ledgers.items()
+        assert (books.run_span_id, books.run_name, books.time_unix_nano) == tuple(rows[name])
+        assert run_span_id == books.run_span_id
+        assert books.time_unix_nano is not None
+    reporter = traces[ids["reporter"]].ledgers[rows["reporter"][0]]
+    assert [
+        (e.side, e.seq, e.call_id, e.tool_name, e.outcome, e.span_id, e.time_unix_nano)
+        for e in reporter.entries
+    ] == entries
+    tool_span = next(span.span_id for span in traces[ids["reporter"]].spans if span.tool_name == "search")
+    first = reporter.entries[0]
+    assert (first.side, first.tool_name, first.outcome, first.span_id) == (
+        "observed",
+        "search",
+        "succeeded",
+        tool_span,
+    )
+    assert all(e.time_unix_nano for e in reporter.entries)
+    booker = traces[ids["booker"]].ledgers[rows["booker"][0]]
+    assert [(d.type, d.call_id, d.detail) for d in booker.discrepancies] == [("unlogged_call", "c7", "")]

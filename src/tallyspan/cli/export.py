@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -89,7 +90,7 @@ def parse_when(text: str, option: str) -> int:
             raise click.BadParameter(
                 f"{text!r} is neither an ISO-8601 time (2026-05-01T09:00Z) nor an age (7d)", param_hint=option
             ) from None
-        return _clamped((datetime.now(timezone.utc).timestamp() - seconds) * 1e9)
+        return _clamped((time.time() - seconds) * 1e9)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return _clamped(moment.timestamp() * 1e9)

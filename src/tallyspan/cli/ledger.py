@@ -46,7 +46,8 @@ def load_books(
     db_path: Path, run_id: str | None = None, limit: int = DEFAULT_LIMIT, *, unbalanced: bool = False
 ) -> list[RunBooks]:
     """The books of the runs whose run span id or trace id starts with ``run_id``, else of the latest
-    ``limit``; latest first; with ``unbalanced``, only runs whose books do not balance.
+    ``limit``; latest first; with ``unbalanced``, only runs whose books do not balance or whose logging
+    protocol was broken (the runs ``tallyspan report`` counts as not balancing).
 
     Raises:
         StoreNotFoundError: there is no store at ``db_path``.
@@ -107,7 +108,10 @@ def format_books(runs: list[RunBooks]) -> str:
 @click.option(
     "--run", "run_id", metavar="ID", help="Only this run (its run span id or trace id, or a prefix)."
 )
-@click.option("--unbalanced", is_flag=True, help="Only runs whose books do not balance.")
+@click.option(
+    "--unbalanced", is_flag=True,
+    help="Only runs whose books do not balance or whose logging protocol was broken (as report counts them).",
+)  # fmt: skip
 @click.option(
     "--limit", type=click.IntRange(min=1), default=DEFAULT_LIMIT, show_default=True,
     help="Latest runs shown without --run.",
