@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
@@ -46,6 +45,9 @@ from tallyspan.plugin import (
     renew_lock_after_fork,
     swallowed,
 )
+
+if TYPE_CHECKING:
+    import sqlite3  # loads with the first connection (tallyspan.plugin.connect), on the writer thread
 
 __all__ = [
     "DEFAULT_BATCH_ITEMS",
@@ -249,6 +251,8 @@ class StoreWriter:
 
     def _write_pending(self, *, wait: bool, timeout_millis: int | None = None) -> bool:
         """Write every kept batch in one transaction (under ``self._lock``); False if it failed."""
+        import sqlite3  # loaded by connect() already: a lookup
+
         try:
             if self._db is None:
                 self._db = connect(self.path)

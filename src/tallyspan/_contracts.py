@@ -52,7 +52,6 @@ from tallyspan._contract_files import (
     wrap_node,
 )
 from tallyspan._errors import ContractError
-from tallyspan._jsonschema import compile_schema
 from tallyspan._patterns import REGEX_TIMEOUT_S as REGEX_TIMEOUT_S  # where it was first defined
 from tallyspan._patterns import PatternLoadBudget, compile_pattern, contract_flags, load_budget_of
 from tallyspan._repetition import DEFAULT_MAX_REPEATED_SHARE
@@ -158,6 +157,8 @@ class Contract(BaseModel):
         if value is not None:
             from jsonschema.exceptions import SchemaError
 
+            from tallyspan._jsonschema import compile_schema
+
             try:
                 compile_schema(value)
             except SchemaError as exc:
@@ -171,7 +172,12 @@ class Contract(BaseModel):
         budget = load_budget_of(info.context)
         self._required = tuple(_compiled(item, budget) for item in self.required)
         self._forbidden = tuple(_compiled(item, budget) for item in self.forbidden)
-        self._schema_validator = compile_schema(self.json_schema) if self.json_schema is not None else None
+        self._schema_validator = None
+        if self.json_schema is not None:
+            # Imported here, with jsonschema: only a contract that has a schema needs them.
+            from tallyspan._jsonschema import compile_schema
+
+            self._schema_validator = compile_schema(self.json_schema)
         return self
 
     @property

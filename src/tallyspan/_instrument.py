@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, EntryPoints, entry_points
+from importlib.metadata import EntryPoint, EntryPoints, PackageNotFoundError, distribution, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -72,6 +72,8 @@ _logger = logging.getLogger(__name__)
 
 COMPONENT_GROUP: Final = semconv.ENTRY_POINT_GROUP_COMPONENTS
 INSTRUMENTOR_GROUP: Final = "opentelemetry_instrumentor"
+#: The distribution whose metadata lists our own instrumentors and components.
+_DISTRIBUTION: Final = "tallyspan"
 _OWN_INSTRUMENTORS_PACKAGE: Final = "tallyspan_instrumentors"
 #: What OpenTelemetry logs when a second global TracerProvider is refused.
 _OVERRIDE_WARNING: Final = "Overriding of current TracerProvider"
@@ -389,36 +391,52 @@ def _with_otlp(settings: Settings, adopted: Sequence[Borrowed] = ()) -> Settings
     )
 
 
-# Our entry points, read once per sys.path: each entry_points() call reads the metadata of every
-# installed distribution (whatever the group asked), and building the chain asks about a dozen times.
-_entry_point_scan: dict[str, EntryPoints] = {}
+# Entry points, read once per sys.path. Ours come from tallyspan's own metadata (one file); every
+# installed distribution's are read (about 5 ms for a hundred of them, whatever the group asked) only
+# for a name that is not ours: another package's instrumentor, a bare library name, a component we do
+# not ship.
+_own_scan: EntryPoints | None = None
+_every_scan: dict[str, EntryPoints] = {}
 _scanned_path: tuple[str, ...] = ()
 
 
 def _forget_entry_points() -> None:
-    # Scanned again only when sys.path changed (a path added since, with distributions on it): a
-    # scan costs about 20 ms, and instrument()/uninstrument() cycles must not pay it every time.
-    global _scanned_path
+    # Read again only when sys.path changed (a path added since, with distributions on it):
+    # instrument()/uninstrument() cycles must not pay for the reads every time.
+    global _own_scan, _scanned_path
     if tuple(sys.path) != _scanned_path:
-        _entry_point_scan.clear()
+        _own_scan = None
+        _every_scan.clear()
         _scanned_path = tuple(sys.path)
 
 
-def _entry_points(group: str, name: str | None = None) -> EntryPoints:
-    if not _entry_point_scan:
-        # One scan for both groups instead of one per group: the walk of the distributions is the cost.
-        every = entry_points()
+def _every_entry_points(group: str) -> EntryPoints:
+    if not _every_scan:
+        every = entry_points()  # one walk of the distributions for both groups: the walk is the cost
         for wanted in (COMPONENT_GROUP, INSTRUMENTOR_GROUP):
-            _entry_point_scan[wanted] = every.select(group=wanted)
-    found = _entry_point_scan.get(group)
+            _every_scan[wanted] = every.select(group=wanted)
+    found = _every_scan.get(group)
     if found is None:
-        found = _entry_point_scan[group] = entry_points(group=group)
-    return found if name is None else found.select(name=name)
+        found = _every_scan[group] = entry_points(group=group)
+    return found
+
+
+def _own_entry_points(group: str) -> EntryPoints:
+    global _own_scan
+    if _own_scan is None:
+        try:
+            _own_scan = distribution(_DISTRIBUTION).entry_points
+        except PackageNotFoundError:  # our sources on sys.path without installed metadata
+            return _every_entry_points(group)
+    return _own_scan.select(group=group)
 
 
 def _component_entry_point(name: str) -> EntryPoint | None:
-    found = _entry_points(COMPONENT_GROUP, name)
-    return next(iter(found), None)
+    # Ours first: a component tallyspan ships is its own, not another package's of the same name.
+    found = next(iter(_own_entry_points(COMPONENT_GROUP).select(name=name)), None)
+    if found is None:
+        found = next(iter(_every_entry_points(COMPONENT_GROUP).select(name=name)), None)
+    return found
 
 
 def _component_factory(name: str) -> Any:
@@ -484,7 +502,11 @@ def _instrument_libraries(
     wanted = None if names is None else {_entry_point_name(name) for name in names}
     found: set[str] = set()
     enabled: list[BaseInstrumentor] = []
-    for entry_point in _entry_points(INSTRUMENTOR_GROUP):
+    own = _own_entry_points(INSTRUMENTOR_GROUP)
+    candidates = (
+        own if wanted is None or wanted <= set(own.names) else _every_entry_points(INSTRUMENTOR_GROUP)
+    )
+    for entry_point in candidates:
         if wanted is None:
             if not entry_point.value.startswith(_OWN_INSTRUMENTORS_PACKAGE):
                 continue
@@ -524,7 +546,7 @@ def _instrument_libraries(
     for unknown in sorted((wanted or set()) - found):
         known = sorted(
             entry_point.name
-            for entry_point in _entry_points(INSTRUMENTOR_GROUP)
+            for entry_point in _own_entry_points(INSTRUMENTOR_GROUP)
             if entry_point.value.startswith(_OWN_INSTRUMENTORS_PACKAGE)
         )
         warn_once(
@@ -539,10 +561,11 @@ def _instrument_libraries(
 
 def _entry_point_name(name: str) -> str:
     """``anthropic`` means our ``tallyspan_anthropic`` when no entry point has the bare name."""
-    if any(True for _ in _entry_points(INSTRUMENTOR_GROUP, name)):
+    own = _own_entry_points(INSTRUMENTOR_GROUP).names
+    if name in own or name in _every_entry_points(INSTRUMENTOR_GROUP).names:
         return name
-    own = f"tallyspan_{name}"
-    return own if any(True for _ in _entry_points(INSTRUMENTOR_GROUP, own)) else name
+    ours = f"tallyspan_{name}"
+    return ours if ours in own else name
 
 
 @atexit.register

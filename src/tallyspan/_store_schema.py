@@ -52,11 +52,15 @@ every open, from several processes at once. Never edit an applied migration: add
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    # sqlite3 (about 2 ms) loads with the first connection, on the writer's thread: an instrumentor
+    # imports this module (through tallyspan.plugin) and never opens a store.
+    import sqlite3
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -97,7 +101,7 @@ def is_locked(error: sqlite3.OperationalError) -> bool:
     return "locked" in str(error) or "busy" in str(error)
 
 
-Migration = Callable[[sqlite3.Connection], None]
+Migration = Callable[["sqlite3.Connection"], None]
 
 MIGRATIONS: list[Migration] = []
 """Every migration, in the order they are applied."""
@@ -125,6 +129,8 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
     Raises:
         sqlite3.Error: the file cannot be opened or is not a database; OSError: the folder cannot be made.
     """
+    import sqlite3
+
     name = os.fspath(path)
     if name != ":memory:":
         Path(name).parent.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,11 @@
 Nothing else in the code base spells one of these names as a string literal: collector configs,
 dashboards and tests are checked against this module, so a rename here is a rename everywhere.
 
-The ``gen_ai.*`` names are taken from the OpenTelemetry semantic-conventions package (the latest
-GenAI conventions); the ``tallyspan.*`` names are our own namespace (ARCHITECTURE.md, "Names we emit").
+The ``gen_ai.*`` names (and the ``error``, ``exception``, ``server``, ``openai``, ``mcp`` and ``jsonrpc``
+ones) are those of the OpenTelemetry semantic-conventions package (the latest GenAI conventions),
+spelled out here because importing its modules costs every app about 3 ms at start;
+``tests/core/test_semconv.py`` holds each one to the package's constant of the same name. The
+``tallyspan.*`` names are our own namespace (ARCHITECTURE.md, "Names we emit").
 
 Usage::
 
@@ -16,78 +19,70 @@ from __future__ import annotations
 
 from typing import Final
 
-from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
-from opentelemetry.semconv._incubating.attributes import jsonrpc_attributes as _jsonrpc
-from opentelemetry.semconv._incubating.attributes import mcp_attributes as _mcp
-from opentelemetry.semconv._incubating.attributes import openai_attributes as _openai
-from opentelemetry.semconv.attributes import error_attributes as _error
-from opentelemetry.semconv.attributes import exception_attributes as _exception
-from opentelemetry.semconv.attributes import server_attributes as _server
-
 # --- GenAI semantic conventions ------------------------------------------------------------------
 
-GEN_AI_OPERATION_NAME: Final = _gen_ai.GEN_AI_OPERATION_NAME
-GEN_AI_PROVIDER_NAME: Final = _gen_ai.GEN_AI_PROVIDER_NAME
-GEN_AI_REQUEST_MODEL: Final = _gen_ai.GEN_AI_REQUEST_MODEL
-GEN_AI_REQUEST_MAX_TOKENS: Final = _gen_ai.GEN_AI_REQUEST_MAX_TOKENS
-GEN_AI_REQUEST_TEMPERATURE: Final = _gen_ai.GEN_AI_REQUEST_TEMPERATURE
-GEN_AI_REQUEST_TOP_P: Final = _gen_ai.GEN_AI_REQUEST_TOP_P
-GEN_AI_REQUEST_TOP_K: Final = _gen_ai.GEN_AI_REQUEST_TOP_K
-GEN_AI_REQUEST_FREQUENCY_PENALTY: Final = _gen_ai.GEN_AI_REQUEST_FREQUENCY_PENALTY
-GEN_AI_REQUEST_PRESENCE_PENALTY: Final = _gen_ai.GEN_AI_REQUEST_PRESENCE_PENALTY
-GEN_AI_REQUEST_STOP_SEQUENCES: Final = _gen_ai.GEN_AI_REQUEST_STOP_SEQUENCES
-GEN_AI_REQUEST_SEED: Final = _gen_ai.GEN_AI_REQUEST_SEED
-GEN_AI_REQUEST_CHOICE_COUNT: Final = _gen_ai.GEN_AI_REQUEST_CHOICE_COUNT
-GEN_AI_REQUEST_STREAM: Final = _gen_ai.GEN_AI_REQUEST_STREAM
-GEN_AI_REQUEST_ENCODING_FORMATS: Final = _gen_ai.GEN_AI_REQUEST_ENCODING_FORMATS
-GEN_AI_OUTPUT_TYPE: Final = _gen_ai.GEN_AI_OUTPUT_TYPE
-GEN_AI_RESPONSE_ID: Final = _gen_ai.GEN_AI_RESPONSE_ID
-GEN_AI_RESPONSE_MODEL: Final = _gen_ai.GEN_AI_RESPONSE_MODEL
-GEN_AI_RESPONSE_FINISH_REASONS: Final = _gen_ai.GEN_AI_RESPONSE_FINISH_REASONS
-GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: Final = _gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK
-GEN_AI_USAGE_INPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_INPUT_TOKENS
-GEN_AI_USAGE_OUTPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS
-GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS
-GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS
-GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = _gen_ai.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS
-GEN_AI_EMBEDDINGS_DIMENSION_COUNT: Final = _gen_ai.GEN_AI_EMBEDDINGS_DIMENSION_COUNT
-GEN_AI_CONVERSATION_ID: Final = _gen_ai.GEN_AI_CONVERSATION_ID
-GEN_AI_TOOL_NAME: Final = _gen_ai.GEN_AI_TOOL_NAME
-GEN_AI_TOOL_CALL_ID: Final = _gen_ai.GEN_AI_TOOL_CALL_ID
-GEN_AI_TOOL_TYPE: Final = _gen_ai.GEN_AI_TOOL_TYPE
-GEN_AI_TOOL_DESCRIPTION: Final = _gen_ai.GEN_AI_TOOL_DESCRIPTION
-GEN_AI_AGENT_NAME: Final = _gen_ai.GEN_AI_AGENT_NAME
-GEN_AI_AGENT_ID: Final = _gen_ai.GEN_AI_AGENT_ID
-GEN_AI_WORKFLOW_NAME: Final = _gen_ai.GEN_AI_WORKFLOW_NAME
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
+GEN_AI_REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
+GEN_AI_REQUEST_TOP_P: Final = "gen_ai.request.top_p"
+GEN_AI_REQUEST_TOP_K: Final = "gen_ai.request.top_k"
+GEN_AI_REQUEST_FREQUENCY_PENALTY: Final = "gen_ai.request.frequency_penalty"
+GEN_AI_REQUEST_PRESENCE_PENALTY: Final = "gen_ai.request.presence_penalty"
+GEN_AI_REQUEST_STOP_SEQUENCES: Final = "gen_ai.request.stop_sequences"
+GEN_AI_REQUEST_SEED: Final = "gen_ai.request.seed"
+GEN_AI_REQUEST_CHOICE_COUNT: Final = "gen_ai.request.choice.count"
+GEN_AI_REQUEST_STREAM: Final = "gen_ai.request.stream"
+GEN_AI_REQUEST_ENCODING_FORMATS: Final = "gen_ai.request.encoding_formats"
+GEN_AI_OUTPUT_TYPE: Final = "gen_ai.output.type"
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: Final = "gen_ai.response.time_to_first_chunk"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: Final = "gen_ai.usage.cache_creation.input_tokens"
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tokens"
+GEN_AI_EMBEDDINGS_DIMENSION_COUNT: Final = "gen_ai.embeddings.dimension.count"
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
+GEN_AI_TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_AGENT_ID: Final = "gen_ai.agent.id"
+GEN_AI_WORKFLOW_NAME: Final = "gen_ai.workflow.name"
 # Content: exported only when the user opts in (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT).
-GEN_AI_INPUT_MESSAGES: Final = _gen_ai.GEN_AI_INPUT_MESSAGES
-GEN_AI_OUTPUT_MESSAGES: Final = _gen_ai.GEN_AI_OUTPUT_MESSAGES
-GEN_AI_SYSTEM_INSTRUCTIONS: Final = _gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS
-GEN_AI_TOOL_CALL_ARGUMENTS: Final = _gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS
-GEN_AI_TOOL_CALL_RESULT: Final = _gen_ai.GEN_AI_TOOL_CALL_RESULT
-GEN_AI_EVALUATION_NAME: Final = _gen_ai.GEN_AI_EVALUATION_NAME
-GEN_AI_EVALUATION_SCORE_LABEL: Final = _gen_ai.GEN_AI_EVALUATION_SCORE_LABEL
-GEN_AI_EVALUATION_SCORE_VALUE: Final = _gen_ai.GEN_AI_EVALUATION_SCORE_VALUE
-GEN_AI_EVALUATION_EXPLANATION: Final = _gen_ai.GEN_AI_EVALUATION_EXPLANATION
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+GEN_AI_EVALUATION_NAME: Final = "gen_ai.evaluation.name"
+GEN_AI_EVALUATION_SCORE_LABEL: Final = "gen_ai.evaluation.score.label"
+GEN_AI_EVALUATION_SCORE_VALUE: Final = "gen_ai.evaluation.score.value"
+GEN_AI_EVALUATION_EXPLANATION: Final = "gen_ai.evaluation.explanation"
 
-OPENAI_REQUEST_SERVICE_TIER: Final = _openai.OPENAI_REQUEST_SERVICE_TIER
-OPENAI_RESPONSE_SERVICE_TIER: Final = _openai.OPENAI_RESPONSE_SERVICE_TIER
-OPENAI_RESPONSE_SYSTEM_FINGERPRINT: Final = _openai.OPENAI_RESPONSE_SYSTEM_FINGERPRINT
-MCP_METHOD_NAME: Final = _mcp.MCP_METHOD_NAME
-MCP_SESSION_ID: Final = _mcp.MCP_SESSION_ID
-MCP_PROTOCOL_VERSION: Final = _mcp.MCP_PROTOCOL_VERSION
-JSONRPC_REQUEST_ID: Final = _jsonrpc.JSONRPC_REQUEST_ID
+OPENAI_REQUEST_SERVICE_TIER: Final = "openai.request.service_tier"
+OPENAI_RESPONSE_SERVICE_TIER: Final = "openai.response.service_tier"
+OPENAI_RESPONSE_SYSTEM_FINGERPRINT: Final = "openai.response.system_fingerprint"
+MCP_METHOD_NAME: Final = "mcp.method.name"
+MCP_SESSION_ID: Final = "mcp.session.id"
+MCP_PROTOCOL_VERSION: Final = "mcp.protocol.version"
+JSONRPC_REQUEST_ID: Final = "jsonrpc.request.id"
 #: The MCP method of a tool call (``mcp.method.name`` value).
 MCP_METHOD_TOOLS_CALL: Final = "tools/call"
 #: ``error.type`` of a tool call that returned an error result (MCP ``isError``), per the MCP conventions.
 ERROR_TYPE_TOOL_ERROR: Final = "tool_error"
-ERROR_TYPE: Final = _error.ERROR_TYPE
-EXCEPTION_TYPE: Final = _exception.EXCEPTION_TYPE
-EXCEPTION_MESSAGE: Final = _exception.EXCEPTION_MESSAGE
+ERROR_TYPE: Final = "error.type"
+EXCEPTION_TYPE: Final = "exception.type"
+EXCEPTION_MESSAGE: Final = "exception.message"
 #: The span event the SDK records for an exception (``span.record_exception``).
 EVENT_EXCEPTION: Final = "exception"
-SERVER_ADDRESS: Final = _server.SERVER_ADDRESS
-SERVER_PORT: Final = _server.SERVER_PORT
+SERVER_ADDRESS: Final = "server.address"
+SERVER_PORT: Final = "server.port"
 
 # gen_ai.operation.name values
 OPERATION_CHAT: Final = "chat"

@@ -17,9 +17,17 @@ import sys
 import textwrap
 from pathlib import Path
 
-ENGINE = ("tallyspan._checks", "tallyspan._language", "jsonschema")
-OTLP = ("opentelemetry.sdk._logs", "requests")
+ENGINE = ("tallyspan._checks", "tallyspan._language", "tallyspan._jsonschema", "jsonschema")
+OTLP = ("opentelemetry.sdk._logs", "requests", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
 HEAVY = (*ENGINE, *OTLP, "tallyspan._contracts", "yaml", "regex")
+#: Loaded by the store's writer thread with its first write, and by nothing before it.
+STORE = ("sqlite3",)
+#: The semantic-conventions package: tallyspan.semconv spells its names out (tests/core/test_semconv.py).
+CONVENTIONS = ("opentelemetry.semconv._incubating.attributes.gen_ai_attributes",)
+#: How the OpenAI instrumentor reads each kind of call: loaded with the first call of that kind.
+OPENAI_READING = tuple(
+    f"tallyspan_instrumentors.openai._extract_{kind}" for kind in ("chat", "responses", "embeddings")
+)
 CONTRACT = {"language": "ja", "min_chars": 20, "required": ["判定"], "claims": {"allowed": ["導入企業300社"]}}
 
 
@@ -46,9 +54,57 @@ def test_an_instrumentor_alone_imports_no_check_engine() -> None:
         from tallyspan_instrumentors.openai import OpenAIInstrumentor
 
         OpenAIInstrumentor().instrument(tracer_provider=TracerProvider())
-        """
+        """,
+        (*HEAVY, *STORE, *CONVENTIONS, *OPENAI_READING),
     )
     assert loaded == []
+
+
+def test_instrument_opens_no_store_before_the_first_span(tmp_path: Path) -> None:
+    db = str(tmp_path / "t.db")
+    setup = f"""
+        import tallyspan
+        from opentelemetry.sdk.trace import TracerProvider
+
+        provider = TracerProvider()
+        tallyspan.instrument({{"report": {CONTRACT!r}}}, tracer_provider=provider, store={db!r}, instrumentors=[])
+        """
+    assert _loaded_after(setup, (*OTLP, *STORE)) == []
+    first_span = """
+        provider.get_tracer("t").start_span("chat m", attributes={"gen_ai.operation.name": "chat"}).end()
+        tallyspan.uninstrument()
+        """
+    assert _loaded_after(setup + first_span, (*OTLP, *STORE)) == list(STORE)
+    assert (tmp_path / "t.db").exists()
+
+
+def _entry_point_reads(instrumentors: str, db: Path) -> int:
+    """How often ``instrument(instrumentors=...)`` read every installed distribution's entry points."""
+    code = textwrap.dedent(
+        f"""
+        import importlib.metadata
+
+        reads = []
+        every = importlib.metadata.entry_points
+        importlib.metadata.entry_points = lambda **params: reads.append(params) or every(**params)
+
+        import tallyspan
+        from opentelemetry.sdk.trace import TracerProvider
+
+        tallyspan.instrument(tracer_provider=TracerProvider(), store={str(db)!r}, instrumentors={instrumentors})
+        print(len(reads))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+def test_instrument_reads_only_tallyspan_s_own_entry_points(tmp_path: Path) -> None:
+    """Every distribution's entry points cost about 5 ms to read; ours are in one file."""
+    assert _entry_point_reads("['tallyspan_openai']", tmp_path / "t.db") == 0
+    assert _entry_point_reads("None", tmp_path / "t.db") == 0  # every instrumentor of ours
+    # A bare library name may be another package's entry point (OpenLLMetry registers "openai").
+    assert _entry_point_reads("['ollama']", tmp_path / "t.db") == 1
 
 
 def test_instrument_without_contracts_imports_no_check_engine(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from tallyspan import semconv
 from tallyspan.plugin import swallowed
@@ -26,18 +26,9 @@ from tallyspan_instrumentors._streams import (
     SyncStreamProxy,
     finalize_if_proxy,
 )
-from tallyspan_instrumentors.openai._extract_chat import (
-    ChatStreamAccumulator,
-    chat_request,
-    extract_chat_completion,
-)
-from tallyspan_instrumentors.openai._extract_embeddings import embeddings_request, extract_embeddings
-from tallyspan_instrumentors.openai._extract_responses import (
-    ResponsesStreamAccumulator,
-    extract_response,
-    responses_request,
-)
-from tallyspan_instrumentors.openai._extract_shared import Request
+
+if TYPE_CHECKING:
+    from tallyspan_instrumentors.openai._extract_shared import Request
 
 __all__ = [
     "CHAT",
@@ -49,6 +40,7 @@ __all__ = [
     "call",
     "helper_close",
     "manager_exit",
+    "operation",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -63,22 +55,51 @@ class Operation:
     accumulator: Callable[[], StreamAccumulator] | None
 
 
-CHAT = Operation(chat_request, extract_chat_completion, ChatStreamAccumulator)
-RESPONSES = Operation(responses_request, extract_response, ResponsesStreamAccumulator)
-EMBEDDINGS = Operation(embeddings_request, extract_embeddings, None)
+#: The kinds of call the wrap table names. Each kind's reading (its ``_extract_*`` module, about 3 ms
+#: for the three) is imported with its first call, not with the instrumentor: an app pays for it only
+#: once it calls the SDK, and only for the kinds it calls.
+CHAT: Final = "chat"
+RESPONSES: Final = "responses"
+EMBEDDINGS: Final = "embeddings"
 
 
-def call(operation: Operation, *, is_async: bool = False) -> Callable[[WrapperState], Wrapper]:
-    """The wrapper factory of an SDK method making one ``operation`` call."""
+@functools.cache
+def operation(kind: str) -> Operation:
+    """How a call of ``kind`` (:data:`CHAT`, :data:`RESPONSES` or :data:`EMBEDDINGS`) is read."""
+    if kind == CHAT:
+        from tallyspan_instrumentors.openai._extract_chat import (
+            ChatStreamAccumulator,
+            chat_request,
+            extract_chat_completion,
+        )
+
+        return Operation(chat_request, extract_chat_completion, ChatStreamAccumulator)
+    if kind == RESPONSES:
+        from tallyspan_instrumentors.openai._extract_responses import (
+            ResponsesStreamAccumulator,
+            extract_response,
+            responses_request,
+        )
+
+        return Operation(responses_request, extract_response, ResponsesStreamAccumulator)
+    if kind == EMBEDDINGS:
+        from tallyspan_instrumentors.openai._extract_embeddings import embeddings_request, extract_embeddings
+
+        return Operation(embeddings_request, extract_embeddings, None)
+    raise ValueError(f"no OpenAI operation {kind!r}")
+
+
+def call(kind: str, *, is_async: bool = False) -> Callable[[WrapperState], Wrapper]:
+    """The wrapper factory of an SDK method making one call of ``kind``."""
     return model_call_wrapper(
-        functools.partial(_start, operation), functools.partial(_finish, operation), is_async=is_async
+        functools.partial(_start, kind), functools.partial(_finish, kind), is_async=is_async
     )
 
 
 def _start(
-    operation: Operation, state: WrapperState, resource: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    kind: str, state: WrapperState, resource: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> GenAICall:
-    request = operation.read_request(resource, kwargs, capture_content=state.capture_content)
+    request = operation(kind).read_request(resource, kwargs, capture_content=state.capture_content)
     return start_genai_call(
         state.tracer,
         operation=str(request.attributes[semconv.GEN_AI_OPERATION_NAME]),
@@ -100,25 +121,26 @@ def _sdk_types() -> tuple[type[Any], type[Any], type[Any], tuple[type[Any], ...]
     return openai.Stream, openai.AsyncStream, LegacyAPIResponse, (APIResponse, AsyncAPIResponse)
 
 
-def _finish(operation: Operation, call: GenAICall, result: Any, kwargs: Mapping[str, Any]) -> Any:
+def _finish(kind: str, call: GenAICall, result: Any, kwargs: Mapping[str, Any]) -> Any:
     stream, async_stream, legacy_response, api_responses = _sdk_types()
-    if operation.accumulator is not None:
+    reading = operation(kind)
+    if reading.accumulator is not None:
         if isinstance(result, stream):
-            return SyncStreamProxy(result, call, operation.accumulator())
+            return SyncStreamProxy(result, call, reading.accumulator())
         if isinstance(result, async_stream):
-            return AsyncStreamProxy(result, call, operation.accumulator())
+            return AsyncStreamProxy(result, call, reading.accumulator())
     if isinstance(result, legacy_response):
         if getattr(result, "_stream", False):
             # The app parses the stream itself later; the span covers the request only.
             call.finish(None)
         else:
-            call.finish(operation.extract(result.parse(), call))  # parse() is cached by the SDK
+            call.finish(reading.extract(result.parse(), call))  # parse() is cached by the SDK
         return result
     if isinstance(result, api_responses):
         # with_streaming_response: the body is the app's to read; reading it here would consume it.
         call.finish(None)
         return result
-    call.finish(operation.extract(result, call))
+    call.finish(reading.extract(result, call))
     return result
 
 
