@@ -10,6 +10,8 @@ import re
 import unicodedata
 from collections.abc import Iterator, Sequence
 
+from tallyspan._literals import literal_alternation
+
 __all__ = ["find_claims", "find_reasoning_leak", "first_turn", "is_refusal", "strip_reasoning"]
 
 # --- refusal ---------------------------------------------------------------------------------------
@@ -258,9 +260,7 @@ _KIND_OF_TRIGGER: dict[str, str] = {
     trigger: kind for kind, triggers in _TRIGGERS.items() for trigger in triggers
 }
 # An ASCII text is lowercased (cheap for ASCII) and scanned once by an alternation of the triggers.
-_ANY_TRIGGER = re.compile(
-    "|".join(re.escape(trigger) for trigger in sorted(_KIND_OF_TRIGGER, key=len, reverse=True))
-)
+_ANY_TRIGGER = re.compile(literal_alternation(_KIND_OF_TRIGGER))
 # Lowercasing any other text costs more than the scan itself, so it is scanned as written, for each
 # trigger in lower case, capitalised, in title case and in upper case ("Trusted by", "Number One").
 _KIND_OF_CASED_TRIGGER: dict[str, str] = {
@@ -268,9 +268,7 @@ _KIND_OF_CASED_TRIGGER: dict[str, str] = {
     for trigger, kind in _KIND_OF_TRIGGER.items()
     for variant in (trigger, trigger.capitalize(), trigger.title(), trigger.upper())
 }
-_ANY_CASED_TRIGGER = re.compile(
-    "|".join(re.escape(trigger) for trigger in sorted(_KIND_OF_CASED_TRIGGER, key=len, reverse=True))
-)
+_ANY_CASED_TRIGGER = re.compile(literal_alternation(_KIND_OF_CASED_TRIGGER))
 #: A claim pattern runs this far either side of its trigger word (a claim is a phrase, not a paragraph).
 _CLAIM_REACH = 120
 # A percentage is a claim only beside what it claims: satisfaction, share, a comparison, an improvement,
