@@ -298,7 +298,11 @@ class PatternBudget:
             self._exhaust()
             return None
         try:
-            return pattern.search(text, timeout=min(self._per_pattern_s, remaining)) is not None
+            # concurrent=False: ``regex`` would otherwise let go of the GIL for the search, and getting it
+            # back behind a busy app thread takes up to the switch interval (5 ms) each time; the timeout,
+            # which counts that wait, then expires on patterns that match in microseconds.
+            timeout = min(self._per_pattern_s, remaining)
+            return pattern.search(text, timeout=timeout, concurrent=False) is not None
         except TimeoutError:
             count("checks.regex_timeout")
             if self._deadline - time.monotonic() <= 0:

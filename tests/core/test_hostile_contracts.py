@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -342,3 +343,33 @@ def test_a_span_within_its_budget_has_no_check_errors() -> None:
     assert budget.check_errors == ()
     assert "errors.check_budget" not in tallyspan.stats()
     assert check("fine", Contract(required=["fine"])).check_errors == ()
+
+
+def test_a_busy_app_thread_does_not_make_quick_patterns_time_out() -> None:
+    # The checks run on a worker thread. A pattern search there that lets go of the GIL must win it back
+    # from the app's thread, which may keep it for the whole switch interval: the regex timeout counted
+    # that wait, and the contract's patterns "timed out" (not verified) on outputs they match in
+    # microseconds whenever the app was busy.
+    contract = Contract(
+        required=[r"^判定[:：]\s*(合格|不合格)"], forbidden=[r"<\|im_end\|>"], max_repeated_share=None
+    )
+    output = "判定：合格\n" + "今週は問い合わせ対応の流れを見直しました。" * 40
+    results: list[tallyspan.CheckResult] = []
+
+    def checks() -> None:
+        results.extend(check(output, contract) for _ in range(3))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.5)  # longer than REGEX_TIMEOUT_S: a search that waits for the GIL times out
+    tallyspan.reset_stats()
+    worker = threading.Thread(target=checks)
+    try:
+        worker.start()
+        while worker.is_alive():  # the app's thread, busy in Python code
+            pass
+    finally:
+        sys.setswitchinterval(interval)
+        worker.join()
+    assert [result.check_errors for result in results] == [()] * 3
+    assert [result.violations for result in results] == [()] * 3
+    assert "checks.regex_timeout" not in tallyspan.stats()
