@@ -84,9 +84,10 @@ _REFUSAL_WINDOW = 240
 #: The refusal is in the first sentence (after a greeting or thanks): at most this much of it before.
 _REFUSAL_LEAD_CHARS = 60
 _LEAD_SENTENCE_END = re.compile(r"[。.!?！？\n]")
+# A courtesy sentence: at most 30 characters before its word and 40 after ("Thank you for reaching out.").
 _GREETING = re.compile(
     r"(?i)\s*[^。.!?！？\n]{0,30}(?:ありがとう|こんにちは|こんばんは|\bhello\b|\bhi\b|\bthank|\bsure\b)"
-    r"[^。.!?！？\n]{0,20}[。.!?！？\n]\s*"
+    r"[^。.!?！？\n]{0,40}[。.!?！？\n]\s*"
 )
 # The end of the model's turn: what follows (another "turn" the model made up) is not its answer.
 _END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end)\|>|</s>|\[/INST\]")

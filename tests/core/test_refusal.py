@@ -105,6 +105,11 @@ def test_every_refusal_alternative_holds_an_anchor_word_the_cheap_scan_finds() -
         ("Well, " + "x" * 54 + " " + REFUSAL, False),
         ("Here is the answer. " + REFUSAL, False),  # an answer came first
         ("Hello! " + REFUSAL, True),  # a greeting does not
+        ("Thank you for your question. " + REFUSAL, True),  # nor thanks
+        ("Thank you for reaching out to us today. " + REFUSAL, True),
+        # a courtesy sentence has at most 40 characters after its word; a longer one is an answer
+        ("Thank" + "x" * 40 + ". " + REFUSAL, True),
+        ("Thank" + "x" * 41 + ". " + REFUSAL, False),
         (" " * 61 + REFUSAL, True),  # leading whitespace is no lead
         ("Well \n" + REFUSAL, True),  # nor is whitespace at the end of the lead
         ("ええ\nそのような状況はあり得ません。", True),
