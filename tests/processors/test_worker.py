@@ -741,3 +741,37 @@ def test_a_c_library_whose_malloc_trim_fails_is_logged_and_counted_and_the_worke
         r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and r.name.endswith("_worker")
     ]
     assert messages == ["tallyspan could not release free memory"]
+
+
+class _ClosedUntilOpenedQueue(_IdleSignallingQueue):
+    """Keeps a new worker from its first look into the queue until :meth:`open`, so what was queued
+    before is the worker's first busy spell, whatever the threads' timing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._opened = threading.Event()
+
+    def open(self) -> None:
+        self._opened.set()
+
+    def get(self, block: bool = True, timeout: float | None = None) -> object:
+        assert self._opened.wait(30)
+        return super().get(block, timeout)
+
+
+def test_the_workers_first_busy_spell_counts_from_its_first_span(
+    c_library: Callable[..., _CLibrary],
+) -> None:
+    c_library()  # on any C library: the count of releases is the point
+    recorder = _Recorder()
+    processor = OffThreadProcessor([recorder], batch_delay_millis=0)
+    spell = _ClosedUntilOpenedQueue()
+    processor._queue = spell
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 1023)  # all queued before the new worker looks
+    spell.open()
+    assert spell.idle.wait(30)
+    assert len(recorder.ended) == 1023
+    assert processor.memory_releases == 0  # one span short of a backlog
+    provider.shutdown()
