@@ -602,3 +602,56 @@ def test_the_threads_flush_waits_for_a_lock_held_a_moment_within_the_flushs_time
     assert _keys(db_path) == ["a"]
     thread.shutdown()
     holder.close()
+
+
+class _ExitingHandler(logging.Handler):
+    """A logging handler of the app's that calls ``sys.exit()`` (a bug elsewhere): raised from our own
+    error handling on the writer's thread, it ends the thread."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        raise SystemExit("an app's log handler calls sys.exit()")
+
+
+# The thread's death is the point: pytest would report the SystemExit that ended it.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_thread_that_died_is_started_again_on_the_next_submit_and_counted(
+    db_path: Path, held: _Held
+) -> None:
+    thread: WriterThread[str] = WriterThread(_writer(db_path), held, name="tallyspan-test")
+    handler = _ExitingHandler()
+    logger = logging.getLogger("tallyspan_exporters._writer")
+    logger.addHandler(handler)
+    try:
+        thread.submit("exit")  # caught, and its report ends the thread
+        assert thread.flush(10_000) is False
+        dead = thread._thread
+        assert dead is not None
+        dead.join(10)
+        assert not dead.is_alive()
+    finally:
+        logger.removeHandler(handler)
+    assert thread.submit("after") is True
+    assert thread.flush(10_000) is True
+    assert _keys(db_path) == ["after"]
+    assert thread._thread is not dead
+    assert tallyspan.stats() == {"errors.test.thread": 1, "errors.test.restarted": 1}
+    thread.shutdown()
+
+
+def test_a_flush_or_shutdown_tries_rows_kept_under_a_lock_once_each(
+    db_path: Path, lock_holder: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tallyspan_exporters._writer as writer_module
+
+    monkeypatch.setattr(writer_module, "RETRY_SECONDS", 3600.0)  # no retry of its own within the test
+    writer = _writer(db_path, busy_timeout_millis=50)  # waits for a held lock a moment only
+    thread: WriterThread[str] = WriterThread(writer, lambda items: _rows(*items), name="tallyspan-test")
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    thread.submit("kept")
+    assert thread.flush(10_000) is False  # the write, then the flush, each found the lock held
+    assert (writer.kept, tallyspan.stats()) == (1, {"errors.test.locked": 2})
+    assert thread.flush(10_000) is False  # one more try, by the flush, waiting for the lock
+    assert (writer.kept, tallyspan.stats()) == (1, {"errors.test.locked": 3})
+    thread.shutdown(10_000)  # one last try, by the writer's close
+    assert (writer.kept, writer.lost) == (0, 1)
+    assert tallyspan.stats() == {"errors.test.locked": 4, "dropped.test_things": 1}
