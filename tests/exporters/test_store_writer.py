@@ -655,3 +655,28 @@ def test_a_flush_or_shutdown_tries_rows_kept_under_a_lock_once_each(
     thread.shutdown(10_000)  # one last try, by the writer's close
     assert (writer.kept, writer.lost) == (0, 1)
     assert tallyspan.stats() == {"errors.test.locked": 4, "dropped.test_things": 1}
+
+
+class _Unclosable(sqlite3.Connection):
+    """A connection whose ``close`` fails after closing (a disk gone bad under it)."""
+
+    def close(self) -> None:
+        super().close()
+        raise sqlite3.OperationalError("disk I/O error")
+
+
+def test_a_connection_that_fails_to_close_is_logged_and_counted_and_close_still_ends_the_writer(
+    db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    connect(db_path).close()
+    writer = _writer(db_path)
+    # What the writer's first write would open, but failing to close (a stand-in for a broken one).
+    writer._db = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False, factory=_Unclosable)
+    assert writer.write(_rows("a")) is True
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):
+        writer.close()
+    assert writer.is_open is False
+    assert tallyspan.stats() == {"errors.test.close": 1}
+    assert _messages(caplog) == [f"could not close the tallyspan store at {db_path}"]
+    assert writer.write(_rows("b")) is False  # closed all the same
+    assert _keys(db_path) == ["a"]
