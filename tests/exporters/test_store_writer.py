@@ -680,3 +680,50 @@ def test_a_connection_that_fails_to_close_is_logged_and_counted_and_close_still_
     assert _messages(caplog) == [f"could not close the tallyspan store at {db_path}"]
     assert writer.write(_rows("b")) is False  # closed all the same
     assert _keys(db_path) == ["a"]
+
+
+class _LockedReports(logging.Handler):
+    """Counts the writer's reports of a held lock, and lets a test wait for the n-th."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self._condition = threading.Condition()
+        self._seen = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno == logging.DEBUG and "is locked by another connection" in record.getMessage():
+            with self._condition:
+                self._seen += 1
+                self._condition.notify_all()
+
+    def wait_for(self, reports: int) -> bool:
+        with self._condition:
+            return self._condition.wait_for(lambda: self._seen >= reports, timeout=30)
+
+
+def test_a_flush_past_its_deadline_tries_kept_rows_without_waiting_for_the_lock(
+    db_path: Path, lock_holder: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tallyspan_exporters._writer as writer_module
+
+    monkeypatch.setattr(writer_module, "RETRY_SECONDS", 3600.0)  # no retry of its own within the test
+    writer = _writer(db_path, busy_timeout_millis=3_600_000)  # an hour: only a flush's deadline cuts it short
+    writer._contended = True  # as after a write that waited out the busy timeout: later ones try at once
+    thread: WriterThread[str] = WriterThread(writer, lambda items: _rows(*items), name="tallyspan-test")
+    reports = _LockedReports()
+    logger = logging.getLogger("tallyspan_exporters._writer")
+    logger.addHandler(reports)
+    monkeypatch.setattr(logger, "level", logging.DEBUG)
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    try:
+        thread.submit("kept")
+        assert reports.wait_for(1)  # kept, tried once without waiting
+        assert thread.flush(0) is False  # no time at all: the thread's flush must not wait for the lock
+        assert reports.wait_for(2)  # tried without waiting, not for the hour of the busy timeout
+    finally:
+        lock_holder.execute("COMMIT")
+        logger.removeHandler(reports)
+    assert thread.flush(30_000) is True
+    assert _keys(db_path) == ["kept"]
+    assert tallyspan.stats() == {"errors.test.locked": 2}
+    thread.shutdown()
