@@ -702,7 +702,10 @@ class _LockedReports(logging.Handler):
 
 
 def test_a_flush_past_its_deadline_tries_kept_rows_without_waiting_for_the_lock(
-    db_path: Path, lock_holder: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+    db_path: Path,
+    lock_holder: sqlite3.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     import tallyspan_exporters._writer as writer_module
 
@@ -713,13 +716,13 @@ def test_a_flush_past_its_deadline_tries_kept_rows_without_waiting_for_the_lock(
     reports = _LockedReports()
     logger = logging.getLogger("tallyspan_exporters._writer")
     logger.addHandler(reports)
-    monkeypatch.setattr(logger, "level", logging.DEBUG)
     lock_holder.execute("BEGIN EXCLUSIVE")
     try:
-        thread.submit("kept")
-        assert reports.wait_for(1)  # kept, tried once without waiting
-        assert thread.flush(0) is False  # no time at all: the thread's flush must not wait for the lock
-        assert reports.wait_for(2)  # tried without waiting, not for the hour of the busy timeout
+        with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):  # the reports are debug
+            thread.submit("kept")
+            assert reports.wait_for(1)  # kept, tried once without waiting
+            assert thread.flush(0) is False  # no time at all: the thread's flush must not wait for the lock
+            assert reports.wait_for(2)  # tried without waiting, not for the hour of the busy timeout
     finally:
         lock_holder.execute("COMMIT")
         logger.removeHandler(reports)
