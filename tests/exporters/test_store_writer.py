@@ -602,3 +602,131 @@ def test_the_threads_flush_waits_for_a_lock_held_a_moment_within_the_flushs_time
     assert _keys(db_path) == ["a"]
     thread.shutdown()
     holder.close()
+
+
+class _ExitingHandler(logging.Handler):
+    """A logging handler of the app's that calls ``sys.exit()`` (a bug elsewhere): raised from our own
+    error handling on the writer's thread, it ends the thread."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        raise SystemExit("an app's log handler calls sys.exit()")
+
+
+# The thread's death is the point: pytest would report the SystemExit that ended it.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_thread_that_died_is_started_again_on_the_next_submit_and_counted(
+    db_path: Path, held: _Held
+) -> None:
+    thread: WriterThread[str] = WriterThread(_writer(db_path), held, name="tallyspan-test")
+    handler = _ExitingHandler()
+    logger = logging.getLogger("tallyspan_exporters._writer")
+    logger.addHandler(handler)
+    try:
+        thread.submit("exit")  # caught, and its report ends the thread
+        assert thread.flush(10_000) is False
+        dead = thread._thread
+        assert dead is not None
+        dead.join(10)
+        assert not dead.is_alive()
+    finally:
+        logger.removeHandler(handler)
+    assert thread.submit("after") is True
+    assert thread.flush(10_000) is True
+    assert _keys(db_path) == ["after"]
+    assert thread._thread is not dead
+    assert tallyspan.stats() == {"errors.test.thread": 1, "errors.test.restarted": 1}
+    thread.shutdown()
+
+
+def test_a_flush_or_shutdown_tries_rows_kept_under_a_lock_once_each(
+    db_path: Path, lock_holder: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tallyspan_exporters._writer as writer_module
+
+    monkeypatch.setattr(writer_module, "RETRY_SECONDS", 3600.0)  # no retry of its own within the test
+    writer = _writer(db_path, busy_timeout_millis=50)  # waits for a held lock a moment only
+    thread: WriterThread[str] = WriterThread(writer, lambda items: _rows(*items), name="tallyspan-test")
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    thread.submit("kept")
+    assert thread.flush(10_000) is False  # the write, then the flush, each found the lock held
+    assert (writer.kept, tallyspan.stats()) == (1, {"errors.test.locked": 2})
+    assert thread.flush(10_000) is False  # one more try, by the flush, waiting for the lock
+    assert (writer.kept, tallyspan.stats()) == (1, {"errors.test.locked": 3})
+    thread.shutdown(10_000)  # one last try, by the writer's close
+    assert (writer.kept, writer.lost) == (0, 1)
+    assert tallyspan.stats() == {"errors.test.locked": 4, "dropped.test_things": 1}
+
+
+class _Unclosable(sqlite3.Connection):
+    """A connection whose ``close`` fails after closing (a disk gone bad under it)."""
+
+    def close(self) -> None:
+        super().close()
+        raise sqlite3.OperationalError("disk I/O error")
+
+
+def test_a_connection_that_fails_to_close_is_logged_and_counted_and_close_still_ends_the_writer(
+    db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    connect(db_path).close()
+    writer = _writer(db_path)
+    # What the writer's first write would open, but failing to close (a stand-in for a broken one).
+    writer._db = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False, factory=_Unclosable)
+    assert writer.write(_rows("a")) is True
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):
+        writer.close()
+    assert writer.is_open is False
+    assert tallyspan.stats() == {"errors.test.close": 1}
+    assert _messages(caplog) == [f"could not close the tallyspan store at {db_path}"]
+    assert writer.write(_rows("b")) is False  # closed all the same
+    assert _keys(db_path) == ["a"]
+
+
+class _LockedReports(logging.Handler):
+    """Counts the writer's reports of a held lock, and lets a test wait for the n-th."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self._condition = threading.Condition()
+        self._seen = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno == logging.DEBUG and "is locked by another connection" in record.getMessage():
+            with self._condition:
+                self._seen += 1
+                self._condition.notify_all()
+
+    def wait_for(self, reports: int) -> bool:
+        with self._condition:
+            return self._condition.wait_for(lambda: self._seen >= reports, timeout=30)
+
+
+def test_a_flush_past_its_deadline_tries_kept_rows_without_waiting_for_the_lock(
+    db_path: Path,
+    lock_holder: sqlite3.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import tallyspan_exporters._writer as writer_module
+
+    monkeypatch.setattr(writer_module, "RETRY_SECONDS", 3600.0)  # no retry of its own within the test
+    writer = _writer(db_path, busy_timeout_millis=3_600_000)  # an hour: only a flush's deadline cuts it short
+    writer._contended = True  # as after a write that waited out the busy timeout: later ones try at once
+    thread: WriterThread[str] = WriterThread(writer, lambda items: _rows(*items), name="tallyspan-test")
+    reports = _LockedReports()
+    logger = logging.getLogger("tallyspan_exporters._writer")
+    logger.addHandler(reports)
+    lock_holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):  # the reports are debug
+            thread.submit("kept")
+            assert reports.wait_for(1)  # kept, tried once without waiting
+            assert thread.flush(0) is False  # no time at all: the thread's flush must not wait for the lock
+            assert reports.wait_for(2)  # tried without waiting, not for the hour of the busy timeout
+    finally:
+        lock_holder.execute("COMMIT")
+        logger.removeHandler(reports)
+    assert thread.flush(30_000) is True
+    assert _keys(db_path) == ["kept"]
+    assert tallyspan.stats() == {"errors.test.locked": 2}
+    thread.shutdown()
