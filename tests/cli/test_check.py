@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import json
-import locale
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -223,19 +221,6 @@ def test_a_contracts_file_with_no_contract_names_none(tmp_path: Path) -> None:
     code, out, err = _run("--contracts", str(empty), "--stage", "report", "-", stdin=GOOD)
     assert (code, out) == (2, "")
     assert err == f"Error: {empty}: no contract for stage 'report' and no default (stages: none)\n"
-
-
-@pytest.fixture
-def ascii_locale() -> Iterator[None]:
-    """The process's locale encoding is ASCII for the test, as under the C locale."""
-    if sys.flags.utf8_mode:
-        pytest.skip("Python's UTF-8 mode reads every file as UTF-8 whatever the locale")
-    saved = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")
-    try:
-        yield
-    finally:
-        locale.setlocale(locale.LC_CTYPE, saved)
 
 
 @pytest.mark.usefixtures("ascii_locale")

@@ -396,6 +396,7 @@ def test_since_and_until_take_an_iso_time_utc_unless_it_says_otherwise_or_an_age
 ) -> None:
     nine_utc = 1_777_626_000 * 10**9  # 2026-05-01T09:00Z
     assert parse_when("2026-05-01T09:00Z", "--since") == nine_utc
+    assert parse_when(" 2026-05-01t09:00z ", "--since") == nine_utc  # RFC 3339's lower case, as `spans` takes
     assert parse_when("2026-05-01T09:00", "--since") == nine_utc  # no offset: UTC, not the local zone
     assert parse_when("2026-05-01T18:00+09:00", "--until") == nine_utc
     assert parse_when("1970-01-01T00:00Z", "--since") == 0
