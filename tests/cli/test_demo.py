@@ -269,3 +269,10 @@ def test_demo_without_the_checks_and_ledger_processors_says_what_was_not_done(
         "",
         f"tallyspan report — {db_path}",
     ]
+
+
+@pytest.mark.usefixtures("ascii_locale")
+def test_demo_reads_its_script_as_utf8_whatever_the_locale(db_path: Path) -> None:
+    result = CliRunner().invoke(main, ["demo", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["data"]["runs"] == len(SCRIPT["runs"])
