@@ -8,7 +8,9 @@ through the real exporter, and a ledger row as the sink writes it, for the oldes
 from __future__ import annotations
 
 import json
+import locale
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -45,6 +47,20 @@ def tokyo_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     monkeypatch.undo()
     time.tzset()
+
+
+@pytest.fixture
+def ascii_locale() -> Iterator[None]:
+    """The process's locale encoding is ASCII for the test, as under the C locale (a file opened without an
+    encoding is read and written as ASCII)."""
+    if sys.flags.utf8_mode:
+        pytest.skip("Python's UTF-8 mode reads every file as UTF-8 whatever the locale")
+    saved = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, saved)
 
 
 @pytest.fixture

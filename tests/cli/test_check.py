@@ -221,3 +221,16 @@ def test_a_contracts_file_with_no_contract_names_none(tmp_path: Path) -> None:
     code, out, err = _run("--contracts", str(empty), "--stage", "report", "-", stdin=GOOD)
     assert (code, out) == (2, "")
     assert err == f"Error: {empty}: no contract for stage 'report' and no default (stages: none)\n"
+
+
+@pytest.mark.usefixtures("ascii_locale")
+def test_the_output_and_prompt_files_are_read_as_utf8_whatever_the_locale(
+    contracts: Path, tmp_path: Path
+) -> None:
+    output, prompt = tmp_path / "out.txt", tmp_path / "prompt.txt"
+    output.write_text(GOOD, encoding="utf-8")
+    prompt.write_text("今週の問い合わせ対応を報告してください。", encoding="utf-8")
+    code, out, err = _run(
+        "--contracts", str(contracts), "--stage", "weekly_report", "--prompt-file", str(prompt), str(output)
+    )
+    assert (code, out, err) == (0, "weekly_report (contract weekly_report): ok\n", "")

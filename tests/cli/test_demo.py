@@ -250,3 +250,29 @@ def test_demo_refuses_to_take_over_an_active_instrumentation(db_path: Path) -> N
     assert tallyspan.instrumentation() is active
     tallyspan.uninstrument()
     provider.shutdown()
+
+
+def test_demo_without_the_checks_and_ledger_processors_says_what_was_not_done(
+    monkeypatch: pytest.MonkeyPatch, db_path: Path
+) -> None:
+    # An install whose processors package lacks those two components: their entry points do not load.
+    import tallyspan_processors
+
+    monkeypatch.delattr(tallyspan_processors, "checks_component")
+    monkeypatch.delattr(tallyspan_processors, "ledger_component")
+    result = CliRunner().invoke(main, ["demo"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1:6] == [
+        "  instrumented: OpenAIInstrumentor; processors: store",
+        "  note: the checks processor is not installed: deliverables were not checked",
+        "  note: the ledger processor is not installed: the books were not kept",
+        "",
+        f"tallyspan report — {db_path}",
+    ]
+
+
+@pytest.mark.usefixtures("ascii_locale")
+def test_demo_reads_its_script_as_utf8_whatever_the_locale(db_path: Path) -> None:
+    result = CliRunner().invoke(main, ["demo", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["data"]["runs"] == len(SCRIPT["runs"])

@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from opentelemetry.sdk.trace import TracerProvider
 from tests.cli.conftest import Filled, Recorded
 
 import tallyspan
 from tallyspan.cli import main
+from tallyspan_exporters import SQLiteSpanExporter
 
 
 def _doctor(*args: str) -> tuple[int, dict[str, Any]]:
@@ -278,6 +280,9 @@ def test_otlp_endpoints_default_per_protocol_and_grpc_takes_the_base_as_is(
         "http://127.0.0.1:14317/v1/traces",
         "http://127.0.0.1:14317",
     ]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:14318/tenants/BOX/")  # a path: kept
+    _, data = _doctor("--db", str(tmp_path / "none.db"))
+    assert data["otlp"][0]["endpoint"] == "http://127.0.0.1:14318/tenants/BOX/v1/traces"
 
 
 def _utc(unix_nano: int) -> str:
@@ -521,3 +526,25 @@ def test_a_stage_with_calls_and_no_contract_in_a_file_without_any(recorded: Reco
         "stage 'triage' has 1 model call(s) in the store but no contract (stages with one: none); "
         "a misspelt stage name turns its checks off"
     ) in data["problems"]
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise ValueError("no text")
+
+
+def test_a_process_that_recorded_several_counters_is_named_with_each(tmp_path: Path) -> None:
+    tallyspan.ledger.claim("c1", "search", "succeeded")  # outside any run: dropped and counted
+    provider = TracerProvider()
+    with provider.get_tracer("test").start_as_current_span("agent"):
+        tallyspan.ledger.claim("c2", _Unprintable(), "succeeded")  # type: ignore[arg-type]  # swallowed
+    provider.shutdown()
+    path = tmp_path / "counted.db"
+    exporter = SQLiteSpanExporter(path)
+    exporter.export([])
+    exporter.shutdown()
+    result = CliRunner().invoke(main, ["--db", str(path), "doctor"])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1] == (
+        f"  - process {os.getpid()} (unknown service) recorded dropped.ledger_claims=1, errors.ledger.claim=1"
+    )

@@ -13,6 +13,7 @@ import base64
 import gzip
 import json
 import re
+import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from tqdm import tqdm
 
 import tallyspan
 from tallyspan._datasets import schema_file
+from tallyspan._datasets._failure_logs import CARD_MARKER
 from tallyspan._store_queries import count_traces, open_store
 from tallyspan._taxonomy import FailureClass
 from tallyspan.cli import main
@@ -396,6 +398,7 @@ def test_since_and_until_take_an_iso_time_utc_unless_it_says_otherwise_or_an_age
 ) -> None:
     nine_utc = 1_777_626_000 * 10**9  # 2026-05-01T09:00Z
     assert parse_when("2026-05-01T09:00Z", "--since") == nine_utc
+    assert parse_when(" 2026-05-01t09:00z ", "--since") == nine_utc  # RFC 3339's lower case, as `spans` takes
     assert parse_when("2026-05-01T09:00", "--since") == nine_utc  # no offset: UTC, not the local zone
     assert parse_when("2026-05-01T18:00+09:00", "--until") == nine_utc
     assert parse_when("1970-01-01T00:00Z", "--since") == 0
@@ -686,3 +689,77 @@ def test_a_run_without_a_start_time_is_exported_and_left_out_by_a_time_window(tm
         str(out),
     )
     assert out.read_text(encoding="utf-8") == ""
+
+
+@pytest.mark.usefixtures("ascii_locale")
+def test_an_export_writes_its_records_and_card_in_utf8_whatever_the_locale(
+    workload: Workload, tmp_path: Path
+) -> None:
+    store = tmp_path / "週報" / "tallyspan.db"  # the card names its source
+    store.parent.mkdir()
+    shutil.copy(workload.db, store)
+    contracts = Path(tallyspan.__file__).parent / "_demo_data" / "contracts.yaml"
+    out = tmp_path / "failures.jsonl"
+    _invoke("--db", str(store), "export", "--format", "failure-logs", "--contracts", str(contracts), str(out))
+    assert "判定[:：]" in out.read_text(encoding="utf-8")
+    assert f"the store {store}" in (tmp_path / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def every_update_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tqdm draws every update of a bar (by default, at most one each 0.1 s): the test sees each count."""
+    init = tqdm.__init__
+
+    def drawing_each_update(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **{"mininterval": 0, "miniters": 1, **kwargs})
+
+    monkeypatch.setattr(tqdm, "__init__", drawing_each_update)
+
+
+@pytest.mark.usefixtures("every_update_drawn")
+def test_the_bar_of_a_store_export_counts_each_trace_once(workload: Workload, tmp_path: Path) -> None:
+    result = _invoke(
+        "--db",
+        str(workload.db),
+        "export",
+        "--format",
+        "diagnosis",
+        "--progress",
+        str(tmp_path / "runs.jsonl"),
+    )
+    with open_store(workload.db) as db:
+        traces = count_traces(db)
+    assert f"| 0/{traces} [00:00<?, ?trace/s]" in result.stderr
+    assert [int(n) for n in re.findall(rf"\| (\d+)/{traces} \[", result.stderr)] == list(range(traces + 1))
+
+
+@pytest.mark.usefixtures("every_update_drawn")
+def test_the_bar_of_a_file_export_counts_the_bytes_up_to_the_files_size(
+    workload: Workload, tmp_path: Path
+) -> None:
+    result = _invoke(
+        "--db", str(tmp_path / "none.db"), "export", "--format", "diagnosis", "--progress",
+        "--otlp-file", str(workload.otlp_file), str(tmp_path / "runs.jsonl"),
+    )  # fmt: skip
+    size = tqdm.format_sizeof(workload.otlp_file.stat().st_size)
+    shown = re.findall(rf"\| ([^|/ ]+)/{re.escape(size)} \[", result.stderr)
+    assert (shown[0], shown[-1]) == ("0.00", size)
+
+
+@pytest.mark.parametrize("after", ["  ", "\t", "XX"])
+def test_a_readme_whose_marker_line_goes_on_after_the_marker_is_not_the_exports(
+    workload: Workload, tmp_path: Path, after: str
+) -> None:
+    """Anything after the marker, even blanks, makes the line another one: the README is left alone."""
+    readme = tmp_path / "README.md"
+    readme.write_text(f"---\n---\n{CARD_MARKER}{after}\n# my notes\n", encoding="utf-8")
+    result = CliRunner().invoke(
+        main, ["--db", str(workload.db), "export", "--format", "failure-logs", str(tmp_path / "f.jsonl")]
+    )
+    assert result.exit_code == 2
+    assert "not overwriting it" in result.output
+    assert readme.read_text(encoding="utf-8") == f"---\n---\n{CARD_MARKER}{after}\n# my notes\n"
+    readme.write_text(f"---\n---\n{CARD_MARKER}\n# my notes\n", encoding="utf-8")  # the marker alone: ours
+    _invoke("--db", str(workload.db), "export", "--format", "failure-logs", str(tmp_path / "f.jsonl"))
+    assert readme.read_text(encoding="utf-8").count(CARD_MARKER) == 1
+    assert "# my notes" not in readme.read_text(encoding="utf-8")

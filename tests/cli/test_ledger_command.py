@@ -408,3 +408,30 @@ def test_a_row_of_an_older_writer_shows_what_it_lacks_as_dashes(db_path: Path) -
     (run,) = _runs(db_path)
     assert run["discrepancies"] == [{"type": "unlogged_call", "call_id": "c7", "detail": ""}]
     assert (run["observed_count"], run["claimed_count"], run["run_name"]) == (None, None, None)
+
+
+def test_rows_missing_their_balance_or_with_damaged_discrepancies_show_what_they_hold(db_path: Path) -> None:
+    """A row without balance (NULL: unknown, not False), one without discrepancies (NULL) and one whose
+    discrepancies are JSON but not an array, as an older or foreign writer or a hand edit leaves them."""
+    db = connect(db_path)
+    with db:
+        for n, (balanced, discrepancies) in enumerate(
+            [(None, '[{"type": "late_log"}]'), (0, None), (0, "5")]
+        ):
+            db.execute(
+                "INSERT INTO ledger_reconciliations (trace_id, run_span_id, balanced, protocol_ok,"
+                " discrepancies, time_unix_nano) VALUES (?, ?, ?, ?, ?, ?)",
+                (f"{n}" * 32, f"{n}" * 16, balanced, balanced, discrepancies, n + 1),
+            )
+    db.close()
+    runs = _runs(db_path)
+    assert [(run["run_span_id"], run["balanced"], run["protocol_ok"]) for run in runs] == [
+        ("2" * 16, False, False),
+        ("1" * 16, False, False),
+        ("0" * 16, None, None),
+    ]
+    assert [run["discrepancies"] for run in runs] == [
+        [],
+        [],
+        [{"type": "late_log", "call_id": None, "detail": ""}],
+    ]

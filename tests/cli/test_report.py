@@ -532,3 +532,39 @@ def test_the_command_lists_its_subcommands_and_takes_only_a_file_as_the_store(tm
         result.output.splitlines()[-1]
         == f"Error: Invalid value for '--db': File '{tmp_path}' is a directory."
     )
+
+
+def _reconciled(db_path: Path, trace_id: str, run_span_id: str, *, balanced: int, at: int | None) -> None:
+    db = connect(db_path)
+    with db:
+        db.execute(
+            "INSERT INTO ledger_reconciliations (trace_id, run_span_id, balanced, protocol_ok, time_unix_nano)"
+            " VALUES (?, ?, ?, 1, ?)",
+            (trace_id, run_span_id, balanced, at),
+        )
+    db.close()
+
+
+def test_books_and_traces_of_an_unknown_time_count_as_the_oldest(db_path: Path) -> None:
+    """A reconciliation without a time (an older writer's row) sorts after one at 1 ns; so does a failing
+    trace the store has no span of (known from its books only) after one that started at 1 ns."""
+    provider = TracerProvider()
+    at_one = provider.get_tracer("test").start_span("at 1 ns", start_time=1)
+    at_one.end(end_time=1)
+    provider.shutdown()
+    exporter = SQLiteSpanExporter(db_path)
+    exporter.export([at_one])  # type: ignore[list-item]
+    exporter.shutdown()
+    one_trace = format(at_one.get_span_context().trace_id, "032x")
+    _reconciled(db_path, "a" * 32, "1" * 16, balanced=1, at=None)
+    _reconciled(db_path, "b" * 32, "2" * 16, balanced=1, at=1)
+    _reconciled(db_path, one_trace, "3" * 16, balanced=0, at=2)
+    _reconciled(db_path, "f" * 32, "4" * 16, balanced=0, at=3)  # books only: no span in the store
+    code, output = _invoke("--db", str(db_path), "report", "--json")
+    assert code == 0, output
+    data = json.loads(output)["data"]
+    assert [run["run_span_id"] for run in data["ledger"]] == ["4" * 16, "3" * 16, "2" * 16, "1" * 16]
+    assert [(trace["trace_id"], trace["start_unix_nano"]) for trace in data["failing_traces"]] == [
+        (one_trace, 1),
+        ("f" * 32, None),
+    ]

@@ -163,6 +163,21 @@ def test_since_bounds_are_exact(db_path: Path) -> None:
     assert _spans(db_path, "--since", "2026-01-31T09:00:05.124Z") == []
 
 
+@pytest.mark.usefixtures("tokyo_clock")
+def test_a_since_time_without_an_offset_is_the_local_time(db_path: Path) -> None:
+    provider = TracerProvider()
+    at_nine = provider.get_tracer("test").start_span(
+        "at 09:00:05.123 UTC", start_time=1_769_850_005_123_000_000
+    )
+    at_nine.end()
+    provider.shutdown()
+    _export(db_path, at_nine)
+    assert _spans(db_path, "--since", "2026-01-31T18:00:05.123") == ["at 09:00:05.123 UTC"]  # Tokyo time
+    assert _spans(db_path, "--since", "2026-01-31T18:00:05.124") == []
+    assert _spans(db_path, "--since", "2026-01-31T18:00:05.124+09:00") == []
+    assert _spans(db_path, "--since", "2026-01-31T09:00:05.123+00:00") == ["at 09:00:05.123 UTC"]
+
+
 def test_a_bad_since_says_what_it_takes(db_path: Path) -> None:
     connect(db_path).close()
     result = CliRunner().invoke(main, ["spans", "--since", "yesterday"])

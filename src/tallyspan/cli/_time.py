@@ -31,8 +31,7 @@ def parse_since(text: str) -> int:
     try:
         # Python 3.10's fromisoformat does not take the "Z" suffix.
         moment = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
-        if moment.tzinfo is None:
-            moment = moment.astimezone()  # the user's local time, as they typed it
+        # timestamp() reads a time without an offset as the user's local time, as they typed it.
         return max(0, int(moment.timestamp() * 1e9))
     except (ValueError, OverflowError, OSError) as exc:  # not a time, or one the platform cannot convert
         raise click.BadParameter(

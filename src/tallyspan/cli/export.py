@@ -81,8 +81,12 @@ def parse_when(text: str, option: str) -> int:
     Raises:
         click.BadParameter: neither.
     """
+    stripped = text.strip()
     try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        # "Z" or "z" (RFC 3339 allows either) is UTC; Python 3.10's fromisoformat takes neither.
+        moment = datetime.fromisoformat(
+            stripped[:-1] + "+00:00" if stripped.endswith(("Z", "z")) else stripped
+        )
     except ValueError:
         try:
             seconds = parse_age(text)
