@@ -45,7 +45,17 @@ def test_random_word_lists_match_like_the_plain_alternation() -> None:
         assert _matches(re.compile(literal_alternation(words)), text) == _matches(_plain(words), text), words
 
 
-@pytest.mark.parametrize("words", [[], ["ok", ""]])
-def test_no_words_or_an_empty_word_is_refused(words: list[str]) -> None:
-    with pytest.raises(ValueError, match="word"):
+@pytest.mark.parametrize(
+    ("words", "reason"),
+    [([], "no words to match"), (["ok", ""], "an empty word would match at every position")],
+)
+def test_no_words_or_an_empty_word_is_refused_saying_which(words: list[str], reason: str) -> None:
+    with pytest.raises(ValueError, match=f"^{reason}$"):
         literal_alternation(words)
+
+
+def test_the_pattern_is_the_trie_with_a_group_only_where_branches_or_an_optional_ending_need_one() -> None:
+    # One test of the next character picks the branch; a single branch needs no group of its own.
+    assert literal_alternation(["ab"]) == "ab"
+    assert literal_alternation(["導入", "導入実績", "採用"]) == "(?:導入(?:実績)?|採用)"
+    assert literal_alternation(["a", "ab", "ac"]) == "a(?:b|c)?"
