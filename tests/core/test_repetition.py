@@ -159,3 +159,24 @@ def test_the_helpers() -> None:
     ]  # fmt: skip
     assert _common_prefix("abcdefgh", "abcdefgX") == 7
     assert _common_prefix("abcdefgh", "abcXefgh") == 3
+
+
+def test_a_unit_longer_than_the_longest_is_not_looked_for_even_past_a_near_recurrence() -> None:
+    """The first probe's characters recur 100 characters on (no repeat there): the next try stays within
+    one unit's reach too, and never reaches the copy a whole 300-character unit on."""
+    chars = [chr(0x4E00 + index) for index in range(300)]
+    probe = 1500 // 32  # the first probe of a 1,500-character text
+    chars[probe + 100 : probe + 104] = chars[probe : probe + 4]
+    assert repeated_share("".join(chars) * 5) == (0.0, 0)
+
+
+def test_a_run_of_one_character_is_found_by_a_probe_five_characters_before_its_end() -> None:
+    """In 320 characters the probes are 20 apart: only the one at 310 lands in the run (295 to 315)."""
+    prose = "".join(chr(0x4E00 + index * 3) for index in range(300))  # no unit repeats in it
+    assert repeated_share(prose[:295] + "a" * 20 + prose[295:]) == (20 / 320, 1)
+
+
+def test_closed_code_blocks_back_to_back_are_far_from_a_loop() -> None:
+    """Each closed block leaves one character in its place: ten of them are a sixth of the text at most."""
+    share, _ = repeated_share("```\nrow\n```\n" * 10)
+    assert share <= 20 / 120
