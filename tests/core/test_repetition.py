@@ -180,3 +180,17 @@ def test_closed_code_blocks_back_to_back_are_far_from_a_loop() -> None:
     """Each closed block leaves one character in its place: ten of them are a sixth of the text at most."""
     share, _ = repeated_share("```\nrow\n```\n" * 10)
     assert share <= 20 / 120
+
+
+def test_the_longest_loop_wins_over_short_runs_whatever_order_the_candidates_come_in() -> None:
+    """Twelve short runs (20 characters each, one per probe) and one loop of a 20-character unit (160):
+    a short run measured first must not make the loop look unable to beat it, nor stop the search.
+    The candidates are a set, so which comes first varies from run to run; most orders put runs first."""
+    prose = iter(chr(0x4E00 + index) for index in range(1000))  # no unit repeats in it
+
+    def take(count: int) -> str:
+        return "".join(next(prose) for _ in range(count))
+
+    segments = [take(10) + take(2) * 10 + take(10) for _ in range(12)]  # a probe lands in each short run
+    text = "".join(segments) + take(20) * 8
+    assert repeated_share(text) == (0.25, 20)
