@@ -194,3 +194,9 @@ def test_the_longest_loop_wins_over_short_runs_whatever_order_the_candidates_com
     segments = [take(10) + take(2) * 10 + take(10) for _ in range(12)]  # a probe lands in each short run
     text = "".join(segments) + take(20) * 8
     assert repeated_share(text) == (0.25, 20)
+
+
+def test_a_unit_whose_probe_characters_recur_one_character_apart_is_found_on_the_next_try() -> None:
+    """Every probe lands at the start of "aaaaba" (192 = 32 units): "aaaa" recurs 5 on (no repeat there),
+    then 6 on (the unit), 11, 12, 17 ... The next try looks from one character on, and at the nearest."""
+    assert repeated_share("aaaaba" * 32) == (1.0, 6)
