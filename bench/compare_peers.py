@@ -508,9 +508,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6, help="alternating plain/instrumented rounds")
     parser.add_argument("--startup-repeats", type=int, default=3, help="fresh interpreters per import figure")
     parser.add_argument(
-        "--rss-calls", type=int, default=20000, help="chain calls for the RSS figure (100000 takes minutes)"
+        "--rss-calls",
+        type=int,
+        default=20000,
+        help="chain calls for the RSS figure (100000 takes minutes; 0: none)",
     )
-    parser.add_argument("--store-spans", type=int, default=10000, help="spans offered to the store")
+    parser.add_argument("--store-spans", type=int, default=10000, help="spans offered to the store (0: none)")
     parser.add_argument(
         "--store-rate", type=float, default=5000.0, help="spans per second offered to the store"
     )
@@ -569,12 +572,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for label, ms in startup.items():
         print(f"  {label:<44} {ms:7.1f} ms")
 
-    if "tallyspan_chain" in args.cases:
+    if "tallyspan_chain" in args.cases and args.rss_calls > 0:
         rss = _child(sys.executable, "--child", "rss", "--rss-calls", str(args.rss_calls))
         print(
             f"\nRSS over {args.rss_calls} chain calls: {rss['start']:.1f} MB after warm-up, "
             f"peak {rss['peak']:.1f} MB, {rss['end']:.1f} MB at the end"
         )
+    if "tallyspan_chain" in args.cases and args.store_spans > 0:
         store = _child(
             sys.executable,
             "--child",

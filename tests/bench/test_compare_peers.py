@@ -41,3 +41,32 @@ def test_compare_peers_runs_on_a_tiny_count() -> None:
     ):
         assert line in done.stdout
     assert "tallyspan instrument() + contract + store" in done.stdout
+
+
+def test_a_zero_count_leaves_the_rss_and_store_figures_out() -> None:
+    # It was a division by zero after every other figure had been measured.
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--calls",
+            "10",
+            "--rounds",
+            "1",
+            "--startup-repeats",
+            "1",
+            "--rss-calls",
+            "0",
+            "--store-spans",
+            "0",
+            "--cases",
+            "tallyspan_chain",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Per non-streaming call" in done.stdout
+    assert "RSS over" not in done.stdout
+    assert "Store:" not in done.stdout
