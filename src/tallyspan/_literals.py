@@ -15,6 +15,7 @@ from collections.abc import Iterable
 __all__ = ["literal_alternation"]
 
 _END = ""  # the key of a trie node marking that a word ends there
+_Trie = dict[str, "_Trie"]
 
 
 def literal_alternation(words: Iterable[str]) -> str:
@@ -26,7 +27,7 @@ def literal_alternation(words: Iterable[str]) -> str:
     Raises:
         ValueError: no words, or an empty word (it would match everywhere).
     """
-    trie: dict[str, dict] = {}  # type: ignore[type-arg]  # a trie nests to any depth
+    trie: _Trie = {}
     for word in words:
         if not word:
             raise ValueError("an empty word would match at every position")
@@ -39,7 +40,7 @@ def literal_alternation(words: Iterable[str]) -> str:
     return _branches(trie)
 
 
-def _branches(node: dict) -> str:  # type: ignore[type-arg]
+def _branches(node: _Trie) -> str:
     alternatives = [re.escape(char) + _branches(child) for char, child in node.items() if char != _END]
     if not alternatives:
         return ""

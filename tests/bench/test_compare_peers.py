@@ -9,29 +9,22 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "compare_peers.py"
 
 
-def test_compare_peers_runs_on_a_tiny_count() -> None:
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--calls",
-            "20",
-            "--rounds",
-            "1",
-            "--startup-repeats",
-            "1",
-            "--rss-calls",
-            "50",
-            "--store-spans",
-            "50",
-            "--cases",
-            "tallyspan_instrumentor,tallyspan_chain,openai_v2,openinference",
-        ],
+        [sys.executable, str(SCRIPT), "--rounds", "1", "--startup-repeats", "1", *args],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_compare_peers_runs_on_a_tiny_count() -> None:
+    done = _run(
+        "--calls", "20", "--rss-calls", "50", "--store-spans", "50",
+        "--cases", "tallyspan_instrumentor,tallyspan_chain,openai_v2,openinference",
+    )  # fmt: skip
     for line in (
         "Per non-streaming call",
         "Streaming, per chunk",
@@ -45,28 +38,7 @@ def test_compare_peers_runs_on_a_tiny_count() -> None:
 
 def test_a_zero_count_leaves_the_rss_and_store_figures_out() -> None:
     # It was a division by zero after every other figure had been measured.
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--calls",
-            "10",
-            "--rounds",
-            "1",
-            "--startup-repeats",
-            "1",
-            "--rss-calls",
-            "0",
-            "--store-spans",
-            "0",
-            "--cases",
-            "tallyspan_chain",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _run("--calls", "10", "--rss-calls", "0", "--store-spans", "0", "--cases", "tallyspan_chain")
     assert "Per non-streaming call" in done.stdout
     assert "RSS over" not in done.stdout
     assert "Store:" not in done.stdout
