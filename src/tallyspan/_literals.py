@@ -2,9 +2,10 @@
 
 ``re`` tries the alternatives of ``a|b|c`` one after another at every position where the text holds the
 first character of any of them. With a hundred words that is a hundred tests at each such position, and
-in Japanese text every kanji some word starts with is such a position (a 1,000-character report cost
-130 instructions per character). Written as a trie instead (``導(?:入|...)|採用|...``), one test of the
-next character picks the only branch that can match, so a scan costs little more than a character class.
+in Japanese text every kanji some word starts with is such a position. Written as a trie instead
+(``導(?:入|...)|採用|...``), the alternatives at a position are only the words starting with its character,
+and one test of the next character picks the branch that can match (the claim triggers on a
+1,000-character Japanese report: 10 µs as a plain alternation, 7 µs as a trie).
 """
 
 from __future__ import annotations
