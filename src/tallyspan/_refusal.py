@@ -48,7 +48,7 @@ _REFUSAL = re.compile(
 # position costs ~1,700 instructions a character, scanning for these literals ~100, so _REFUSAL runs only
 # on an opening that holds one (tests/core/test_refusal.py checks each alternative keeps one).
 _REFUSAL_ANCHORS = re.compile(
-    "|".join(
+    literal_alternation(
         (
             "sorry", "afraid", "can't", "cannot", "won't", "will not", "unable", "not able", "decline",
             "refuse", "don't", "do not", "am not",
