@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -75,6 +76,80 @@ class _Call:
     """Hash of the stripped output: only calls with the same output are candidates for a repeat."""
 
 
+class _RecentCalls:
+    """The last ``size`` model calls, indexed for the two questions a check asks of them, so that it looks
+    only at the calls that can answer, not at all of them (a scan of 64 calls cost about 20 µs a span):
+
+    - which other prompts were in flight with a call: the calls ordered by end time, so those that ended
+      after it started are found by bisection (usually none or a few);
+    - which other prompts got the same output at the same stage: the calls by (output hash, stage), then
+      by prompt, so a call repeated with its own prompt adds nothing to look at.
+
+    Not thread-safe: the processor holds its lock around every use.
+    """
+
+    __slots__ = ("_arrived", "_by_answer", "_ended", "_size")
+
+    def __init__(self, size: int) -> None:
+        self._size = max(0, size)
+        self._arrived: deque[_Call] = deque()  # the order they were remembered in: the oldest goes first
+        self._ended: list[tuple[int, int, _Call]] = []  # (end, sequence, call), sorted
+        # (output hash, stage) -> prompt key -> [calls remembered, the latest of them]
+        self._by_answer: dict[tuple[int, str | None], dict[str, list[Any]]] = {}
+
+    def in_flight(self, start: int, end: int, prompt_key: str) -> list[str]:
+        """The distinct prompts, other than ``prompt_key``'s, of the calls that overlapped ``start``-``end``."""
+        first = bisect_right(self._ended, (start, _AFTER_ALL))  # the calls that ended after it started
+        return list(
+            dict.fromkeys(
+                call.prompt
+                for _, _, call in self._ended[first:]
+                if call.start < end and call.prompt_key != prompt_key
+            )
+        )
+
+    def same_answer(self, output_key: int, stage: str | None, prompt_key: str) -> list[tuple[str, str]]:
+        """(prompt, output) of the calls of ``stage`` with the same output hash and another prompt, one
+        per prompt."""
+        prompts = self._by_answer.get((output_key, stage))
+        if not prompts:
+            return []
+        return [(latest.prompt, latest.output) for key, (_, latest) in prompts.items() if key != prompt_key]
+
+    def add(self, call: _Call, sequence: int) -> None:
+        """Remember ``call`` (``sequence`` orders calls that ended at the same time); forget the oldest
+        beyond the size."""
+        if not self._size:
+            return
+        self._arrived.append(call)
+        insort(self._ended, (call.end, sequence, call))
+        entry = self._by_answer.setdefault((call.output_key, call.stage), {}).setdefault(
+            call.prompt_key, [0, call]
+        )
+        entry[0] += 1
+        entry[1] = call
+        if len(self._arrived) > self._size:
+            self._forget(self._arrived.popleft())
+
+    def _forget(self, call: _Call) -> None:
+        index = bisect_left(self._ended, (call.end, -1))
+        while self._ended[index][2] is not call:
+            index += 1
+        del self._ended[index]
+        answer = (call.output_key, call.stage)
+        prompts = self._by_answer[answer]
+        entry = prompts[call.prompt_key]
+        entry[0] -= 1
+        if not entry[0]:
+            del prompts[call.prompt_key]
+            if not prompts:
+                del self._by_answer[answer]
+
+
+#: Sorts after every sequence number: bisecting with it finds the first call that ended later.
+_AFTER_ALL: Final = float("inf")
+
+
 class ChecksProcessor(WrappingProcessor):
     """Checks model spans against their contracts and forwards enriched copies.
 
@@ -99,7 +174,8 @@ class ChecksProcessor(WrappingProcessor):
         self._contracts = contracts
         self._mark_error_status = mark_error_status
         self._evaluation_events = evaluation_events
-        self._recent: deque[_Call] = deque(maxlen=recent_calls)
+        self._recent = _RecentCalls(recent_calls)
+        self._remembered = 0
         self._lock = threading.Lock()
         renew_lock_after_fork(self)
 
@@ -154,24 +230,15 @@ class ChecksProcessor(WrappingProcessor):
         prompt_key = prompt.strip() if prompt else ""
         output_key = hash(content.output_text.strip()) if content is not None else 0
         with self._lock:
-            recent = list(self._recent)
+            # Only other questions matter, each once: an agent loop repeating its own prompt costs nothing.
+            other_prompts = self._recent.in_flight(start, end, prompt_key)
+            other_answers = self._recent.same_answer(output_key, stage, prompt_key)
             if content is not None and prompt:
-                self._recent.append(
-                    _Call(start, end, stage, prompt, prompt_key, content.output_text, output_key)
+                self._remembered += 1
+                self._recent.add(
+                    _Call(start, end, stage, prompt, prompt_key, content.output_text, output_key),
+                    self._remembered,
                 )
-        # Only other questions matter, each once: an agent loop repeating its own prompt costs nothing.
-        other_prompts = list(
-            dict.fromkeys(
-                call.prompt
-                for call in recent
-                if call.start < end and start < call.end and call.prompt_key != prompt_key
-            )
-        )
-        other_answers = [
-            (call.prompt, call.output)
-            for call in recent
-            if call.output_key == output_key and call.stage == stage and call.prompt_key != prompt_key
-        ]
         enqueued_at = attributes.get(semconv.ENQUEUED_AT)
         waited = start / 1e9 - float(enqueued_at) if isinstance(enqueued_at, (int, float)) and start else None
         from tallyspan.plugin import check  # loaded with the contracts, so only a lookup here
@@ -260,9 +327,14 @@ def _evaluation_events(contract_name: str, result: CheckResult, timestamp: int |
 
 def _requested_tools(attributes: Mapping[str, Any]) -> bool:
     reasons = attributes.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS)
+    if reasons is None:
+        return False
     if isinstance(reasons, str):
-        reasons = (reasons,)
-    return isinstance(reasons, Sequence) and any(reason in _TOOL_FINISH_REASONS for reason in reasons)
+        return reasons in _TOOL_FINISH_REASONS
+    # A tuple (what the SDK keeps) is tested before the ABC, whose isinstance costs a few microseconds.
+    if not isinstance(reasons, (tuple, list)) and not isinstance(reasons, Sequence):
+        return False
+    return any(reason in _TOOL_FINISH_REASONS for reason in reasons)
 
 
 def _str(value: Any) -> str | None:
