@@ -182,9 +182,11 @@ class ChecksProcessor(WrappingProcessor):
     def process(self, span: ReadableSpan, content: Content | None) -> ReadableSpan:
         if self._contracts is None:
             return span
-        attributes = span.attributes or {}
-        if attributes.get(semconv.GEN_AI_OPERATION_NAME) not in semconv.MODEL_OPERATIONS:
+        if (span.attributes or {}).get(semconv.GEN_AI_OPERATION_NAME) not in semconv.MODEL_OPERATIONS:
             return span
+        # One plain copy for the reads below and the enriched copy: each read of the SDK's bounded
+        # mapping goes through two Python-level calls.
+        attributes: dict[str, Any] = dict(span.attributes or {})
         stage = _str(attributes.get(semconv.STAGE))
         found = self._contracts.contract_for(
             stage,
@@ -210,7 +212,7 @@ class ChecksProcessor(WrappingProcessor):
                 ((violation.type.value, violation.failure_class.value) for violation in result.violations),
                 stage,
             )
-        return self._enriched(span, name, result)
+        return self._enriched(span, name, result, attributes)
 
     def _check(
         self,
@@ -255,7 +257,9 @@ class ChecksProcessor(WrappingProcessor):
             waited_s=waited,
         )
 
-    def _enriched(self, span: ReadableSpan, contract_name: str, result: CheckResult) -> ReadableSpan:
+    def _enriched(
+        self, span: ReadableSpan, contract_name: str, result: CheckResult, attributes: dict[str, Any]
+    ) -> ReadableSpan:
         added: dict[str, AttributeValue] = {semconv.CONTRACT: contract_name}
         if result.check_errors:
             added[semconv.CHECK_ERRORS] = list(result.check_errors)
@@ -283,7 +287,7 @@ class ChecksProcessor(WrappingProcessor):
         status = None
         if result.violations and self._mark_error_status and span.status.status_code is not StatusCode.ERROR:
             status = Status(StatusCode.ERROR, f"tallyspan: {', '.join(result.violation_types)}")
-        return enriched_copy(span, attributes=added, events=events, status=status)
+        return enriched_copy(span, attributes=added, events=events, status=status, own_attributes=attributes)
 
 
 def _warn_unbound_stage(stage: str, contracts: ContractSet) -> None:

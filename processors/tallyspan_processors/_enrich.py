@@ -18,13 +18,16 @@ def enriched_copy(
     events: Sequence[Event] = (),
     status: Status | None = None,
     own_events: Sequence[Event] | None = None,
+    own_attributes: dict[str, AttributeValue] | None = None,
 ) -> ReadableSpan:
     """Return a copy of ``span`` with ``attributes`` merged over its own, ``events`` appended and ``status`` set.
 
     Identity (context, parent, times, resource, scope) is kept, so backends see the same span.
     ``own_events``, when given, stands for the span's own events (rewritten ones, e.g. redacted).
+    ``own_attributes``, when given, is a plain copy of the span's attributes the caller already made (and
+    hands over: it becomes the copy's): copying the SDK's bounded mapping again costs microseconds.
     """
-    merged = dict(span.attributes or {})
+    merged = dict(span.attributes or {}) if own_attributes is None else own_attributes
     if attributes:
         merged.update(attributes)
     return ReadableSpan(

@@ -18,6 +18,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tallyspan._contracts import Contract
 from tallyspan._jsonschema import parse_json_output, schema_problems
@@ -180,9 +181,9 @@ def check(
     return CheckResult(tuple(violations), tuple(sorted({*errors, *budget.check_errors})))
 
 
-@dataclass(frozen=True)
-class _Output:
-    """What the output rules look at."""
+class _Output(NamedTuple):
+    """What the output rules look at (a named tuple: made for every checked output, it costs a third of a
+    frozen dataclass)."""
 
     output: str
     answer: str

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import NamedTuple
 
 from tallyspan._jsonschema import parse_json_output
 from tallyspan._scripts import KANA, chinese_evidence, script_counts
@@ -106,9 +107,9 @@ _CJK_PER_WORD = 1
 _ENGLISH_REQUEST = re.compile(r"(?i)英語で|英語に|英訳|英文|英作文|\bin english\b|\binto english\b")
 
 
-@dataclass(frozen=True)
-class ScriptProfile:
-    """What a text's prose is made of (outside code, URLs, glosses and quotes)."""
+class ScriptProfile(NamedTuple):
+    """What a text's prose is made of (outside code, URLs, glosses and quotes). A named tuple: one or more
+    is made for every checked output, and a frozen dataclass of 13 fields costs about 2 µs to make."""
 
     primary: str
     """ja, zh, en, ko, code (only code, no prose) or none (empty, emoji, numbers)."""
