@@ -1,0 +1,97 @@
+"""Linear contract patterns (they cannot backtrack) are searched without ``regex``'s timeout, whose
+process-CPU clock costs more than the search; every other pattern, and a linear one on a text past the
+step bound, keeps the timeout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tallyspan._patterns import UNTIMED_STEPS, PatternBudget, compile_pattern, contract_flags, linear_nodes
+
+
+def _compiled(pattern: str) -> Any:
+    return compile_pattern(pattern, contract_flags())
+
+
+@pytest.mark.parametrize(
+    ("pattern", "nodes"),
+    [
+        (r"<\|im_end\|>", 11),
+        ("毎週|週次", 7),
+        (r"(?i)\bverdict\b", 10),
+        (r"^判定[:：](合格|不合格)$", 15),
+        (r"[[a-z]--[aeiou]]x", 3),
+        (r"\p{Han}\d", 3),
+        (r"(?=abc)x", 7),
+        (r"(?>ab|cd)", 9),
+        (r"a.b", 4),
+        (r"\Aok\Z", 5),
+    ],
+)
+def test_patterns_without_repetition_are_linear(pattern: str, nodes: int) -> None:
+    assert linear_nodes(_compiled(pattern)) == nodes
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"sk-[A-Za-z0-9]{20,}",  # a repetition, however bounded or simple
+        r"^判定[:：]\s*(合格|不合格)",
+        r"colou?r",
+        r"(?:ab|cd){3}",
+        r"a+?",
+        r"a*+",
+        r"(a)\1",  # a back-reference
+        r"(?:foo){e<=1}",  # a fuzzy match
+        r"(a|b(?R))",  # recursion
+        r"(a)?(?(1)b|c)",  # a conditional
+        r"(?=a+)b",  # a repetition inside a look-around
+    ],
+)
+def test_patterns_that_can_backtrack_are_not_linear(pattern: str) -> None:
+    assert linear_nodes(_compiled(pattern)) is None
+
+
+def test_only_patterns_compiled_by_the_contracts_are_known_linear() -> None:
+    import regex
+
+    direct = regex.compile("only-compiled-directly", contract_flags())
+    assert linear_nodes(direct) is None  # not checked, so never searched untimed
+    _compiled("only-compiled-directly")
+    # An equal pattern (same text and flags) shares the verdict: a sequence of its 22 characters.
+    assert linear_nodes(direct) == 1 + len("only-compiled-directly")
+
+
+def _budget_that_times_out_at_once() -> PatternBudget:
+    # A timed search with this per-pattern limit gives up before it starts: it answers None.
+    return PatternBudget(total_s=10.0, per_pattern_s=1e-9)
+
+
+def test_a_linear_pattern_is_searched_without_the_timeout() -> None:
+    token = _compiled(r"<\|im_end\|>")
+    assert _budget_that_times_out_at_once().search(token, "答えです。<|im_end|>") is True
+    assert _budget_that_times_out_at_once().search(token, "答えです。") is False
+
+
+def test_a_linear_pattern_past_the_step_bound_is_timed() -> None:
+    token = _compiled(r"<\|im_end\|")  # a sequence of 9 characters: 10 nodes
+    assert linear_nodes(token) == 10
+    at_bound = "あ" * (UNTIMED_STEPS // 10)
+    assert len(at_bound) * 10 == UNTIMED_STEPS
+    assert _budget_that_times_out_at_once().search(token, at_bound) is False  # still untimed
+    assert _budget_that_times_out_at_once().search(token, at_bound + "あ") is None  # timed: gave up
+
+
+def test_a_pattern_that_can_backtrack_is_always_timed() -> None:
+    secret = _compiled(r"sk-[A-Za-z0-9]{20,}")
+    assert _budget_that_times_out_at_once().search(secret, "sk-" + "a" * 30) is None
+    assert PatternBudget().search(secret, "key sk-" + "a" * 30) is True
+
+
+def test_a_spent_budget_runs_no_pattern_linear_or_not() -> None:
+    budget = PatternBudget(total_s=0.0)
+    assert budget.search(_compiled("毎週"), "毎週") is None
+    assert budget.exhausted
+    assert budget.check_errors == ("pattern_budget",)
