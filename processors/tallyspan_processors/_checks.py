@@ -24,9 +24,8 @@ import logging
 import threading
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.trace import Status, StatusCode
@@ -63,8 +62,7 @@ _ENGINE_FAILED: Final = "checks"
 _TOOL_FINISH_REASONS: Final = frozenset({"tool_calls", "function_call", "tool_use", "tool_call"})
 
 
-@dataclass(frozen=True)
-class _Call:
+class _Call(NamedTuple):
     start: int
     end: int
     stage: str | None
@@ -172,6 +170,8 @@ class ChecksProcessor(WrappingProcessor):
     ) -> None:
         super().__init__(downstream)
         self._contracts = contracts
+        # The engine, looked up on the first check (it loads then, not at instrument()), not per span.
+        self._check_output: Callable[..., CheckResult] | None = None
         self._mark_error_status = mark_error_status
         self._evaluation_events = evaluation_events
         self._recent = _RecentCalls(recent_calls)
@@ -243,8 +243,9 @@ class ChecksProcessor(WrappingProcessor):
                 )
         enqueued_at = attributes.get(semconv.ENQUEUED_AT)
         waited = start / 1e9 - float(enqueued_at) if isinstance(enqueued_at, (int, float)) and start else None
-        from tallyspan.plugin import check  # loaded with the contracts, so only a lookup here
-
+        check = self._check_output
+        if check is None:
+            check = self._check_output = _engine_check()
         return check(
             content.output_text if content is not None else None,
             contract,
@@ -288,6 +289,12 @@ class ChecksProcessor(WrappingProcessor):
         if result.violations and self._mark_error_status and span.status.status_code is not StatusCode.ERROR:
             status = Status(StatusCode.ERROR, f"tallyspan: {', '.join(result.violation_types)}")
         return enriched_copy(span, attributes=added, events=events, status=status, own_attributes=attributes)
+
+
+def _engine_check() -> Callable[..., CheckResult]:
+    from tallyspan.plugin import check
+
+    return check
 
 
 def _warn_unbound_stage(stage: str, contracts: ContractSet) -> None:

@@ -15,12 +15,13 @@ things in it can hurt the process that loads it, and neither is a syntax error:
 - **Matching.** Backtracking (``(x+x+)+y``) is bounded by ``regex``'s own match timeout. The time is
   shared by all of a span's patterns (:class:`PatternBudget`), so forty slow patterns cost one budget,
   not forty; the span is then marked (``pattern_budget``) and counted (``errors.check_budget``).
-  A *linear* pattern (no repetition, back-reference, fuzzy match, recursion or conditional: literals,
-  classes, anchors and alternations of them, the usual ``forbidden`` token) cannot backtrack: it makes
-  at most one step per node per character. It is searched without the timeout where that bound,
-  nodes x characters, is at most :data:`UNTIMED_STEPS`: ``regex`` times a search with the C library's
-  ``clock()``, the process's CPU time, which costs about 8 µs a call in a process whose other threads
-  run (against 2 µs for the whole search).
+  A *linear* pattern (no back-reference, fuzzy match, recursion or conditional; literals, classes,
+  anchors and alternations of them, the usual ``forbidden`` token; at most one repetition, of a single
+  character class right after a character it cannot match, as in ``sk-[A-Za-z0-9]{20,}``) cannot
+  backtrack more than linearly: it makes at most a step or two per node per character. It is searched
+  without the timeout where that bound, nodes x characters, is at most :data:`UNTIMED_STEPS`: ``regex``
+  times a search with the C library's ``clock()``, the process's CPU time, which costs about 8 µs a call
+  in a process whose other threads run (against 2 µs for the whole search).
 """
 
 from __future__ import annotations
@@ -82,8 +83,9 @@ PATTERN_BUDGET_S: Final = 0.25
 PATTERN_BUDGET_ERROR: Final = "pattern_budget"
 """The check error of a span whose patterns ran out of :data:`PATTERN_BUDGET_S`."""
 UNTIMED_STEPS: Final = 2_000_000
-"""Most steps (nodes x characters) a linear pattern may need to be searched without the timeout: about
-1.5 ms at the slowest measured here (0.7 ns a step, a hundred literals sharing a prefix), far inside
+"""Most steps (nodes x characters) a linear pattern may need to be searched without the timeout: at the
+slowest measured here, 1.5 ms for literals (a hundred sharing a prefix, 0.7 ns a step) and 5 ms for a
+guarded repetition (``^判定[:：]\\s*(合格|不合格)`` on lines of spaces, 2.6 ns a step), far inside
 :data:`REGEX_TIMEOUT_S`."""
 
 _LOAD_BUDGET_KEY: Final = "pattern_load_budget"  # a key of pydantic's validation context, not an attribute
@@ -238,7 +240,7 @@ def _checked_expansion(pattern: str, flags: int) -> tuple[int, bool]:
     if parser is None:  # pragma: no cover - see _regex_parser
         return _conservative_expansion(pattern), False
     tree = _parsed(parser, pattern, flags)
-    expansion = alternatives = 0
+    expansion = alternatives = repeats = 0
     linear = True
     stack: list[tuple[Any, int, int]] = [(tree, 1, 1)]  # (node, product of the counts around it, depth)
     while stack:
@@ -257,12 +259,65 @@ def _checked_expansion(pattern: str, flags: int) -> tuple[int, bool]:
             if alternatives > MAX_ALTERNATIVES:
                 raise PatternError(f"regex {_shown(pattern)} has more than {MAX_ALTERNATIVES:,} alternatives")
         kind = type(node).__name__
-        linear = linear and kind in _LINEAR_NODES
         if kind in _REPEATS:
+            repeats += 1
             # The compiler unrolls the mandatory part of a repetition: {n} and {n,m} cost n copies.
             factor *= max(1, int(getattr(node, "min_count", 1) or 1))
+        else:
+            linear = linear and kind in _LINEAR_NODES
         stack.extend((child, factor, depth + 1) for child in _children(node, parser.regex_base))
-    return expansion, linear
+    return expansion, linear and (repeats == 0 or (repeats == 1 and _guarded_repeat(tree)))
+
+
+def _guarded_repeat(tree: Any) -> bool:
+    """True when the pattern's one repetition cannot make it backtrack more than linearly: a repeated
+    single character class (``\\s*``, ``[A-Za-z0-9]{20,}``) at the top level, right after a character (or
+    a set of characters) the class cannot match (``sk-[A-Za-z0-9]{20,}``, ``^判定[:：]\\s*...``).
+
+    Where that guard matches, the run the repetition takes begins there, and no two such runs overlap
+    (the guard's character would lie inside the earlier run, which it cannot match): the runs of all the
+    start positions add up to at most the text, each tried against the rest of the pattern once. Case
+    folding is not reasoned about: a folded guard or class keeps the pattern timed.
+    """
+    if type(tree).__name__ != "Sequence":
+        return False
+    items = getattr(tree, "items", None)
+    if not isinstance(items, list):
+        return False
+    for index, item in enumerate(items):
+        if type(item).__name__ not in _REPEATS:
+            continue
+        body: Any = getattr(item, "subpattern", None)
+        if index == 0 or type(body).__name__ not in _CHARACTER_CLASSES or _folded(body):
+            return False
+        guard_characters = _characters_of(items[index - 1])
+        return bool(guard_characters) and not any(body.matches(point) for point in guard_characters)
+    return False
+
+
+#: Parse-tree nodes that match exactly one character, and can say which (``matches``).
+_CHARACTER_CLASSES: Final = frozenset(
+    {"Character", "Property", "Range", "SetUnion", "SetInter", "SetDiff", "SetSymDiff"}
+)
+
+
+def _folded(node: Any) -> bool:
+    return bool(getattr(node, "case_flags", 0))
+
+
+def _characters_of(node: Any) -> tuple[int, ...]:
+    """The code points a guard matches: a plain character, or a set of plain characters; else none."""
+    kind = type(node).__name__
+    if kind == "Character" and node.positive and not _folded(node):
+        return (int(node.value),)
+    if kind == "SetUnion" and node.positive and not _folded(node):
+        members = getattr(node, "items", None)
+        if isinstance(members, (list, tuple)) and all(
+            type(member).__name__ == "Character" and member.positive and not _folded(member)
+            for member in members
+        ):
+            return tuple(int(member.value) for member in members)
+    return ()
 
 
 def _children(node: Any, regex_base: type) -> Iterator[Any]:

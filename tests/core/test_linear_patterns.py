@@ -35,14 +35,37 @@ def test_patterns_without_repetition_are_linear(pattern: str, nodes: int) -> Non
 
 
 @pytest.mark.parametrize(
+    ("pattern", "nodes"),
+    [
+        (r"sk-[A-Za-z0-9]{20,}", 25),  # the run starts after "-", which the class cannot match
+        (r"^判定[:：]\s*(合格|不合格)", 16),  # a set of plain characters guards it too
+        (r"verdict:\s*?(pass|fail)", 23),  # lazy
+        (r"[ab]\s++c", 5),  # possessive
+        (r"colou?r", 8),
+        (r"x\p{Han}+", 4),
+    ],
+)
+def test_one_repeated_class_right_after_a_character_it_cannot_match_is_linear(
+    pattern: str, nodes: int
+) -> None:
+    assert linear_nodes(_compiled(pattern)) == nodes
+
+
+@pytest.mark.parametrize(
     "pattern",
     [
-        r"sk-[A-Za-z0-9]{20,}",  # a repetition, however bounded or simple
-        r"^判定[:：]\s*(合格|不合格)",
-        r"colou?r",
-        r"(?:ab|cd){3}",
-        r"a+?",
-        r"a*+",
+        r"\s*b",  # nothing before the run: every start position may rescan it
+        r"a[a-z]*b",  # the guard is in the class
+        r"[a-c]\s+c",  # a range guards nothing here (only plain characters are reasoned about)
+        r"[ab]b+",
+        r"[^ab]\s+c",  # a negated set matches nearly everything, spaces included
+        r"\p{Han}\p{Han}+",
+        r"(?i)sk-[a-z]+",  # case folding is not reasoned about
+        r"a\s*b\s*c",  # two repetitions
+        r"a(?:\s)*b",
+        r"a(?:ab|cd){3}",  # a repeated alternation
+        r"a.*b",
+        r"(x+x+)+y",
         r"(a)\1",  # a back-reference
         r"(?:foo){e<=1}",  # a fuzzy match
         r"(a|b(?R))",  # recursion
@@ -85,9 +108,20 @@ def test_a_linear_pattern_past_the_step_bound_is_timed() -> None:
 
 
 def test_a_pattern_that_can_backtrack_is_always_timed() -> None:
+    nested = _compiled(r"(?:x+x+)+y")
+    assert _budget_that_times_out_at_once().search(nested, "xxxy") is None
+    assert PatternBudget().search(nested, "xxxy") is True
+
+
+def test_a_guarded_repetition_finds_what_the_timed_search_finds() -> None:
     secret = _compiled(r"sk-[A-Za-z0-9]{20,}")
-    assert _budget_that_times_out_at_once().search(secret, "sk-" + "a" * 30) is None
-    assert PatternBudget().search(secret, "key sk-" + "a" * 30) is True
+    for text, found in (
+        ("key sk-" + "a" * 20, True),
+        ("key sk-" + "a" * 19, False),
+        ("sk-sk-" + "b" * 25, True),
+    ):
+        assert _budget_that_times_out_at_once().search(secret, text) is found  # untimed
+        assert (secret.search(text, timeout=1.0) is not None) is found
 
 
 def test_a_spent_budget_runs_no_pattern_linear_or_not() -> None:
