@@ -48,26 +48,6 @@ class StreamAccumulator(Protocol):
         """What the items so far say, for the span (also called for streams cut short)."""
 
 
-class _Reading:
-    """Around each read of the stream: its end, or an error it raises, ends the span (the error goes on)."""
-
-    __slots__ = ("proxy",)
-
-    def __init__(self, proxy: _StreamProxy) -> None:
-        self.proxy = proxy
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
-        if exc is not None:
-            if isinstance(exc, _END_OF_ITEMS):
-                self.proxy._self_exhausted = True
-                self.proxy._tallyspan_finalize()
-            else:
-                self.proxy._tallyspan_finalize(exc)
-
-
 class _StreamProxy(wrapt.ObjectProxy[Any]):
     """The finalize-once logic shared by the sync and async proxies (state in ``_self_*``: wrapt's rule)."""
 
@@ -139,8 +119,17 @@ class _SyncIterationProxy(_StreamProxy):
         return self
 
     def __next__(self) -> Any:
-        with _Reading(self):
+        # Inline, not a context manager: this runs for every chunk. The end of the items, or an error the
+        # read raises, ends the span (the error goes on).
+        try:
             item = next(self.__wrapped__)
+        except _END_OF_ITEMS:
+            self._self_exhausted = True
+            self._tallyspan_finalize()
+            raise
+        except BaseException as exc:
+            self._tallyspan_finalize(exc)
+            raise
         self._tallyspan_observe(item)
         return item
 
@@ -193,8 +182,15 @@ class _AsyncIterationProxy(_StreamProxy):
         return self
 
     async def __anext__(self) -> Any:
-        with _Reading(self):
+        try:
             item = await self.__wrapped__.__anext__()
+        except _END_OF_ITEMS:
+            self._self_exhausted = True
+            self._tallyspan_finalize()
+            raise
+        except BaseException as exc:
+            self._tallyspan_finalize(exc)
+            raise
         self._tallyspan_observe(item)
         return item
 

@@ -260,7 +260,10 @@ class ChatStreamAccumulator:
             summary.usage = usage
         for choice in sequence(getattr(chunk, "choices", None)):
             index = getattr(choice, "index", 0)
-            item = summary.choices.setdefault(index if isinstance(index, int) else 0, _Choice())
+            key = index if isinstance(index, int) else 0
+            item = summary.choices.get(key)
+            if item is None:  # not setdefault: it would build (and drop) a _Choice for every chunk
+                item = summary.choices[key] = _Choice()
             delta = getattr(choice, "delta", None)
             if delta is not None:
                 _add_delta(item, delta)
