@@ -166,7 +166,9 @@ def extract_chat_completion(completion: Any, call: GenAICall) -> Extraction:
         if message is None:
             continue
         index = choice.index if isinstance(getattr(choice, "index", None), int) else position
-        item = summary.choices.setdefault(index, _Choice())
+        item = summary.choices.get(index)
+        if item is None:
+            item = summary.choices[index] = _Choice()
         content = getattr(message, "content", None)
         if isinstance(content, str):
             item.text.append(content)
