@@ -17,9 +17,10 @@ SQLite store. Both are flushed at the end of each round, inside the "CPU incl. d
 
 Printed per case, medians over rounds (spread = lowest-highest of the rounds' added deferred CPU):
 CPU of the calling thread, CPU of the whole process including the deferred work after a flush, wall, the
-added CPU and ratio against plain, for non-streaming and streaming (51 chunks, per chunk). Then the
-import time (``import X`` + instrument, openai and the SDK already imported), RSS over many chain calls
-and spans per second the chain's worker writes into the store (offered at a fixed rate; drops counted).
+added CPU and ratio against plain, for non-streaming calls (sync, and async through ``AsyncOpenAI``) and
+streaming (51 chunks, per chunk). Then the import time (``import X`` + instrument, openai and the SDK
+already imported), RSS over many chain calls and spans per second the chain's worker writes into the
+store (offered at a fixed rate; drops counted).
 
 Usage::
 
@@ -31,6 +32,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import importlib.util
 import json
@@ -132,11 +134,32 @@ def _stream_body() -> bytes:
     return "".join(lines).encode()
 
 
+def _httpx() -> Any:
+    # openai 3 ships its own fork of httpx (httpx2); older releases (OpenLIT's pin) use httpx itself.
+    return importlib.import_module("httpx2" if importlib.util.find_spec("httpx2") else "httpx")
+
+
+def _async_client() -> Any:
+    import openai
+
+    httpx = _httpx()
+    completion = _completion_body()
+
+    def handle(request: Any) -> Any:
+        return httpx.Response(200, headers={"content-type": "application/json"}, content=completion)
+
+    return openai.AsyncOpenAI(
+        api_key="bench-key",
+        base_url="http://bench.invalid/v1",
+        max_retries=0,
+        http_client=httpx.AsyncClient(transport=httpx.MockTransport(handle)),
+    )
+
+
 def _client() -> Any:
     import openai
 
-    # openai 3 ships its own fork of httpx (httpx2); older releases (OpenLIT's pin) use httpx itself.
-    httpx: Any = importlib.import_module("httpx2" if importlib.util.find_spec("httpx2") else "httpx")
+    httpx = _httpx()
     completion, stream = _completion_body(), _stream_body()
 
     def handle(request: Any) -> Any:
@@ -278,17 +301,30 @@ def run_case(case: str, calls: int, rounds: int) -> dict[str, Any]:
     from opentelemetry.sdk.trace import TracerProvider  # noqa: F401  (the SDK is imported on both sides)
 
     client = _client()
+    async_client = _async_client()
+    # One loop for every async call: its set-up is then no part of any call, on either side.
+    loop = asyncio.new_event_loop()
 
     def chat() -> object:
         return client.chat.completions.create(model="bench-model", messages=MESSAGES)
+
+    def chat_async() -> object:
+        return loop.run_until_complete(
+            async_client.chat.completions.create(model="bench-model", messages=MESSAGES)
+        )
 
     def chat_stream() -> object:
         return list(client.chat.completions.create(model="bench-model", messages=MESSAGES, stream=True))
 
     result: dict[str, Any] = {}
+    kinds = (
+        ("chat", chat, calls),
+        ("async", chat_async, max(1, calls // 2)),
+        ("stream", chat_stream, max(1, calls // 5)),
+    )
     with tempfile.TemporaryDirectory() as store_dir:
         toggle = _Toggle(case, store_dir)
-        for kind, call, per_call in (("chat", chat, calls), ("stream", chat_stream, max(1, calls // 5))):
+        for kind, call, per_call in kinds:
             for _ in range(20):  # warm-up of the SDK's lazy imports, on both sides
                 call()
             toggle.on()
@@ -310,6 +346,7 @@ def run_case(case: str, calls: int, rounds: int) -> dict[str, Any]:
                     else:
                         samples.append(_block(call, per_call, lambda: None))
             result[kind] = {"plain": plain, "traced": traced}
+    loop.close()
     return result
 
 
@@ -561,6 +598,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(head + "\n" + unit)
     for label, data in results.items():
         print(_row(label, data["chat"]))
+    print(
+        f"\nPer async non-streaming call (AsyncOpenAI), {args.rounds} rounds x {max(1, args.calls // 2)} calls"
+    )
+    print(head + "\n" + unit)
+    for label, data in results.items():
+        print(_row(label, data["async"]))
     print(
         f"\nStreaming, per chunk ({STREAM_CHUNKS} chunks a call), "
         f"{args.rounds} rounds x {max(1, args.calls // 5)} calls"

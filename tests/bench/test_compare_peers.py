@@ -27,6 +27,7 @@ def test_compare_peers_runs_on_a_tiny_count() -> None:
     )  # fmt: skip
     for line in (
         "Per non-streaming call",
+        "Per async non-streaming call",
         "Streaming, per chunk",
         "Import + instrument",
         "RSS over",
