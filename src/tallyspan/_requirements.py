@@ -13,25 +13,50 @@ someone reads it (a missing library is the normal case when every instrumentor i
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Collection
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
 
 __all__ = ["UnmetRequirements", "dependency_conflict", "requirements_met", "satisfies", "simple_name"]
 
-# [0-9], not \d: a Unicode digit is no part of a PEP 440 version.
-_RELEASE: Final = r"[0-9]+(?:\.[0-9]+)*"
-_CLAUSE: Final = rf"(>=|<=|==|!=|<|>)\s*({_RELEASE})"
-_SIMPLE: Final = re.compile(
-    rf"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*((?:{_CLAUSE}(?:\s*,\s*{_CLAUSE})*)?)\s*"
-)
-_CLAUSES: Final = re.compile(_CLAUSE)
-_PLAIN_RELEASE: Final = re.compile(_RELEASE)
+#: Two-character operators first: ``<=`` is not ``<`` followed by ``=1.0``.
+_OPERATORS: Final = (">=", "<=", "==", "!=", "<", ">")
+_NAME_CHARACTERS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+
+
+def _is_release(text: str) -> bool:
+    # ASCII digits only: a Unicode digit ("١") is no part of a PEP 440 version.
+    return all(part.isascii() and part.isdigit() for part in text.split("."))
 
 
 def _release(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split("."))
+
+
+def _parsed(requirement: str) -> tuple[str, list[tuple[str, tuple[int, ...]]]] | None:
+    """(name, [(operator, release)]) of a requirement of the simple form, else None.
+
+    Parsed by hand: no regex to compile at import for a check that runs once.
+    """
+    text = requirement.strip()
+    end = 0
+    while end < len(text) and text[end] in _NAME_CHARACTERS:
+        end += 1
+    name = text[:end]
+    if not name or not (name[0].isalnum() and name[-1].isalnum()):
+        return None
+    rest = text[end:].strip()
+    clauses: list[tuple[str, tuple[int, ...]]] = []
+    for clause in rest.split(",") if rest else ():
+        clause = clause.strip()
+        operator = next((candidate for candidate in _OPERATORS if clause.startswith(candidate)), None)
+        if operator is None:
+            return None
+        number = clause[len(operator) :].strip()
+        if not _is_release(number):
+            return None
+        clauses.append((operator, _release(number)))
+    return name, clauses
 
 
 def _compare(installed: tuple[int, ...], wanted: tuple[int, ...]) -> int:
@@ -54,21 +79,18 @@ _HOLDS: Final = {
 
 def simple_name(requirement: str) -> str | None:
     """The distribution a requirement of the simple form names; None for any other form."""
-    parsed = _SIMPLE.fullmatch(requirement)
-    return None if parsed is None else parsed.group(1)
+    parsed = _parsed(requirement)
+    return None if parsed is None else parsed[0]
 
 
 def satisfies(requirement: str, installed: Any) -> bool | None:
     """Whether the ``installed`` version meets a requirement of the simple form; None when only
     packaging can tell (another form, or a version that is not a plain release)."""
-    parsed = _SIMPLE.fullmatch(requirement)
-    if parsed is None or not isinstance(installed, str) or _PLAIN_RELEASE.fullmatch(installed) is None:
+    parsed = _parsed(requirement)
+    if parsed is None or not isinstance(installed, str) or not _is_release(installed):
         return None  # a pre-release (excluded unless asked for), a post- or local version: packaging's rules
     have = _release(installed)
-    return all(
-        _HOLDS[operator](_compare(have, _release(wanted)))
-        for operator, wanted in _CLAUSES.findall(parsed.group(2))
-    )
+    return all(_HOLDS[operator](_compare(have, wanted)) for operator, wanted in parsed[1])
 
 
 def _met(requirement: str) -> bool | None:

@@ -84,6 +84,11 @@ def test_a_version_that_is_not_a_plain_release_is_left_to_packaging(installed: s
         "lib >= ١.٠",
         "lib >= 1.0 <2",
         "-lib >= 1.0",
+        "lib- >= 1.0",
+        "lib >= 1..0",
+        "lib >= ",
+        "lib =< 1.0",
+        "lib >= 1.0 ; extra == 'x'",
     ],
 )
 def test_another_form_of_requirement_is_left_to_packaging(requirement: str) -> None:

@@ -222,3 +222,21 @@ def test_the_dependency_check_is_packaging_s_verdict(instrumentor: TallyspanInst
     conflict = _Missing()._check_dependency_conflicts()
     assert conflict is not None
     assert conflict.required == "tallyspan-no-such-library >= 1.0"
+
+
+def test_instrumentation_is_off_exactly_when_opentelemetry_says_it_is() -> None:
+    from opentelemetry import context
+    from opentelemetry.instrumentation import utils
+
+    from tallyspan_instrumentors._calls import is_instrumentation_enabled
+
+    assert is_instrumentation_enabled() is utils.is_instrumentation_enabled() is True
+    with utils.suppress_instrumentation():
+        assert is_instrumentation_enabled() is utils.is_instrumentation_enabled() is False
+    for key in (context._SUPPRESS_INSTRUMENTATION_KEY, utils._SUPPRESS_INSTRUMENTATION_KEY_PLAIN):
+        token = context.attach(context.set_value(key, True))
+        try:
+            assert is_instrumentation_enabled() is utils.is_instrumentation_enabled() is False
+        finally:
+            context.detach(token)
+    assert is_instrumentation_enabled() is True
