@@ -34,8 +34,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
-from opentelemetry.instrumentation.utils import suppress_instrumentation
-
 from tallyspan.plugin import (
     BUSY_TIMEOUT_MS,
     after_fork_in_child,
@@ -65,6 +63,17 @@ __all__ = [
 ]
 
 _logger = logging.getLogger(__name__)
+
+
+@contextmanager
+def suppress_instrumentation() -> Iterator[None]:
+    """OpenTelemetry's ``suppress_instrumentation()``, imported with the first write (on the writer's
+    thread): its module loads the propagators (about 3 ms), which ``instrument()`` need not wait for."""
+    from opentelemetry.instrumentation.utils import suppress_instrumentation as suppressed
+
+    with suppressed():
+        yield
+
 
 DEFAULT_MAX_PENDING: Final = 16384
 """Items (spans, ledger rows) kept while another connection holds the write lock; the oldest beyond

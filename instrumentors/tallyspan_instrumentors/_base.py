@@ -16,21 +16,31 @@ value warns and leaves content off), builds the :class:`WrapperState` every wrap
 each table entry when the app imports its module (:class:`~tallyspan_instrumentors._post_import.PatchSet`).
 ``uninstrument()`` turns the state off (a library that kept a bound wrapper gets a pass-through) and
 unwraps the same table.
+
+The class keeps OpenTelemetry's ``BaseInstrumentor`` protocol (one instance per class, ``instrument``
+/ ``uninstrument`` once each, the dependency check, ``skip_dep_check`` and
+``raise_exception_on_conflict``) without deriving from it: importing ``BaseInstrumentor`` loads
+packaging's parsers and the HTTP/database semantic-convention modules (about 15 ms), which every app
+would pay at start for an instrumentor that uses neither. It is registered as a virtual subclass as
+soon as that module is imported, so ``isinstance(instrumentor, BaseInstrumentor)`` holds for anyone who
+asks; ``opentelemetry-instrument`` only calls ``instrument()`` on what the entry point names.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Generic, TypeVar
 
+import wrapt
 from opentelemetry import trace
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.trace import Tracer
 
 from tallyspan import semconv
-from tallyspan.plugin import __version__, resolve_capture_content
+from tallyspan.plugin import __version__, dependency_conflict, resolve_capture_content
 from tallyspan_instrumentors._post_import import PatchSet
 
 __all__ = ["TallyspanInstrumentor", "WrapEntry", "Wrapper", "WrapperFactory", "WrapperState"]
@@ -60,7 +70,13 @@ WrapEntry = tuple[str, str, WrapperFactory[S]]
 """``(module, "Class.method", wrapper factory)``: one row of an instrumentor's wrap table."""
 
 
-class TallyspanInstrumentor(BaseInstrumentor, Generic[S]):
+_I = TypeVar("_I", bound="TallyspanInstrumentor[Any]")
+#: The module of OpenTelemetry's ``BaseInstrumentor``, and the logger it logs under (kept for our instrumentors).
+_BASE_MODULE = "opentelemetry.instrumentation.instrumentor"
+_logger = logging.getLogger(_BASE_MODULE)
+
+
+class TallyspanInstrumentor(Generic[S]):
     """An OpenTelemetry instrumentor driven by its wrap table, with hooks for what the table cannot say.
 
     Keyword arguments of :meth:`instrument`: ``tracer_provider`` (default: the global one) and
@@ -74,14 +90,70 @@ class TallyspanInstrumentor(BaseInstrumentor, Generic[S]):
     _instruments: tuple[str, ...] = ()
     _wrapped: tuple[WrapEntry[S], ...] = ()
     _state_type: Callable[[Tracer, bool], S]
-    # Class attributes, not set in __init__: BaseInstrumentor is a singleton whose __init__ runs on
+    # Class attributes, not set in __init__: the instrumentor is a singleton whose __init__ runs on
     # every construction, which would forget the state of the running instrumentation.
     _state: S | None = None
     _patches: PatchSet | None = None
+    # BaseInstrumentor's own attributes, under its names (other tools read them).
+    _instance: Any = None
+    _is_instrumented_by_opentelemetry = False
+
+    def __new__(cls: type[_I], *args: Any, **kwargs: Any) -> _I:
+        # One instance per class, as BaseInstrumentor: constructing it again returns the running one.
+        if cls._instance is None:
+            cls._instance = object.__new__(cls)
+        instance: _I = cls._instance
+        return instance
+
+    @property
+    def is_instrumented_by_opentelemetry(self) -> bool:
+        """True between ``instrument()`` and ``uninstrument()``."""
+        return self._is_instrumented_by_opentelemetry
 
     def instrumentation_dependencies(self) -> Collection[str]:
         """The library versions this instrumentor supports."""
         return self._instruments
+
+    def _check_dependency_conflicts(self) -> Any:
+        """OpenTelemetry's ``DependencyConflict`` when a supported library is missing or out of range, else None.
+
+        Decided without packaging when the library is installed in range (``dependency_conflict``); the
+        conflict itself, which a caller formats or raises, is OpenTelemetry's.
+        """
+        unmet = dependency_conflict(self.instrumentation_dependencies())
+        return None if unmet is None else unmet.conflict()
+
+    def instrument(self, **kwargs: Any) -> Any:
+        """Instrument the library, as ``BaseInstrumentor.instrument`` does (``opentelemetry-instrument``
+        calls it without arguments); once only, and not when the library is missing or out of range."""
+        if self._is_instrumented_by_opentelemetry:
+            _logger.warning("Attempting to instrument while already instrumented")
+            return None
+        skip_dep_check = kwargs.pop("skip_dep_check", False)
+        raise_exception_on_conflict = kwargs.pop("raise_exception_on_conflict", False)
+        if not skip_dep_check:
+            conflict = self._check_dependency_conflicts()
+            if conflict:
+                if raise_exception_on_conflict:  # opentelemetry-instrument's loader logs it
+                    from opentelemetry.instrumentation.dependencies import DependencyConflictError
+
+                    raise DependencyConflictError(conflict)
+                _logger.error(conflict._format_message(type(self).__name__))
+                return None
+        # BaseInstrumentor also reads OTEL_SEMCONV_STABILITY_OPT_IN here, for the HTTP and database
+        # conventions of the instrumentations that follow it; ours emit the GenAI names either way.
+        self._instrument(**kwargs)
+        self._is_instrumented_by_opentelemetry = True
+        return None
+
+    def uninstrument(self, **kwargs: Any) -> Any:
+        """Undo :meth:`instrument` (a warning when not instrumented), as ``BaseInstrumentor.uninstrument``."""
+        if self._is_instrumented_by_opentelemetry:
+            self._uninstrument(**kwargs)
+            self._is_instrumented_by_opentelemetry = False
+            return None
+        _logger.warning("Attempting to uninstrument while already uninstrumented")
+        return None
 
     @property
     def capture_content(self) -> bool | None:
@@ -117,3 +189,11 @@ class TallyspanInstrumentor(BaseInstrumentor, Generic[S]):
 
     def _on_uninstrument(self, state: S) -> None:
         """Hook: undo what :meth:`_on_instrument` did (the table is already unwrapped)."""
+
+
+def _register_as_base_instrumentor(module: ModuleType) -> None:
+    module.BaseInstrumentor.register(TallyspanInstrumentor)
+
+
+# At once if the module is imported already, else when it is: never imported for this alone.
+wrapt.register_post_import_hook(_register_as_base_instrumentor, _BASE_MODULE)

@@ -56,12 +56,13 @@ from tallyspan._config import (
 from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
 from tallyspan._ledger_api import LedgerSink
+from tallyspan._requirements import dependency_conflict
 from tallyspan._selfstats import swallowed
 from tallyspan._state import RunningState, set_active
 
 if TYPE_CHECKING:
-    # For the types only: importing it costs about 25 ms (packaging's parsers), paid by the first
-    # instrumentor enabled, not by ``import tallyspan``.
+    # For the types only: importing it costs about 15 ms (packaging's parsers), which our instrumentors
+    # do not pay (tallyspan_instrumentors._base).
     from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
     from tallyspan._contracts import ContractSet
@@ -518,10 +519,8 @@ def _instrument_libraries(
             if instrumentor.is_instrumented_by_opentelemetry:  # opentelemetry-instrument's, or the app's
                 _logger.debug("%s is instrumented already; leaving it to its owner", entry_point.name)
                 continue
-            # Imported here: it brings in packaging's version parser, only needed to enable instrumentors.
-            from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
-
-            conflict = get_dependency_conflicts(instrumentor.instrumentation_dependencies())
+            # Without packaging when it can tell; a conflict's text is packaging's, made if it is logged.
+            conflict = dependency_conflict(instrumentor.instrumentation_dependencies())
             if conflict is not None:
                 if wanted is None:  # instrument every library that is there: a missing one is normal
                     _logger.debug("skipping %s: %s", entry_point.name, conflict)

@@ -10,6 +10,8 @@ Groups:
 
 - **running state**: :func:`active` (the active instrumentation's settings and provider),
   :func:`resolve_capture_content` (the one rule for the ``capture_content`` option), ``__version__``;
+- **instrumentors**: :func:`dependency_conflict` (whether a library is installed in range, without
+  importing packaging when it can tell);
 - **content hand-off**: :class:`ModelContent`, :class:`ToolContent`, :class:`ToolCallContent` and the
   process-wide :func:`content_buffer` instrumentors put them in (the chain's worker takes them out);
 - **tool spans**: :func:`end_tool_span`, the one way an ``execute_tool`` span ends (outcome, error,
@@ -54,6 +56,7 @@ from tallyspan._content import (
 from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
 from tallyspan._metrics import record_run, record_violations
+from tallyspan._requirements import UnmetRequirements, dependency_conflict
 from tallyspan._runs import declares_run, is_local_root, is_run_container, is_run_span
 from tallyspan._selfstats import count, stats, swallowed
 from tallyspan._stage import current_stage
@@ -119,6 +122,7 @@ __all__ = [
     "ShutdownBudget",
     "ToolCallContent",
     "ToolContent",
+    "UnmetRequirements",
     "ViolationType",
     "__version__",
     "active",
@@ -129,6 +133,7 @@ __all__ = [
     "count",
     "current_stage",
     "declares_run",
+    "dependency_conflict",
     "end_tool_span",
     "is_local_root",
     "is_locked",

@@ -28,6 +28,18 @@ CONVENTIONS = ("opentelemetry.semconv._incubating.attributes.gen_ai_attributes",
 OPENAI_READING = tuple(
     f"tallyspan_instrumentors.openai._extract_{kind}" for kind in ("chat", "responses", "embeddings")
 )
+#: OpenTelemetry's BaseInstrumentor and its dependency check (packaging's parsers, about 15 ms): our
+#: instrumentors keep its protocol without importing it, and decide the check without packaging.
+INSTRUMENTOR_BASE = (
+    "opentelemetry.instrumentation.instrumentor",
+    "opentelemetry.instrumentation.dependencies",
+    "opentelemetry.instrumentation._semconv",
+    "packaging",
+)
+#: OpenTelemetry's instrumentation utils load the propagators from the environment (about 3 ms): the
+#: instrumentors read its suppression keys themselves, the store's writer imports it with its first
+#: write. (The MCP instrumentor propagates context, so it loads the propagators itself.)
+INSTRUMENTATION_UTILS = ("opentelemetry.instrumentation.utils", "opentelemetry.propagate")
 CONTRACT = {"language": "ja", "min_chars": 20, "required": ["判定"], "claims": {"allowed": ["導入企業300社"]}}
 
 
@@ -55,7 +67,7 @@ def test_an_instrumentor_alone_imports_no_check_engine() -> None:
 
         OpenAIInstrumentor().instrument(tracer_provider=TracerProvider())
         """,
-        (*HEAVY, *STORE, *CONVENTIONS, *OPENAI_READING),
+        (*HEAVY, *STORE, *CONVENTIONS, *OPENAI_READING, *INSTRUMENTOR_BASE, *INSTRUMENTATION_UTILS),
     )
     assert loaded == []
 
@@ -69,7 +81,7 @@ def test_instrument_opens_no_store_before_the_first_span(tmp_path: Path) -> None
         provider = TracerProvider()
         tallyspan.instrument({{"report": {CONTRACT!r}}}, tracer_provider=provider, store={db!r}, instrumentors=[])
         """
-    assert _loaded_after(setup, (*OTLP, *STORE)) == []
+    assert _loaded_after(setup, (*OTLP, *STORE, *INSTRUMENTOR_BASE, *INSTRUMENTATION_UTILS)) == []
     first_span = """
         provider.get_tracer("t").start_span("chat m", attributes={"gen_ai.operation.name": "chat"}).end()
         tallyspan.uninstrument()
@@ -116,7 +128,25 @@ def test_instrument_without_contracts_imports_no_check_engine(tmp_path: Path) ->
         tallyspan.instrument(
             tracer_provider=TracerProvider(), store={str(tmp_path / "t.db")!r}, instrumentors=["tallyspan_openai"]
         )
-        """
+        """,
+        (*HEAVY, *INSTRUMENTOR_BASE, *INSTRUMENTATION_UTILS),
+    )
+    assert loaded == []
+
+
+def test_instrumenting_every_library_imports_no_instrumentor_base(tmp_path: Path) -> None:
+    """Every instrumentor of ours (the one line's default): none needs packaging to tell that its library
+    is installed in range (a missing one: tests/core/test_requirements.py)."""
+    loaded = _loaded_after(
+        f"""
+        import tallyspan
+        from opentelemetry.sdk.trace import TracerProvider
+
+        contracts = {{"report": {CONTRACT!r}}}
+        done = tallyspan.instrument(contracts, tracer_provider=TracerProvider(), store={str(tmp_path / "t.db")!r})
+        assert len(done.instrumentors) == 6, done.instrumentors  # the test extra installs every library
+        """,
+        INSTRUMENTOR_BASE,
     )
     assert loaded == []
 

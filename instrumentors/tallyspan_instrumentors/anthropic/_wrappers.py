@@ -15,7 +15,6 @@ from typing import Any
 
 import wrapt
 from opentelemetry import trace
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from tallyspan import semconv
 from tallyspan.plugin import swallowed
@@ -23,6 +22,7 @@ from tallyspan_instrumentors._base import Wrapper, WrapperState
 from tallyspan_instrumentors._calls import (
     GenAICall,
     framework_model_call_active,
+    is_instrumentation_enabled,
     model_call_wrapper,
     run_async,
     run_sync,

@@ -21,13 +21,18 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
 from tallyspan.plugin import count, end_tool_span, json_text, swallowed
-from tallyspan_instrumentors._calls import Extraction, GenAICall, error_type, start_genai_call
+from tallyspan_instrumentors._calls import (
+    Extraction,
+    GenAICall,
+    error_type,
+    is_instrumentation_enabled,
+    start_genai_call,
+)
 from tallyspan_instrumentors._parts import messages_json
 from tallyspan_instrumentors.langchain._extract import (
     input_messages,

@@ -35,12 +35,11 @@ from typing import Any, Final
 import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from tallyspan import semconv
 from tallyspan.plugin import count, end_tool_span, swallowed
-from tallyspan_instrumentors._calls import GenAICall, start_genai_call
+from tallyspan_instrumentors._calls import GenAICall, is_instrumentation_enabled, start_genai_call
 from tallyspan_instrumentors._parts import messages_json, parse_arguments
 from tallyspan_instrumentors.openai_agents._extract import (
     chat_input_messages,
