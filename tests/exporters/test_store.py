@@ -84,8 +84,27 @@ def test_connect_creates_the_folder_and_applies_every_migration(tmp_path: Path) 
         }
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert db.execute("PRAGMA busy_timeout").fetchone()[0] == _store_schema.BUSY_TIMEOUT_MS
+        assert db.execute("PRAGMA page_size").fetchone()[0] == _store_schema.PAGE_SIZE == 16384
     finally:
         db.close()
+
+
+def test_a_store_made_with_smaller_pages_keeps_them_and_takes_every_span(db_path: Path) -> None:
+    # A store made before the page size was set: SQLite's default 4096 bytes, in WAL mode already.
+    old = sqlite3.connect(db_path, isolation_level=None)
+    old.execute("PRAGMA page_size = 4096")
+    old.execute("PRAGMA journal_mode = WAL")
+    old.close()
+    connect(db_path).close()  # the schema, as tallyspan made it then
+    exporter = SQLiteSpanExporter(db_path)
+    try:
+        assert exporter.export(_finished_spans(_agent_run)) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    assert _rows(db_path, "PRAGMA page_size") == [{"page_size": 4096}]
+    assert _rows(db_path, "SELECT COUNT(*) AS n FROM spans") == [{"n": 3}]
+    assert _rows(db_path, "SELECT COUNT(*) AS n FROM violations") == [{"n": 2}]
+    assert _rows(db_path, "SELECT COUNT(*) AS n FROM runs") == [{"n": 1}]
 
 
 def test_connecting_again_applies_nothing_and_keeps_the_data(db_path: Path) -> None:
