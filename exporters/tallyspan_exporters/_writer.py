@@ -435,6 +435,9 @@ class WriterThread(Generic[T]):
                         request.done.set()
                 if stopping:
                     return
+                # Let the batch go now: held while the thread waits, it kept up to a whole queue of
+                # spans (their content included) alive after a backlog, until the next write came.
+                items, flushes = [], []
 
     def _next(self) -> tuple[list[T], int, list[_Flush], bool]:
         """Wait for work: queued items (gathered up to the schedule delay), a flush, shutdown, or the

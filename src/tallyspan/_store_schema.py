@@ -68,6 +68,7 @@ __all__ = [
     "LEDGER_RECONCILIATIONS",
     "MIGRATIONS",
     "MIGRATIONS_TABLE",
+    "PAGE_SIZE",
     "RUNS",
     "SELF_STATS",
     "SPANS",
@@ -89,6 +90,8 @@ MIGRATIONS_TABLE: Final = "_tallyspan_migrations"
 
 BUSY_TIMEOUT_MS: Final = 5000
 """How long a writer waits for another process's transaction before giving up."""
+PAGE_SIZE: Final = 16384
+"""The page size of a new store, in bytes (SQLite's default is 4096)."""
 _SQLITE_BUSY: Final = 5  # primary result codes: another connection holds the lock
 _SQLITE_LOCKED: Final = 6
 
@@ -117,8 +120,9 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """Open (creating it and its folder if needed) the store at ``path``, migrated to the latest schema.
 
     The connection is in autocommit mode (use ``with db:`` or ``BEGIN`` for transactions), WAL
-    journaling, a busy timeout of ``BUSY_TIMEOUT_MS``, rows as ``sqlite3.Row``, and may be used from
-    several threads as long as the caller serialises access.
+    journaling, pages of ``PAGE_SIZE`` bytes in a new file, a busy timeout of ``BUSY_TIMEOUT_MS``,
+    rows as ``sqlite3.Row``, and may be used from several threads as long as the caller serialises
+    access.
 
     Args:
         path: the database file, or ``":memory:"``.
@@ -138,6 +142,11 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
     try:
         db.row_factory = sqlite3.Row
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # Only a new, empty file takes it, so it must come before WAL (which writes the header); an
+        # existing store keeps its page size. A chat span with captured content is a ~4 KB row: on
+        # 4 KiB pages each spills into an overflow page, on 16 KiB pages four share one, which about
+        # halves the writer's cost of inserting and committing it.
+        db.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         db.execute("PRAGMA journal_mode = WAL")
         # WAL plus NORMAL is durable against application crashes, and much faster than FULL.
         db.execute("PRAGMA synchronous = NORMAL")

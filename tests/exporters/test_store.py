@@ -9,6 +9,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -23,7 +24,7 @@ from tallyspan import _store_schema, semconv
 from tallyspan._config import Settings
 from tallyspan._store_queries import LedgerRun, ledger_runs
 from tallyspan._store_schema import MIGRATIONS, applied_migrations, connect, migrate
-from tallyspan_exporters import SQLiteSpanExporter, store_component
+from tallyspan_exporters import SQLiteSpanExporter, _store, store_component
 from tallyspan_processors._worker import DEFAULT_MAX_QUEUE_SIZE
 
 ALL_MIGRATIONS = ["m001_initial", "m002_run_balance_only_in_reconciliations", "m003_self_stats"]
@@ -84,8 +85,27 @@ def test_connect_creates_the_folder_and_applies_every_migration(tmp_path: Path) 
         }
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert db.execute("PRAGMA busy_timeout").fetchone()[0] == _store_schema.BUSY_TIMEOUT_MS
+        assert db.execute("PRAGMA page_size").fetchone()[0] == _store_schema.PAGE_SIZE == 16384
     finally:
         db.close()
+
+
+def test_a_store_made_with_smaller_pages_keeps_them_and_takes_every_span(db_path: Path) -> None:
+    # A store made before the page size was set: SQLite's default 4096 bytes, in WAL mode already.
+    old = sqlite3.connect(db_path, isolation_level=None)
+    old.execute("PRAGMA page_size = 4096")
+    old.execute("PRAGMA journal_mode = WAL")
+    old.close()
+    connect(db_path).close()  # the schema, as tallyspan made it then
+    exporter = SQLiteSpanExporter(db_path)
+    try:
+        assert exporter.export(_finished_spans(_agent_run)) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    assert _rows(db_path, "PRAGMA page_size") == [{"page_size": 4096}]
+    assert _rows(db_path, "SELECT COUNT(*) AS n FROM spans") == [{"n": 3}]
+    assert _rows(db_path, "SELECT COUNT(*) AS n FROM violations") == [{"n": 2}]
+    assert _rows(db_path, "SELECT COUNT(*) AS n FROM runs") == [{"n": 1}]
 
 
 def test_connecting_again_applies_nothing_and_keeps_the_data(db_path: Path) -> None:
@@ -516,3 +536,40 @@ def test_the_store_keeps_a_whole_worker_queue_of_spans_written_in_one_burst(
     assert db.execute("SELECT count(*) FROM spans").fetchone()[0] == DEFAULT_MAX_QUEUE_SIZE
     db.close()
     assert "dropped.spans" not in tallyspan.stats()
+
+
+_TRICKY_ATTRIBUTES: dict[str, Any] = {
+    "z.last": '週次報告 "quoted" \\ back\nslash \u2028 \x00',
+    "a.first": ("stop", "length"),
+    "m.ints": (1, -2, 2**70),
+    "m.floats": (0.1, 1e300, float("inf"), float("-inf"), float("nan")),
+    "m.bools": (True, False),
+    "m.empty": (),
+    "m.object": Path("/tmp/x"),  # not an attribute type: written as its str, like the default encoder's
+    "é.key": 3.5,
+}
+
+
+@pytest.mark.parametrize("c_encoder", [True, False], ids=["c-encoder", "fallback"])
+def test_the_attributes_json_is_exactly_what_json_dumps_writes(
+    c_encoder: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not c_encoder:
+        monkeypatch.setattr(json.encoder, "c_make_encoder", None)
+    encode = _store._attributes_encoder()
+    expected = json.dumps(_TRICKY_ATTRIBUTES, ensure_ascii=False, sort_keys=True, default=str)
+    assert encode(_TRICKY_ATTRIBUTES) == expected
+    assert encode({}) == "{}"
+    assert expected.startswith('{"a.first": ["stop", "length"], "m.bools": [true, false]')
+
+
+def test_the_stored_attributes_are_the_sorted_json_of_the_span_attributes(
+    exporter: SQLiteSpanExporter, db_path: Path
+) -> None:
+    # Every value an attribute type (the SDK would drop the Path).
+    attributes = {key: value for key, value in _TRICKY_ATTRIBUTES.items() if key != "m.object"}
+    spans = _finished_spans(lambda p: p.get_tracer("test").start_span("chat m", attributes=attributes).end())
+    assert exporter.export(spans) is SpanExportResult.SUCCESS
+    assert _rows(db_path, "SELECT attributes FROM spans") == [
+        {"attributes": json.dumps(attributes, ensure_ascii=False, sort_keys=True)}
+    ]

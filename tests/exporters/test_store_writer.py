@@ -9,6 +9,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -324,6 +325,29 @@ def test_a_batch_that_fills_up_is_written_at_once(db_path: Path) -> None:
     time.sleep(0.2)  # the thread gathers for the schedule delay: a minute
     thread.submit("rest", size=511)  # 512 items in all: a full batch
     assert _wait_for(db_path, "rest") == ["first", "second", "rest"]
+    thread.shutdown()
+
+
+class _Item:
+    """A queued item that can be watched for being let go (a weak reference)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def test_the_thread_lets_a_written_batch_go_before_it_waits_for_the_next(db_path: Path) -> None:
+    thread: WriterThread[_Item] = WriterThread(
+        _writer(db_path), lambda items: _rows(*(item.key for item in items)), name="tallyspan-test"
+    )
+    item = _Item("written")
+    watched = weakref.ref(item)
+    thread.submit(item)
+    del item
+    assert _wait_for(db_path, "written") == ["written"]  # no flush: that would hand the thread new work
+    deadline = time.monotonic() + 5
+    while watched() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)  # the thread returns from the write, then lets go of the batch
+    assert watched() is None
     thread.shutdown()
 
 
