@@ -70,6 +70,15 @@ class _StreamProxy(wrapt.ObjectProxy[Any]):
         except Exception:  # a chunk we cannot read still reaches the app
             swallowed(_logger, "stream.chunk", "tallyspan could not read a stream chunk")
 
+    def _tallyspan_read_raised(self, exc: BaseException) -> None:
+        """A read of the stream raised: the end of the items, or an error; either ends the span (the
+        caller lets the exception go on)."""
+        if isinstance(exc, _END_OF_ITEMS):
+            self._self_exhausted = True
+            self._tallyspan_finalize()
+        else:
+            self._tallyspan_finalize(exc)
+
     def _tallyspan_finalize(self, error: BaseException | None = None) -> None:
         if self._self_finalized:
             return
@@ -119,16 +128,11 @@ class _SyncIterationProxy(_StreamProxy):
         return self
 
     def __next__(self) -> Any:
-        # Inline, not a context manager: this runs for every chunk. The end of the items, or an error the
-        # read raises, ends the span (the error goes on).
+        # A plain try, not a context manager: this runs for every chunk.
         try:
             item = next(self.__wrapped__)
-        except _END_OF_ITEMS:
-            self._self_exhausted = True
-            self._tallyspan_finalize()
-            raise
         except BaseException as exc:
-            self._tallyspan_finalize(exc)
+            self._tallyspan_read_raised(exc)
             raise
         self._tallyspan_observe(item)
         return item
@@ -184,12 +188,8 @@ class _AsyncIterationProxy(_StreamProxy):
     async def __anext__(self) -> Any:
         try:
             item = await self.__wrapped__.__anext__()
-        except _END_OF_ITEMS:
-            self._self_exhausted = True
-            self._tallyspan_finalize()
-            raise
         except BaseException as exc:
-            self._tallyspan_finalize(exc)
+            self._tallyspan_read_raised(exc)
             raise
         self._tallyspan_observe(item)
         return item
