@@ -134,44 +134,29 @@ def _stream_body() -> bytes:
     return "".join(lines).encode()
 
 
-def _httpx() -> Any:
+def _client(asynchronous: bool = False) -> Any:
+    """An ``OpenAI`` (or ``AsyncOpenAI``) client whose transport answers in process: the report, or its
+    stream when the request asks for one."""
+    import openai
+
     # openai 3 ships its own fork of httpx (httpx2); older releases (OpenLIT's pin) use httpx itself.
-    return importlib.import_module("httpx2" if importlib.util.find_spec("httpx2") else "httpx")
-
-
-def _async_client() -> Any:
-    import openai
-
-    httpx = _httpx()
-    completion = _completion_body()
-
-    def handle(request: Any) -> Any:
-        return httpx.Response(200, headers={"content-type": "application/json"}, content=completion)
-
-    return openai.AsyncOpenAI(
-        api_key="bench-key",
-        base_url="http://bench.invalid/v1",
-        max_retries=0,
-        http_client=httpx.AsyncClient(transport=httpx.MockTransport(handle)),
-    )
-
-
-def _client() -> Any:
-    import openai
-
-    httpx = _httpx()
+    httpx: Any = importlib.import_module("httpx2" if importlib.util.find_spec("httpx2") else "httpx")
     completion, stream = _completion_body(), _stream_body()
 
     def handle(request: Any) -> Any:
+        # The mock transport has read the body before it calls this, for async requests too.
         if b'"stream":true' in request.content.replace(b" ", b""):
             return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream)
         return httpx.Response(200, headers={"content-type": "application/json"}, content=completion)
 
-    return openai.OpenAI(
+    client_class, http_class = (
+        (openai.AsyncOpenAI, httpx.AsyncClient) if asynchronous else (openai.OpenAI, httpx.Client)
+    )
+    return client_class(
         api_key="bench-key",
         base_url="http://bench.invalid/v1",
         max_retries=0,
-        http_client=httpx.Client(transport=httpx.MockTransport(handle)),
+        http_client=http_class(transport=httpx.MockTransport(handle)),
     )
 
 
@@ -301,7 +286,7 @@ def run_case(case: str, calls: int, rounds: int) -> dict[str, Any]:
     from opentelemetry.sdk.trace import TracerProvider  # noqa: F401  (the SDK is imported on both sides)
 
     client = _client()
-    async_client = _async_client()
+    async_client = _client(asynchronous=True)
     # One loop for every async call: its set-up is then no part of any call, on either side.
     loop = asyncio.new_event_loop()
 
