@@ -86,10 +86,11 @@ class _RecentCalls:
     Not thread-safe: the processor holds its lock around every use.
     """
 
-    __slots__ = ("_arrived", "_by_answer", "_ended", "_size")
+    __slots__ = ("_added", "_arrived", "_by_answer", "_ended", "_size")
 
     def __init__(self, size: int) -> None:
         self._size = max(0, size)
+        self._added = 0  # orders the calls that ended at the same time
         self._arrived: deque[_Call] = deque()  # the order they were remembered in: the oldest goes first
         self._ended: list[tuple[int, int, _Call]] = []  # (end, sequence, call), sorted
         # (output hash, stage) -> prompt key -> [calls remembered, the latest of them]
@@ -114,13 +115,13 @@ class _RecentCalls:
             return []
         return [(latest.prompt, latest.output) for key, (_, latest) in prompts.items() if key != prompt_key]
 
-    def add(self, call: _Call, sequence: int) -> None:
-        """Remember ``call`` (``sequence`` orders calls that ended at the same time); forget the oldest
-        beyond the size."""
+    def add(self, call: _Call) -> None:
+        """Remember ``call``; forget the oldest beyond the size."""
         if not self._size:
             return
+        self._added += 1
         self._arrived.append(call)
-        insort(self._ended, (call.end, sequence, call))
+        insort(self._ended, (call.end, self._added, call))
         entry = self._by_answer.setdefault((call.output_key, call.stage), {}).setdefault(
             call.prompt_key, [0, call]
         )
@@ -175,7 +176,6 @@ class ChecksProcessor(WrappingProcessor):
         self._mark_error_status = mark_error_status
         self._evaluation_events = evaluation_events
         self._recent = _RecentCalls(recent_calls)
-        self._remembered = 0
         self._lock = threading.Lock()
         renew_lock_after_fork(self)
 
@@ -236,10 +236,8 @@ class ChecksProcessor(WrappingProcessor):
             other_prompts = self._recent.in_flight(start, end, prompt_key)
             other_answers = self._recent.same_answer(output_key, stage, prompt_key)
             if content is not None and prompt:
-                self._remembered += 1
                 self._recent.add(
-                    _Call(start, end, stage, prompt, prompt_key, content.output_text, output_key),
-                    self._remembered,
+                    _Call(start, end, stage, prompt, prompt_key, content.output_text, output_key)
                 )
         enqueued_at = attributes.get(semconv.ENQUEUED_AT)
         waited = start / 1e9 - float(enqueued_at) if isinstance(enqueued_at, (int, float)) and start else None

@@ -63,7 +63,7 @@ def test_it_answers_as_a_scan_of_the_last_calls_would(size: int, seed: int) -> N
             prompt.strip() for prompt, _ in _same_answer_by_scan(window, probe)
         }
         assert set(same) <= _same_answer_by_scan(window, probe)
-        recent.add(probe, sequence)
+        recent.add(probe)
         remembered.append(probe)
     # Nothing outlives the window: the indexes hold exactly the last ``size`` calls.
     assert len(recent._ended) == min(size, len(remembered))
@@ -75,7 +75,7 @@ def test_it_answers_as_a_scan_of_the_last_calls_would(size: int, seed: int) -> N
 def test_a_memory_of_no_calls_remembers_nothing() -> None:
     recent = _RecentCalls(0)
     call = _Call(0, 10, None, "質問", "質問", "答え", hash("答え"))
-    recent.add(call, 1)
+    recent.add(call)
     assert recent.in_flight(0, 10, "別の質問") == []
     assert recent.same_answer(call.output_key, None, "別の質問") == []
 
@@ -85,8 +85,8 @@ def test_calls_that_ended_at_the_same_time_are_each_forgotten_in_turn() -> None:
     first = _Call(0, 10, None, "一", "一", "答え", hash("答え"))
     second = _Call(5, 10, None, "二", "二", "答え", hash("答え"))
     third = _Call(20, 30, None, "三", "三", "別", hash("別"))
-    for sequence, call in enumerate((first, second, third)):
-        recent.add(call, sequence)
+    for call in (first, second, third):
+        recent.add(call)
     assert recent.in_flight(9, 25, "四") == [
         "二",
         "三",
