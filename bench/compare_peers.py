@@ -391,6 +391,9 @@ def run_rss(calls: int) -> dict[str, float]:
             client.chat.completions.create(model="bench-model", messages=MESSAGES)
         toggle.flush()
         gc.collect()
+        import tallyspan
+
+        before = tallyspan.stats()
         start = peak = _rss_mb()
         for index in range(calls):
             client.chat.completions.create(model="bench-model", messages=MESSAGES)
@@ -399,8 +402,12 @@ def run_rss(calls: int) -> dict[str, float]:
         toggle.flush()
         gc.collect()
         end = _rss_mb()
+        after = tallyspan.stats()
         toggle.off()
-    return {"start": start, "peak": max(peak, end), "end": end}
+    # A worker that falls behind a busy app shows here: spans dropped, or the app giving it turns.
+    dropped = after.get("dropped.spans", 0) - before.get("dropped.spans", 0)
+    turns = after.get("backpressure.worker_turns", 0) - before.get("backpressure.worker_turns", 0)
+    return {"start": start, "peak": max(peak, end), "end": end, "dropped": dropped, "turns": turns}
 
 
 def run_store(spans: int, rate: float) -> dict[str, float]:
@@ -604,7 +611,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rss = _child(sys.executable, "--child", "rss", "--rss-calls", str(args.rss_calls))
         print(
             f"\nRSS over {args.rss_calls} chain calls: {rss['start']:.1f} MB after warm-up, "
-            f"peak {rss['peak']:.1f} MB, {rss['end']:.1f} MB at the end"
+            f"peak {rss['peak']:.1f} MB, {rss['end']:.1f} MB at the end; "
+            f"{rss['dropped']:.0f} spans dropped, {rss['turns']:.0f} turns given to the worker"
         )
     if "tallyspan_chain" in args.cases and args.store_spans > 0:
         store = _child(

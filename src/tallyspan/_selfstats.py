@@ -62,7 +62,8 @@ def _type_and_stack() -> tuple[str, str]:
 
 
 def stats() -> dict[str, int]:
-    """Return a snapshot of the counters: ``errors.*`` for swallowed errors, ``dropped.*`` for drops."""
+    """Return a snapshot of the counters: ``errors.*`` for swallowed errors, ``dropped.*`` for drops,
+    ``backpressure.*`` for the times the app's thread waited for our worker."""
     with _lock:
         return dict(_counters)
 

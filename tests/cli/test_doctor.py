@@ -548,3 +548,29 @@ def test_a_process_that_recorded_several_counters_is_named_with_each(tmp_path: P
     assert result.output.splitlines()[-1] == (
         f"  - process {os.getpid()} (unknown service) recorded dropped.ledger_claims=1, errors.ledger.claim=1"
     )
+
+
+def test_the_apps_waits_for_the_worker_are_shown_but_are_no_problem(tmp_path: Path) -> None:
+    """``backpressure.worker_turns`` says the app's thread waited for our worker: a figure, not a loss."""
+    from tallyspan_processors import OffThreadProcessor
+
+    tallyspan.reset_stats()
+    processor = OffThreadProcessor([], max_queue_size=16, batch_delay_millis=0)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    provider.get_tracer("test").start_span("behind").end()  # 16 // 16 = 1 span waits: a turn
+    assert provider.force_flush(10_000)
+    provider.shutdown()
+    turns = tallyspan.stats()["backpressure.worker_turns"]
+    path = tmp_path / "waited.db"
+    exporter = SQLiteSpanExporter(path)
+    exporter.export([])
+    exporter.shutdown()
+    code, data = _doctor("--db", str(path))
+    assert code == 0
+    assert data["problems"] == []
+    (process,) = data["store"]["overview"]["counters"]
+    assert process["counts"] == {"backpressure.worker_turns": turns}
+    text = CliRunner().invoke(main, ["--db", str(path), "doctor"])
+    assert f"    backpressure.worker_turns {turns}" in text.output.splitlines()
+    assert text.output.rstrip().endswith("No problems found.")

@@ -63,6 +63,9 @@ __all__ = [
     "store_status",
 ]
 
+#: The counters of ``tallyspan.stats()`` that mean something was lost or failed.
+_PROBLEM_COUNTERS = ("dropped.", "errors.")
+
 EXIT_PROBLEMS: Final = 1
 PATCHED_BY_INSTRUMENT: Final = "tallyspan.instrument()"
 PATCHED_BY_ZERO_CODE: Final = "opentelemetry-instrument"
@@ -324,7 +327,12 @@ def _problems(result: DoctorResult) -> list[str]:
     )
     overview = result.store.overview
     for process in overview.counters if overview is not None else ():
-        counts = ", ".join(f"{key}={value}" for key, value in process.counts.items())
+        # Losses and errors are problems; backpressure.* (the app waited for our worker) is a figure.
+        counts = ", ".join(
+            f"{key}={value}" for key, value in process.counts.items() if key.startswith(_PROBLEM_COUNTERS)
+        )
+        if not counts:
+            continue
         problems.append(
             f"process {process.pid} ({process.service_name or 'unknown service'}) recorded {counts}"
         )
