@@ -37,6 +37,7 @@ import gc
 import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -381,6 +382,24 @@ def _rss_mb() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def _pymalloc_arenas_mb() -> float:
+    """Python's small-object arenas, in MB: one goes back to the OS only once every object in it is
+    gone, so a few long-lived objects made during a backlog keep its arenas (no trim can)."""
+    with tempfile.TemporaryFile() as stats:
+        saved = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(stats.fileno(), 2)  # _debugmallocstats writes to the C stderr
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        stats.seek(0)
+        text = stats.read().decode(errors="replace")
+    found = re.search(r"(\d+) arenas \* (\d+) bytes/arena", text)
+    return int(found[1]) * int(found[2]) / 2**20 if found else 0.0
+
+
 def run_rss(calls: int) -> dict[str, float]:
     """RSS of the whole chain over ``calls`` non-streaming calls: after warm-up, peak seen, at the end."""
     with tempfile.TemporaryDirectory() as store_dir:
@@ -415,13 +434,15 @@ def run_store(spans: int, rate: float) -> dict[str, float]:
 
     Each span is a chat span whose content (the 1,000-character report and its prompt) is handed over as
     the instrumentors do, so every one carries verdicts. Also the RSS before, at the peak and after the
-    backlog is written.
+    backlog is written, each "after" once the store's writer has had the pause it gives memory back in,
+    and how much of what stays is Python's small-object arenas, which no trim can give back.
     """
     from opentelemetry.sdk.trace import TracerProvider
 
     import tallyspan
     from tallyspan import semconv
     from tallyspan._content import ModelContent, content_buffer
+    from tallyspan_exporters._writer import DEFAULT_RELEASE_IDLE_MILLIS, RELEASE_AFTER_ITEMS
 
     with tempfile.TemporaryDirectory() as store_dir:
         provider = TracerProvider()
@@ -457,16 +478,27 @@ def run_store(spans: int, rate: float) -> dict[str, float]:
         resting = _rss_mb()
         dropped_before = tallyspan.stats().get("dropped.spans", 0)
         start, cpu_start = time.perf_counter(), time.process_time()
+        resting_arenas = _pymalloc_arenas_mb()
+
+        def settle() -> None:
+            # The store's writer gives memory back once it has been idle a moment after a busy spell
+            # (the worker's own trim comes before the writer has let go of the last batches).
+            if spans >= RELEASE_AFTER_ITEMS:
+                time.sleep(DEFAULT_RELEASE_IDLE_MILLIS / 1000 + 0.5)
+
         emit(spans, rate)
         provider.force_flush()
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        settle()
         after_paced = _rss_mb()
         # A backlog as fast as the app can end spans: the queue fills, then must give its memory back.
         emit(min(spans, 8000), 0)
         peak = _rss_mb()
         provider.force_flush()
         gc.collect()
+        settle()
         after_backlog = _rss_mb()
+        arenas_kept = _pymalloc_arenas_mb() - resting_arenas
         dropped = tallyspan.stats().get("dropped.spans", 0) - dropped_before
         tallyspan.uninstrument()
         provider.shutdown()
@@ -481,6 +513,7 @@ def run_store(spans: int, rate: float) -> dict[str, float]:
         "rss_after_paced": after_paced,
         "rss_backlog_peak": peak,
         "rss_after_backlog": after_backlog,
+        "pymalloc_arenas_kept": arenas_kept,
     }
 
 
@@ -632,7 +665,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(
             f"  RSS resting {store['rss_resting']:.1f} MB, after the paced run {store['rss_after_paced']:.1f} MB, "
-            f"backlog peak {store['rss_backlog_peak']:.1f} MB, after the backlog {store['rss_after_backlog']:.1f} MB"
+            f"backlog peak {store['rss_backlog_peak']:.1f} MB, after the backlog {store['rss_after_backlog']:.1f} MB "
+            f"(of which {store['pymalloc_arenas_kept']:+.1f} MB Python small-object arenas kept since resting)"
         )
     return 0
 

@@ -44,11 +44,11 @@ processors)
         tests/processors/test_worker_stress.py::test_content_of_50k_dropped_model_spans_stays_bounded_and_is_freed"
     ;;
 store)
-    MUTATE="src/tallyspan_exporters/_store.py src/tallyspan_exporters/_writer.py"
+    MUTATE="src/tallyspan_exporters/_store.py src/tallyspan_exporters/_writer.py src/tallyspan/_memory.py"
     TESTS="tests/exporters/test_store.py tests/exporters/test_store_trouble.py
         tests/exporters/test_store_counters.py tests/exporters/test_ledger_logs.py
         tests/exporters/test_store_writer.py tests/exporters/test_store_processor.py
-        tests/exporters/test_store_rows.py"
+        tests/exporters/test_store_rows.py tests/core/test_memory.py"
     ;;
 cli)
     MUTATE="src/tallyspan/cli/*.py src/tallyspan/_store_queries.py src/tallyspan/_store_ledger.py"

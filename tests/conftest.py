@@ -22,6 +22,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.c_library import CLibrary
 
 import tallyspan
 
@@ -237,3 +238,24 @@ def agents_export(monkeypatch: pytest.MonkeyPatch) -> Iterator[AgentsExportRecei
     agents.tracing.flush_traces()
     agents.tracing.set_trace_processors(list(before))
     receiver.close()
+
+
+@pytest.fixture
+def c_library(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., CLibrary]]:
+    """Install a ``CLibrary`` as ctypes' view of the process's C library, on Linux as the code expects;
+    the cached lookup of ``malloc_trim`` is forgotten before and after."""
+    import ctypes
+    import sys
+
+    from tallyspan._memory import _malloc_trim
+
+    def install(**kwargs: Any) -> CLibrary:
+        library = CLibrary(**kwargs)
+        monkeypatch.setattr(sys, "platform", "linux")
+        monkeypatch.setattr(ctypes, "CDLL", library)
+        _malloc_trim.cache_clear()
+        return library
+
+    yield install
+    monkeypatch.undo()
+    _malloc_trim.cache_clear()

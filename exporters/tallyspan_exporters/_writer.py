@@ -40,6 +40,7 @@ from tallyspan.plugin import (
     connect,
     count,
     is_locked,
+    release_free_memory,
     renew_lock_after_fork,
     swallowed,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "DEFAULT_BATCH_ITEMS",
     "DEFAULT_MAX_PENDING",
     "DEFAULT_MAX_QUEUED",
+    "DEFAULT_RELEASE_IDLE_MILLIS",
     "DEFAULT_SCHEDULE_DELAY_MILLIS",
     "RETRY_SECONDS",
     "Rows",
@@ -87,6 +89,11 @@ DEFAULT_BATCH_ITEMS: Final = 512
 """Items that make a writer thread write at once, without waiting for the schedule delay."""
 RETRY_SECONDS: Final = 1.0
 """How often a writer thread tries again to write rows kept under another connection's lock."""
+RELEASE_AFTER_ITEMS: Final = 1024
+"""Items written since the last release that make a pause worth giving memory back for."""
+DEFAULT_RELEASE_IDLE_MILLIS: Final = 1000
+"""How long a writer thread waits with nothing to write, after ``RELEASE_AFTER_ITEMS`` items or more,
+before it gives the memory of its batches and SQLite's page cache back."""
 
 
 @contextmanager
@@ -219,6 +226,22 @@ class StoreWriter:
                 return True
             return self._write_pending(wait=True, timeout_millis=timeout_millis)
 
+    def shrink_memory(self) -> None:
+        """Let SQLite free its page cache (about 2 MB once full), which it otherwise keeps for the
+        connection's life; the next write reads back the few pages it needs."""
+        with suppress_instrumentation(), self._lock:
+            db = self._db
+            if db is None or self._closed or self._pid != os.getpid():
+                return
+            try:
+                db.execute("PRAGMA shrink_memory")
+            except Exception:  # only memory is at stake: the writes must go on whatever SQLite says
+                swallowed(
+                    _logger,
+                    f"{self.name}.shrink",
+                    f"could not shrink the tallyspan store's cache at {self.path}",
+                )
+
     def close(self) -> None:
         """Write what is still kept (one last wait for the lock), count the rest, close the connection.
 
@@ -334,12 +357,18 @@ class WriterThread(Generic[T]):
     True once everything submitted before it is committed. The thread starts on the first submit, and
     again in a forked child.
 
+    After ``RELEASE_AFTER_ITEMS`` items or more, a pause of ``release_idle_millis`` with nothing to
+    write gives memory back: SQLite's page cache and the C heap's free pages. The chain's worker trims
+    when its queue runs empty, before this thread has written (and let go of) the last batches; a
+    steady stream never pauses, so it never pays for it.
+
     Args:
         writer: the store's writer; the thread is the only one to use it.
         prepare: turns the queued items into rows, on the thread (a failure loses and counts them).
         name: the thread's name.
         max_queued: items waiting at most (``submit``'s ``size``); more are dropped and counted.
         schedule_delay_millis: how long the thread gathers a batch before it writes.
+        release_idle_millis: how long a pause after a busy spell lasts before memory is given back.
     """
 
     def __init__(
@@ -350,6 +379,7 @@ class WriterThread(Generic[T]):
         name: str,
         max_queued: int = DEFAULT_MAX_QUEUED,
         schedule_delay_millis: int = DEFAULT_SCHEDULE_DELAY_MILLIS,
+        release_idle_millis: int = DEFAULT_RELEASE_IDLE_MILLIS,
     ) -> None:
         self._writer = writer
         self._prepare = prepare
@@ -365,9 +395,19 @@ class WriterThread(Generic[T]):
         self._pid = os.getpid()
         self._dropped = 0  # items dropped before they reached the writer (queue full, not preparable)
         self._losses_at_flush = 0  # the writer's and our losses when the last flush answered
+        self._release_idle_s = max(0, release_idle_millis) / 1000
+        self._unreleased = 0  # items handled since memory was last given back (the thread's own)
+        self._memory_releases = 0
+        # Set while the thread waits with nothing to do and nothing due (no retry, no release).
+        self._idle = threading.Event()
         # The thread does not survive fork(): the child gets a fresh lock and queue, and a thread of
         # its own on its first submit. What the parent had queued is the parent's to write.
         after_fork_in_child(self, WriterThread._reset_after_fork)
+
+    @property
+    def memory_releases(self) -> int:
+        """How often the thread gave memory back after a busy spell and a pause."""
+        return self._memory_releases
 
     def submit(self, item: T, size: int = 1) -> bool:
         """Queue ``item`` (``size`` items, for the limit and the count of losses); False if dropped."""
@@ -440,13 +480,20 @@ class WriterThread(Generic[T]):
                 items, flushes = [], []
 
     def _next(self) -> tuple[list[T], int, list[_Flush], bool]:
-        """Wait for work: queued items (gathered up to the schedule delay), a flush, shutdown, or the
-        time to try kept rows again; then take it all."""
+        """Wait for work: queued items (gathered up to the schedule delay), a flush, shutdown, the time
+        to try kept rows again or to give memory back; then take it all."""
         with self._condition:
             while not (self._queue or self._flushes or self._stopping):
-                retry = RETRY_SECONDS if self._writer.kept else None
-                if not self._condition.wait(retry) and self._writer.kept:
+                if self._writer.kept:
+                    timeout: float | None = RETRY_SECONDS
+                elif self._unreleased >= RELEASE_AFTER_ITEMS:
+                    timeout = self._release_idle_s
+                else:
+                    timeout = None
+                    self._idle.set()
+                if not self._condition.wait(timeout) and timeout is not None:
                     return [], 0, [], False
+            self._idle.clear()
             if (
                 self._queue
                 and not (self._flushes or self._stopping)
@@ -461,6 +508,7 @@ class WriterThread(Generic[T]):
     def _write(self, items: list[T], size: int, flushes: list[_Flush], stopping: bool) -> None:
         writer = self._writer
         if items:
+            self._unreleased += size
             try:
                 rows = self._prepare(items)
             except Exception:  # items we cannot turn into rows must not stop the ones behind them
@@ -471,6 +519,8 @@ class WriterThread(Generic[T]):
                 writer.write(rows)
         elif writer.kept and not flushes and not stopping:
             writer.write(Rows())  # nothing new: try the kept rows again (without waiting if still locked)
+        elif self._unreleased >= RELEASE_AFTER_ITEMS and not flushes and not stopping:
+            self._release_memory()  # a pause after a busy spell
         for request in flushes:
             written = writer.flush(int((request.deadline - time.monotonic()) * 1000))
             with self._condition:
@@ -481,6 +531,12 @@ class WriterThread(Generic[T]):
         if stopping:
             writer.close()
 
+    def _release_memory(self) -> None:
+        self._unreleased = 0
+        self._writer.shrink_memory()
+        release_free_memory()
+        self._memory_releases += 1
+
     def _drop(self, size: int) -> None:
         """Count ``size`` items lost before they reached the writer (under the condition)."""
         if size:
@@ -490,4 +546,5 @@ class WriterThread(Generic[T]):
     def _reset_after_fork(self) -> None:
         self._condition = threading.Condition()
         self._queue, self._queued_items, self._flushes = [], 0, []
+        self._idle, self._unreleased = threading.Event(), 0
         self._thread = None

@@ -23,13 +23,11 @@ A worker that is gone (it did not survive ``fork()``) is started again on the ne
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import queue
-import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -41,6 +39,7 @@ from tallyspan.plugin import (
     after_fork_in_child,
     content_buffer,
     count,
+    release_free_memory,
     swallowed,
 )
 from tallyspan_processors._content import take_content
@@ -84,33 +83,6 @@ class _Handed:
 _STOP = object()
 #: A busy spell of at least this many spans is a backlog, whose freed memory is given back afterwards.
 _RELEASE_AFTER_SPANS = 1024
-
-
-def release_free_memory() -> bool:
-    """Return the C heap's free pages to the OS. glibc keeps them after a burst of large allocations (span
-    content, rows), so without this a process stays at its backlog's size; elsewhere it does nothing.
-    True if the C library was asked to."""
-    trim = _malloc_trim()
-    if trim is None:
-        return False
-    try:
-        trim(0)
-    except Exception:  # a foreign C library: never let it stop the worker
-        swallowed(_logger, "worker.release_memory", "tallyspan could not release free memory")
-        return False
-    return True
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes  # here: every instrument() would pay for it, and only a backlog needs it
-
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
-        return None
 
 
 class OffThreadProcessor(WrappingProcessor):

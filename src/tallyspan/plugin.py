@@ -26,7 +26,8 @@ Groups:
 - **never break the host app**: :func:`count` and :func:`swallowed` (every caught error logged once and
   counted), :func:`stats` (the counters, which the store records for ``tallyspan doctor``),
   :func:`renew_lock_after_fork` (every lock a plugin owns) and :func:`after_fork_in_child` (every thread
-  a plugin starts).
+  a plugin starts);
+- **memory**: :func:`release_free_memory` (the C heap's free pages back to the OS after a busy spell).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from tallyspan._content import (
 )
 from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
+from tallyspan._memory import release_free_memory
 from tallyspan._metrics import record_run, record_violations
 from tallyspan._requirements import UnmetRequirements, dependency_conflict
 from tallyspan._runs import declares_run, is_local_root, is_run_container, is_run_span
@@ -145,6 +147,7 @@ __all__ = [
     "otlp_traces_protocol",
     "record_run",
     "record_violations",
+    "release_free_memory",
     "renew_lock_after_fork",
     "resolve_capture_content",
     "resolve_db_path",

@@ -4,21 +4,25 @@ the thread is stuck, fails, or was asked to stop."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.c_library import CLibrary
 from tests.forking import run_forked
 
 import tallyspan
 from tallyspan._store_schema import SELF_STATS, connect
 from tallyspan_exporters._writer import Rows, StoreWriter, WriterThread, insert_sql
+
+_CDLL = ctypes.CDLL  # the real one: the c_library fixture replaces ctypes.CDLL
 
 _COLUMNS = ("pid", "started_unix_nano", "service_name", "key", "value", "time_unix_nano")
 _INSERT = insert_sql(SELF_STATS, _COLUMNS)
@@ -754,3 +758,81 @@ def test_a_flush_past_its_deadline_tries_kept_rows_without_waiting_for_the_lock(
     assert _keys(db_path) == ["kept"]
     assert tallyspan.stats() == {"errors.test.locked": 2}
     thread.shutdown()
+
+
+def _sqlite_memory_used() -> int:
+    """Bytes SQLite holds in this process, all connections together (its page caches, mostly)."""
+    import _sqlite3
+
+    library = _CDLL(_sqlite3.__file__)  # the SQLite that module is linked with
+    library.sqlite3_memory_used.restype = ctypes.c_int64
+    return int(library.sqlite3_memory_used())
+
+
+def test_a_pause_after_1024_items_gives_memory_back_once_and_one_after_1023_does_not(
+    db_path: Path, c_library: Callable[..., CLibrary]
+) -> None:
+    library = c_library()
+    writer = _writer(db_path)
+    thread: WriterThread[str] = WriterThread(
+        writer, lambda items: _rows(*items), name="tallyspan-test", release_idle_millis=0
+    )
+    for index in range(1023):
+        assert thread.submit(f"k{index}") is True
+    assert thread.flush(5000) is True
+    assert thread._idle.wait(10)  # nothing to do and nothing due
+    assert (thread.memory_releases, library.calls) == (0, [])
+    cached = _sqlite_memory_used()
+    assert thread.submit("k1023") is True
+    assert thread.flush(5000) is True  # a flush alone gives nothing back: the pause after it does
+    assert thread._idle.wait(10)
+    assert (thread.memory_releases, library.calls) == (1, [(0,)])
+    # SQLite let its page cache go: at least the four 16 KiB pages the 1,023 rows filled.
+    assert _sqlite_memory_used() <= cached - 4 * 16384
+    assert thread.submit("after") is True  # the shrunk connection goes on writing
+    assert thread.flush(5000) is True
+    assert thread._idle.wait(10)
+    assert thread.memory_releases == 1  # one item since: no busy spell
+    assert _keys(db_path) == [*(f"k{index}" for index in range(1024)), "after"]
+    assert tallyspan.stats() == {}
+    thread.shutdown()
+
+
+def test_items_lost_to_a_failing_store_count_towards_a_busy_spell_too(
+    tmp_path: Path, c_library: Callable[..., CLibrary]
+) -> None:
+    library = c_library()
+    (tmp_path / "a-file").write_text("")
+    writer = _writer(tmp_path / "a-file" / "store.db")  # its folder is a file: nothing can be written
+    thread: WriterThread[str] = WriterThread(
+        writer, lambda items: _rows(*items), name="tallyspan-test", release_idle_millis=0
+    )
+    for index in range(1024):
+        thread.submit(f"k{index}")
+    assert thread.flush(5000) is False
+    assert thread._idle.wait(10)
+    # Their rows were made and dropped all the same; with no connection there is no cache to shrink.
+    assert (thread.memory_releases, library.calls) == (1, [(0,)])
+    assert tallyspan.stats()["dropped.test_things"] == 1024
+    thread.shutdown()
+
+
+def test_shrinking_a_writer_that_never_wrote_opens_nothing(db_path: Path) -> None:
+    writer = _writer(db_path)
+    writer.shrink_memory()
+    assert not db_path.exists()
+    assert writer.is_open is False
+    assert tallyspan.stats() == {}
+
+
+def test_a_connection_that_cannot_shrink_is_logged_and_counted_and_the_writer_goes_on(
+    db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = _writer(db_path)
+    assert writer.write(_rows("a")) is True
+    assert writer._db is not None
+    writer._db.close()  # what a broken connection answers: ProgrammingError
+    with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):
+        writer.shrink_memory()
+    assert tallyspan.stats() == {"errors.test.shrink": 1}
+    assert _messages(caplog) == [f"could not shrink the tallyspan store's cache at {db_path}"]

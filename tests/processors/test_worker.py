@@ -9,7 +9,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, get_value
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.c_library import CLibrary
 
 import tallyspan
 from tallyspan_processors import OffThreadProcessor, WrappingProcessor
@@ -665,87 +666,6 @@ def test_a_worker_that_died_is_started_again_on_the_next_span_and_counted() -> N
     processor.shutdown()
 
 
-class _CLibrary:
-    """A stand-in for the process's C library (``ctypes.CDLL(None)``): its ``malloc_trim`` records the
-    arguments it is called with and raises ``error`` if given one; ``None`` for a C library without it."""
-
-    def __init__(self, *, has_malloc_trim: bool = True, error: BaseException | None = None) -> None:
-        self.calls: list[tuple[object, ...]] = []
-        self._has_malloc_trim = has_malloc_trim
-        self._error = error
-
-    def __call__(self, name: object) -> _CLibrary:  # ctypes.CDLL(None): the process's own symbols
-        return self
-
-    def __getattr__(self, name: str) -> Any:
-        if name != "malloc_trim" or not self._has_malloc_trim:
-            raise AttributeError(name)
-        return self._malloc_trim
-
-    def _malloc_trim(self, *args: object) -> int:
-        self.calls.append(args)
-        if self._error is not None:
-            raise self._error
-        return 1
-
-
-@pytest.fixture
-def c_library(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., _CLibrary]]:
-    """Install a ``_CLibrary`` as ctypes' view of the process's C library, on Linux as the code expects;
-    the worker's cached lookup of ``malloc_trim`` is forgotten before and after."""
-    import ctypes
-
-    from tallyspan_processors._worker import _malloc_trim
-
-    def install(**kwargs: Any) -> _CLibrary:
-        library = _CLibrary(**kwargs)
-        monkeypatch.setattr(sys, "platform", "linux")
-        monkeypatch.setattr(ctypes, "CDLL", library)
-        _malloc_trim.cache_clear()
-        return library
-
-    yield install
-    monkeypatch.undo()
-    _malloc_trim.cache_clear()
-
-
-def test_giving_memory_back_asks_the_c_library_to_keep_no_free_pages(
-    c_library: Callable[..., _CLibrary],
-) -> None:
-    from tallyspan_processors._worker import release_free_memory
-
-    library = c_library()
-    assert release_free_memory() is True
-    assert release_free_memory() is True
-    assert library.calls == [(0,), (0,)]  # no padding kept at the top of the heap
-    assert tallyspan.stats() == {}
-
-
-def test_a_c_library_without_malloc_trim_is_not_asked(c_library: Callable[..., _CLibrary]) -> None:
-    from tallyspan_processors._worker import release_free_memory
-
-    library = c_library(has_malloc_trim=False)  # musl, and other C libraries
-    assert release_free_memory() is False
-    assert library.calls == []
-    assert tallyspan.stats() == {}
-
-
-def test_a_c_library_whose_malloc_trim_fails_is_logged_and_counted_and_the_worker_goes_on(
-    c_library: Callable[..., _CLibrary], caplog: pytest.LogCaptureFixture
-) -> None:
-    from tallyspan_processors._worker import release_free_memory
-
-    library = c_library(error=OSError("a foreign C library failed"))
-    with caplog.at_level(logging.DEBUG, logger="tallyspan_processors._worker"):
-        assert release_free_memory() is False
-    assert library.calls == [(0,)]
-    assert tallyspan.stats() == {"errors.worker.release_memory": 1}
-    messages = [
-        r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and r.name.endswith("_worker")
-    ]
-    assert messages == ["tallyspan could not release free memory"]
-
-
 class _ClosedUntilOpenedQueue(_IdleSignallingQueue):
     """Keeps a new worker from its first look into the queue until :meth:`open`, so what was queued
     before is the worker's first busy spell, whatever the threads' timing."""
@@ -763,7 +683,7 @@ class _ClosedUntilOpenedQueue(_IdleSignallingQueue):
 
 
 def test_the_workers_first_busy_spell_counts_from_its_first_span(
-    c_library: Callable[..., _CLibrary],
+    c_library: Callable[..., CLibrary],
 ) -> None:
     c_library()  # on any C library: the count of releases is the point
     recorder = _Recorder()
