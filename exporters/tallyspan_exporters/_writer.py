@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from tallyspan.plugin import (
     BUSY_TIMEOUT_MS,
+    Turns,
     after_fork_in_child,
     connect,
     count,
@@ -89,6 +90,8 @@ DEFAULT_BATCH_ITEMS: Final = 512
 """Items that make a writer thread write at once, without waiting for the schedule delay."""
 RETRY_SECONDS: Final = 1.0
 """How often a writer thread tries again to write rows kept under another connection's lock."""
+TURN_AT_QUEUE_FRACTION: Final = 16
+"""The share of ``max_queued`` from which a caller of ``submit`` gives the thread a turn."""
 RELEASE_AFTER_ITEMS: Final = 1024
 """Items written since the last release that make a pause worth giving memory back for."""
 DEFAULT_RELEASE_IDLE_MILLIS: Final = 1000
@@ -393,6 +396,8 @@ class WriterThread(Generic[T]):
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._pid = os.getpid()
+        self._turn_at = max(1, self._max_queued // TURN_AT_QUEUE_FRACTION)
+        self._turns = Turns(f"backpressure.{writer.name}_turns")
         self._dropped = 0  # items dropped before they reached the writer (queue full, not preparable)
         self._losses_at_flush = 0  # the writer's and our losses when the last flush answered
         self._release_idle_s = max(0, release_idle_millis) / 1000
@@ -410,7 +415,10 @@ class WriterThread(Generic[T]):
         return self._memory_releases
 
     def submit(self, item: T, size: int = 1) -> bool:
-        """Queue ``item`` (``size`` items, for the limit and the count of losses); False if dropped."""
+        """Queue ``item`` (``size`` items, for the limit and the count of losses); False if dropped.
+
+        Once ``max_queued // 16`` items wait, the caller lets go of the GIL until the thread runs
+        (``tallyspan.plugin.Turns``): behind a busy app the thread could starve while its queue grows."""
         with self._condition:
             if self._stopping or self._queued_items + size > self._max_queued:
                 self._drop(size)
@@ -420,6 +428,9 @@ class WriterThread(Generic[T]):
             self._queued_items += size
             if len(self._queue) == 1 or self._queued_items >= DEFAULT_BATCH_ITEMS:
                 self._condition.notify()
+            behind = self._queued_items >= self._turn_at
+        if behind:
+            self._turns.give()
         return True
 
     def flush(self, timeout_millis: int = 30000) -> bool:
@@ -463,9 +474,11 @@ class WriterThread(Generic[T]):
 
     def _run(self) -> None:
         # Our own SQL must not be traced by a database instrumentation the app installed.
+        self._turns.consumer_started()
         with suppress_instrumentation():
             while True:
                 items, size, flushes, stopping = self._next()
+                self._turns.taken()  # we hold the GIL now: a caller waiting for our turn may go on
                 try:
                     self._write(items, size, flushes, stopping)
                 except BaseException:  # even sys.exit() from a bug: the thread must outlive it
@@ -547,4 +560,5 @@ class WriterThread(Generic[T]):
         self._condition = threading.Condition()
         self._queue, self._queued_items, self._flushes = [], 0, []
         self._idle, self._unreleased = threading.Event(), 0
+        self._turns.reset_after_fork()
         self._thread = None

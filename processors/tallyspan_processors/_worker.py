@@ -2,20 +2,15 @@
 content and runs the checks, the ledger and the exports, in the order the spans ended.
 
 The app pays for the instrumentation only. The queue is bounded; a span that does not fit is dropped
-and counted (``tallyspan.stats()["dropped.spans"]``), never blocks the app, and the chain forgets it (its
+and counted (``tallyspan.stats()["dropped.spans"]``), the app never waits for room, and the chain forgets it (its
 ContentBuffer entry, the ledger's note of its run), so a burst cannot leave state behind. ``force_flush``
 and ``shutdown`` drain the queue first, so no span leaves the process without its violations; both
 give up at their deadline, and what shutdown gave up is counted (``dropped.spans_at_shutdown``).
 
-Backpressure against GIL starvation: a thread waiting for CPython's GIL asks the running thread to let
-go only after a whole switch interval (5 ms) of waiting, and every short release by the running thread
-(a socket call, ``os.urandom``, a lock) restarts that wait. So behind an app thread that is busy and
-releases the GIL often, the worker can wait for seconds and fall behind by thousands of spans (measured:
-none of 3,000 spans handled while the app ran). Once ``max_queue_size // 16`` spans wait, the app's thread
-therefore lets go of the GIL until the worker is running (at most ``TURN_TIMEOUT_S``); the worker then
-keeps the GIL for a switch interval, enough for dozens of spans. It waits again only after the worker
-took that turn, so a stuck worker costs the app one wait, not one per span. The waits are counted
-(``tallyspan.stats()["backpressure.worker_turns"]``).
+Backpressure: behind an app thread that is busy and often lets go of the GIL for a moment, CPython can
+starve the worker for seconds (``tallyspan.plugin.Turns`` says why). Once ``max_queue_size // 16`` spans
+wait, the app's thread lets go of the GIL until the worker runs (at most 10 ms, and not again until the
+worker took that turn), counted as ``tallyspan.stats()["backpressure.worker_turns"]``.
 
 A worker that is gone (it did not survive ``fork()``) is started again on the next span or flush.
 """
@@ -36,6 +31,7 @@ from tallyspan.plugin import (
     Content,
     Settings,
     ShutdownBudget,
+    Turns,
     after_fork_in_child,
     content_buffer,
     count,
@@ -56,11 +52,9 @@ DEFAULT_SHUTDOWN_TIMEOUT_MILLIS = 30000
 #: do not wait for it).
 DEFAULT_BATCH_DELAY_MILLIS = 20.0
 #: The share of ``max_queue_size`` from which the app's thread gives the worker a turn: a queue of
-#: 8,192 then holds at most about 512 spans (a few MB of content) behind a busy app, instead of
-#: filling up and dropping.
+#: 8,192 then holds about 512 spans (a few MB of content) behind a busy app, instead of filling up
+#: and dropping.
 TURN_AT_QUEUE_FRACTION = 16
-#: How long the app's thread waits at most for the worker to take its turn.
-TURN_TIMEOUT_S = 0.01
 
 
 class _Flush:
@@ -127,10 +121,7 @@ class OffThreadProcessor(WrappingProcessor):
         self._wake = threading.Event()
         self._memory_releases = 0
         self._turn_at = max(1, max_queue_size // TURN_AT_QUEUE_FRACTION)
-        # Set while the worker has run since the app last gave it a turn (see the module docstring).
-        self._worker_ran = threading.Event()
-        self._worker_ran.set()
-        self._worker_ident: int | None = None
+        self._turns = Turns("backpressure.worker_turns")
         # The worker thread does not survive fork(): give the child a fresh queue and worker.
         after_fork_in_child(self, OffThreadProcessor._reset_after_fork)
 
@@ -163,18 +154,8 @@ class OffThreadProcessor(WrappingProcessor):
             self._forget(span)
             return
         if self._queue.qsize() >= self._turn_at:
-            self._give_worker_a_turn()
-
-    def _give_worker_a_turn(self) -> None:
-        """Let go of the GIL until the worker runs (see the module docstring), unless the worker has not
-        taken the last turn yet or this is the worker's own thread."""
-        ran = self._worker_ran
-        if not ran.is_set() or threading.get_ident() == self._worker_ident:
-            return
-        ran.clear()
-        self._wake.set()  # a batch delay must not hold the turn up
-        count("backpressure.worker_turns")
-        ran.wait(TURN_TIMEOUT_S)
+            self._wake.set()  # a batch delay must not hold the turn up
+            self._turns.give()
 
     def _forget(self, span: ReadableSpan) -> None:
         """Free what the chain holds for a span it will never see end (a burst must leave nothing behind)."""
@@ -266,8 +247,8 @@ class OffThreadProcessor(WrappingProcessor):
     def _run(self) -> None:
         # Our own exports (OTLP over HTTP, SQLite) must not be traced by instrumentations of the app.
         token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
-        self._worker_ident = threading.get_ident()
-        ran = self._worker_ran
+        turns = self._turns
+        turns.consumer_started()
         try:
             handled = 0  # spans since the queue was last empty
             while True:
@@ -287,8 +268,7 @@ class OffThreadProcessor(WrappingProcessor):
                         item = self._queue.get()
                 if item is _STOP:
                     return
-                if not ran.is_set():
-                    ran.set()  # the app gave us a turn: we hold the GIL now, so it may go on
+                turns.taken()  # we hold the GIL now: an app thread waiting for our turn may go on
                 if not handled and self._batch_delay_s and not isinstance(item, _Flush):
                     # The first span after a pause: let the next ones gather for a moment. Meanwhile the
                     # app runs without contending for the GIL, and the checks then run back to back on
@@ -328,9 +308,7 @@ class OffThreadProcessor(WrappingProcessor):
         self._queue = queue.Queue(self._max_queue_size)
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._worker_ran = threading.Event()
-        self._worker_ran.set()
-        self._worker_ident = None
+        self._turns.reset_after_fork()
         self._worker = None
 
 

@@ -27,7 +27,8 @@ Groups:
   counted), :func:`stats` (the counters, which the store records for ``tallyspan doctor``),
   :func:`renew_lock_after_fork` (every lock a plugin owns) and :func:`after_fork_in_child` (every thread
   a plugin starts);
-- **memory**: :func:`release_free_memory` (the C heap's free pages back to the OS after a busy spell).
+- **memory**: :func:`release_free_memory` (the C heap's free pages back to the OS after a busy spell);
+- **backpressure**: :class:`Turns` (a producer lets go of the GIL until a starved thread of ours runs).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ from tallyspan._store_schema import (
 )
 from tallyspan._taxonomy import FAILURE_CLASS_OF, ViolationType
 from tallyspan._tool_spans import end_tool_span, json_text
+from tallyspan._turns import Turns
 from tallyspan._version import __version__
 
 if TYPE_CHECKING:
@@ -124,6 +126,7 @@ __all__ = [
     "ShutdownBudget",
     "ToolCallContent",
     "ToolContent",
+    "Turns",
     "UnmetRequirements",
     "ViolationType",
     "__version__",

@@ -561,7 +561,8 @@ def test_after_fork_the_thread_starts_afresh_with_an_empty_queue(db_path: Path) 
     release.set()  # the parent's thread finds shutdown and ends too, writing nothing
     parents_thread.join(10)
     assert not parents_thread.is_alive()
-    assert tallyspan.stats() == {}
+    # Nothing lost; each full submit gave the thread a turn (the parent's, the stuck one, the child's).
+    assert tallyspan.stats() == {"backpressure.test_turns": 3}
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
@@ -836,3 +837,58 @@ def test_a_connection_that_cannot_shrink_is_logged_and_counted_and_the_writer_go
         writer.shrink_memory()
     assert tallyspan.stats() == {"errors.test.shrink": 1}
     assert _messages(caplog) == [f"could not shrink the tallyspan store's cache at {db_path}"]
+
+
+class _BusyPrepare:
+    """A ``prepare`` that costs the thread about as much pure-Python CPU per item as the store's rows do."""
+
+    def __init__(self) -> None:
+        self.items = 0
+
+    def __call__(self, items: list[str]) -> Rows:
+        for _ in items:
+            total = 0
+            for number in range(1500):
+                total += number
+        self.items += len(items)
+        return Rows()
+
+
+def test_a_caller_that_keeps_the_gil_busy_gives_the_thread_turns_instead_of_dropping_items(
+    db_path: Path,
+) -> None:
+    """Behind a caller that holds the GIL and lets go of it only for short moments, CPython would starve
+    the writer's thread (see tallyspan.plugin.Turns): from 256 // 16 queued items on, the caller waits
+    for it to run."""
+    prepare = _BusyPrepare()
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), prepare, name="tallyspan-test", max_queued=256, schedule_delay_millis=0
+    )
+    for index in range(3000):
+        assert thread.submit(str(index)), f"item {index} was dropped"
+        total = 0
+        for number in range(2000):
+            total += number
+        os.urandom(16)  # a short release of the GIL, as the app's socket calls
+    assert thread.flush(30_000)
+    assert prepare.items == 3000
+    stats = tallyspan.stats()
+    assert "dropped.test_things" not in stats
+    assert stats["backpressure.test_turns"] >= 1
+    thread.shutdown()
+
+
+def test_a_stuck_thread_costs_its_caller_one_turn_not_one_per_item(db_path: Path, held: _Held) -> None:
+    thread: WriterThread[str] = WriterThread(_writer(db_path), held, name="tallyspan-test", max_queued=32)
+    thread.submit("hold", size=2)  # 32 // 16 = 2 items wait: a turn, which the thread takes
+    assert held.entered.wait(10)
+    assert tallyspan.stats()["backpressure.test_turns"] == 1
+    for index in range(20):
+        thread.submit(str(index))  # one turn more, never taken while the thread is held: no more waits
+    assert tallyspan.stats()["backpressure.test_turns"] == 2
+    held.release.set()
+    assert thread.flush(10_000)
+    thread.submit("a", size=2)  # the thread ran since: the next turn is given
+    assert tallyspan.stats()["backpressure.test_turns"] == 3
+    assert thread.flush(10_000)
+    thread.shutdown()

@@ -1,0 +1,72 @@
+"""Backpressure between a thread that hands work over and the thread of ours that does it, under the GIL.
+
+CPython makes a thread that waits for the GIL wait a whole switch interval (5 ms) before it asks the
+running thread to let go, and every short release by the running thread (a socket call, ``os.urandom``,
+a lock, an SQLite call) starts that wait again. So a thread of ours that only waits for the GIL can
+starve for seconds behind a busy thread, and its queue grows (measured: the chain's worker handled none
+of 3,000 spans while a mock-transport OpenAI loop ran; the store's writer queue reached its 16,384).
+
+The fix is for the producer to let go of the GIL until the consumer runs, once the consumer is behind;
+the consumer then keeps the GIL for a switch interval, enough for dozens of items::
+
+    turns = Turns("backpressure.worker_turns")
+    # producer, after queueing:   if queued >= limit: turns.give()
+    # consumer, once per item:    turns.taken()
+
+``give`` waits at most ``TURN_TIMEOUT_S``, and not again until the consumer took the last turn, so a
+stuck consumer costs the producer one wait, not one per item; the consumer's own thread never waits for
+itself. Each wait is counted under the key given.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Final
+
+from tallyspan._selfstats import count
+
+__all__ = ["TURN_TIMEOUT_S", "Turns"]
+
+TURN_TIMEOUT_S: Final = 0.01
+"""How long a producer waits at most for the consumer to take its turn."""
+
+
+class Turns:
+    """Turns a producer gives one consumer thread (see the module docstring).
+
+    Args:
+        key: the counter of ``tallyspan.stats()`` each wait is counted under.
+    """
+
+    __slots__ = ("_consumer", "_key", "_ran")
+
+    def __init__(self, key: str) -> None:
+        self._key = key
+        self._ran = threading.Event()
+        self._ran.set()  # no turn is owed yet
+        self._consumer: int | None = None
+
+    def consumer_started(self) -> None:
+        """Called on the consumer's thread when it starts: that thread never waits for itself."""
+        self._consumer = threading.get_ident()
+
+    def give(self) -> None:
+        """On the producer's thread: let go of the GIL until the consumer runs, at most
+        ``TURN_TIMEOUT_S``; nothing if the consumer has not taken the last turn yet."""
+        ran = self._ran
+        if not ran.is_set() or threading.get_ident() == self._consumer:
+            return
+        ran.clear()
+        count(self._key)
+        ran.wait(TURN_TIMEOUT_S)
+
+    def taken(self) -> None:
+        """On the consumer's thread, once it runs: the producer waiting for it may go on."""
+        if not self._ran.is_set():
+            self._ran.set()
+
+    def reset_after_fork(self) -> None:
+        """A forked child has no consumer thread yet and owes no turn."""
+        self._ran = threading.Event()
+        self._ran.set()
+        self._consumer = None
