@@ -269,7 +269,9 @@ def _relevance(given: _Output) -> Iterator[Violation]:
         return
     if not given.contract.allow_off_topic:
         off = off_topic_detail(given.answer, given.prompt)
-        if off is not None and not is_refusal(given.answer, given.compact):  # a refusal says no; it is not off topic
+        if off is not None and not is_refusal(
+            given.answer, given.compact
+        ):  # a refusal says no; it is not off topic
             yield _violation(ViolationType.OFF_TOPIC, off)
 
 
