@@ -188,6 +188,8 @@ class _Output(NamedTuple):
     output: str
     answer: str
     """The output without reasoning blocks and harmony analysis."""
+    compact: str
+    """The answer without whitespace: the length rule counts it, the refusal rules measure it."""
     contract: Contract
     prompt: str | None
     other_prompts: Sequence[str]
@@ -201,7 +203,7 @@ def _length(given: _Output) -> Iterator[Violation]:
     contract = given.contract
     if contract.min_chars is None and contract.max_chars is None:
         return
-    length = len("".join(given.answer.split()))
+    length = len(given.compact)
     if contract.min_chars is not None and length < contract.min_chars:
         yield _violation(ViolationType.TOO_SHORT, f"{length} chars < min_chars {contract.min_chars}")
     if contract.max_chars is not None and length > contract.max_chars:
@@ -239,7 +241,7 @@ def _forbidden(given: _Output) -> Iterator[Violation]:
 
 
 def _refusal(given: _Output) -> Iterator[Violation]:
-    if not given.contract.allow_refusal and is_refusal(given.answer):
+    if not given.contract.allow_refusal and is_refusal(given.answer, given.compact):
         yield _violation(ViolationType.REFUSAL, "the output is a refusal")
 
 
@@ -267,7 +269,9 @@ def _relevance(given: _Output) -> Iterator[Violation]:
         return
     if not given.contract.allow_off_topic:
         off = off_topic_detail(given.answer, given.prompt)
-        if off is not None and not is_refusal(given.answer):  # a refusal says no; it is not off topic
+        if off is not None and not is_refusal(
+            given.answer, given.compact
+        ):  # a refusal says no; it is not off topic
             yield _violation(ViolationType.OFF_TOPIC, off)
 
 
@@ -326,7 +330,12 @@ def _output_violations(
         swallowed(_logger, "check_rule.strip_reasoning", "stripping reasoning from an output failed")
         errors.append("strip_reasoning")
         answer = output
-    given = _Output(output, answer, contract, prompt, other_prompts, other_answers, reasoning_text, budget)
+    # One split of the answer for the rules that measure it without whitespace (a split costs ~20
+    # instructions a character): made here, since every default contract runs the refusal rule.
+    compact = "".join(answer.split())
+    given = _Output(
+        output, answer, compact, contract, prompt, other_prompts, other_answers, reasoning_text, budget
+    )
     violations: list[Violation] = []
     for name, rule in RULES:
         try:

@@ -101,8 +101,8 @@ _LEADING_MARKUP = re.compile(
 _REFUSAL_MAX_CHARS = 400
 
 
-def _length(text: str) -> int:
-    compact = "".join(text.split())
+def _length(compact: str) -> int:
+    """The length of ``compact`` (a text without whitespace), Latin letters counted a third."""
     letters = len(compact.encode("ascii", "ignore").translate(None, _NOT_ASCII_LETTER))
     return len(compact) - letters + letters // 3
 
@@ -116,13 +116,22 @@ def first_turn(text: str) -> str:
     return text[: end.start()] if end else text
 
 
-def is_refusal(text: str) -> bool:
+def is_refusal(text: str, compact: str | None = None) -> bool:
     """True when ``text`` is a refusal: a short answer that opens by declining, and does not go on to
-    answer ("..., but I can", "..., but if I were ...")."""
+    answer ("..., but I can", "..., but if I were ...").
+
+    ``compact``, when given, is ``text`` without whitespace (``"".join(text.split())``), which the
+    caller already made: splitting a text costs as much as the rest of this test on a long answer.
+    """
+    given = text
     text = first_turn(text)
     if "<" in text or "[" in text:
         text = _TEMPLATE.sub("", text)
-    if not text or _length(text) > _REFUSAL_MAX_CHARS:
+    if not text:
+        return False
+    if compact is None or text is not given:  # no compact, or not of this text: end of turn, template
+        compact = "".join(text.split())
+    if _length(compact) > _REFUSAL_MAX_CHARS:
         return False
     head = text.lstrip()[:_REFUSAL_WINDOW]
     found = _REFUSAL.search(head) if _REFUSAL_ANCHORS.search(head.lower()) else None

@@ -51,8 +51,11 @@ _STOPWORDS_TEXT = (
     "which who how why when where about into just also very some any all more most please"
 )
 _STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
-# ASCII letters and digits kept, everything else (non-ASCII arrives as "?") a separator.
-_TOKEN_BYTES = bytes(byte if 0x30 <= byte <= 0x39 or 0x61 <= byte <= 0x7A else 0x20 for byte in range(256))
+# ASCII letters (lowercased) and digits kept, everything else (non-ASCII arrives as "?") a separator.
+_TOKEN_BYTES = bytes(
+    byte if 0x30 <= byte <= 0x39 or 0x61 <= byte <= 0x7A else byte | 0x20 if 0x41 <= byte <= 0x5A else 0x20
+    for byte in range(256)
+)
 #: The answer is read this far: its topic shows at its start, and a long answer costs no more.
 _ANSWER_WINDOW = 1500
 # Chat-template markup: not words of the answer.
@@ -66,8 +69,11 @@ _INDEX_AFTER = 120
 
 def _tokens(text: str) -> frozenset[str]:
     """Latin words (three characters at least, not stopwords, lowercased) and numbers (two digits at least)."""
-    # Lowercased as ASCII bytes: str.lower() on a CJK text costs ~60 instructions a character.
-    words = text.encode("ascii", "replace").lower().translate(_TOKEN_BYTES).decode("ascii").split()
+    # Lowercased by the table, as ASCII bytes: str.lower() on a CJK text costs ~60 instructions a character.
+    view = text.encode("ascii", "replace").translate(_TOKEN_BYTES)
+    if not view.strip():
+        return frozenset()  # no ASCII letter or digit (most CJK answers): no decoding and splitting
+    words = view.decode("ascii").split()
     return frozenset(
         word
         for word in words
@@ -84,6 +90,8 @@ class _Topic:
     tokens: frozenset[str]
     kanji: frozenset[str]
     script: str
+    follow_up: bool
+    """The question refers to the conversation instead of stating a topic ("先ほどの回答を修正して")."""
 
     @property
     def size(self) -> int:
@@ -104,7 +112,13 @@ def _bigrams(text: str) -> frozenset[str]:
 
 @lru_cache(maxsize=4096)
 def _topic(prompt: str) -> _Topic:
-    return _Topic(_bigrams(prompt), _tokens(prompt), frozenset(_KANJI.findall(prompt)), _script(prompt))
+    return _Topic(
+        _bigrams(prompt),
+        _tokens(prompt),
+        frozenset(_KANJI.findall(prompt)),
+        _script(prompt),
+        _FOLLOW_UP.search(prompt) is not None,
+    )
 
 
 class _Answer:
@@ -231,10 +245,10 @@ _FOLLOW_UP = re.compile(
 
 def off_topic_detail(output: str, prompt: str | None) -> str | None:
     """Return a content-free detail when ``output`` does not address ``prompt`` at all, else None."""
-    if prompt is None or _FOLLOW_UP.search(prompt):
+    if prompt is None:
         return None
-    topic = _topic(prompt)
-    if topic.size < _MIN_MARKED_PROMPT_FEATURES:
+    topic = _topic(prompt)  # cached: the same prompts come again, and each fact of one is found once
+    if topic.follow_up or topic.size < _MIN_MARKED_PROMPT_FEATURES:
         return None
     answer = _answer(output)
     shared = answer.shared(topic)

@@ -428,3 +428,22 @@ def test_english_the_prompt_asks_for_is_no_english_sentence_but_a_switch_still_i
 )
 def test_english_is_requested_by_the_prompts_own_words(prompt: str | None, wanted: bool) -> None:
     assert english_requested(prompt) is wanted
+
+
+def test_english_requested_matches_the_plain_search() -> None:
+    """The substring tests before the search never change its answer."""
+    import random
+    import re
+
+    from tallyspan._language import _ENGLISH_REQUEST
+
+    rng = random.Random(11)
+    pieces = ["英語で", "英訳", "英作文", "英", "in english", "INTO English", "In  English", "n", "N", "ñ", "日本語で",
+              "要約して", " ", "て", "English", "in englishx", "ın english", "İn english"]  # fmt: skip
+    prompts = ["".join(rng.choice(pieces) for _ in range(rng.randrange(6))) for _ in range(3000)]
+    for prompt in prompts:
+        assert english_requested(prompt) == (_ENGLISH_REQUEST.search(prompt) is not None), prompt
+    # What the substring tests rely on: case-insensitively, n matches only n and N, and 英 only itself.
+    for letter, expected in (("n", {"n", "N"}), ("英", {"英"})):
+        pattern = re.compile(f"(?i){letter}")
+        assert {chr(point) for point in range(0x110000) if pattern.fullmatch(chr(point))} == expected

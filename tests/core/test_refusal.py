@@ -225,3 +225,17 @@ def test_each_claim_counts_unless_an_allowed_phrase_is_in_its_sentence(
     text: str, allowed: list[str], kinds: list[str]
 ) -> None:
     assert find_claims(text, allowed) == kinds
+
+
+def test_is_refusal_with_the_callers_compact_text_answers_as_without() -> None:
+    """The caller's whitespace-free text changes nothing: the same verdict on many texts, those whose
+    end of turn or template markup is cut off included (there the given compact text is not used)."""
+    import random
+
+    rng = random.Random(5)
+    pieces = ["申し訳ありませんが、", "お答えできません。", "I'm sorry, but I can't help with that.", " ", "\n",
+              "<|im_end|>", "[INST]", "ただし、仮に", "こんにちは。", "東京の人口は約1400万人です。" * 3,
+              "x" * 150, "　", "<<SYS>>system<</SYS>>", "I cannot answer", "but I can"]  # fmt: skip
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randrange(8))) for _ in range(3000)]
+    for text in texts:
+        assert is_refusal(text, "".join(text.split())) == is_refusal(text), text

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from tallyspan import Contract, check
 from tallyspan._relevance import (
+    _STOPWORDS,
     _Answer,
     _bigrams,
     _first_turn,
@@ -450,3 +453,24 @@ def test_the_same_output_for_another_prompt_has_a_fixed_detail() -> None:
     )
     assert other_question_detail(output, OWN, other_answers=[(f"  {OWN} ", output)]) is None
     assert other_question_detail(output, None, [OTHER], [(OTHER, output)]) is None
+
+
+def _tokens_by_lowering(text: str) -> frozenset[str]:
+    """The plain way: lowercase the ASCII view, keep letters and digits, split."""
+    view = text.encode("ascii", "replace").lower()
+    kept = bytes(byte if 0x30 <= byte <= 0x39 or 0x61 <= byte <= 0x7A else 0x20 for byte in view)
+    return frozenset(
+        word
+        for word in kept.decode("ascii").split()
+        if (word.isdigit() and len(word) >= 2)
+        or (len(word) >= 3 and not word.isdigit() and word not in _STOPWORDS)
+    )
+
+
+def test_tokens_match_the_plain_lowering_on_many_texts() -> None:
+    rng = random.Random(7)
+    alphabet = "abcXYZ019 ,.-_\n\t?@[`{日本語のテキストＡＢＣ１２é"
+    texts = ["", "   ", "日本語だけ", "The API and JSON 2024", "ΣIGMA Straße ﬁle KELVIN"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(60))) for _ in range(3000)]
+    for text in texts:
+        assert _tokens(text) == _tokens_by_lowering(text), text

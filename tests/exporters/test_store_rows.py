@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,3 +134,56 @@ def test_violation_types_of_another_producer_are_stored_unescaped(
     assert _select(db_path, "SELECT violation_types FROM spans") == [
         {"violation_types": '["言語", "too_short"]'}
     ]
+
+
+def test_span_rows_without_their_none_columns_store_what_the_full_insert_stores(tmp_path: Path) -> None:
+    """Rows with None left out of the INSERT (``_add_span_rows``) against the plain INSERT of every
+    column: random None patterns, runs of the same pattern, and spans written twice in one batch."""
+    from tallyspan_exporters._store import _SPAN_COLUMNS, _add_span_rows
+    from tallyspan_exporters._writer import Rows, insert_sql
+
+    rng = random.Random(13)
+    not_null = {"trace_id", "span_id", "name", "kind", "status_code", "violation_count", "violation_types",
+                "attributes"}  # fmt: skip
+    rows: list[tuple[object, ...]] = []
+    for number in range(400):
+        key = rng.randrange(300)  # some spans come twice, with other values
+        row: list[object] = []
+        for column in _SPAN_COLUMNS:
+            if column == "trace_id":
+                row.append(f"{key:032x}")
+            elif column == "span_id":
+                row.append(f"{key:016x}")
+            elif column not in not_null and rng.random() < (0.9 if number % 50 < 40 else 0.3):
+                row.append(None)
+            elif column.endswith(("_nano", "_ns", "_tokens", "_count")):
+                row.append(rng.randrange(10**12))
+            else:
+                row.append(f"{column}-{rng.randrange(1000)}")
+        rows.append(tuple(row))
+    reference, omitted = tmp_path / "reference.db", tmp_path / "omitted.db"
+    full = Rows()
+    full.add(insert_sql("spans", _SPAN_COLUMNS, verb="INSERT OR REPLACE"), rows)
+    left_out = Rows()
+    _add_span_rows(left_out, rows)
+    assert len(left_out.statements) > 2  # several None patterns, several statements
+    for path, written in ((reference, full), (omitted, left_out)):
+        db = connect(path)
+        try:
+            with db:
+                written.write(db)
+        finally:
+            db.close()
+    query = "SELECT * FROM spans ORDER BY trace_id, span_id"
+    assert _select(omitted, query) == _select(reference, query)
+    assert len(_select(reference, query)) == len({row[0] for row in rows})
+
+
+def test_nullable_span_columns_have_no_default(db_path: Path) -> None:
+    """A None left out of the INSERT is stored NULL only while no nullable column has a default."""
+    db = connect(db_path)
+    try:
+        columns = list(db.execute("PRAGMA table_info(spans)"))
+    finally:
+        db.close()
+    assert [row["name"] for row in columns if not row["notnull"] and row["dflt_value"] is not None] == []
