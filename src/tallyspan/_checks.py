@@ -269,9 +269,8 @@ def _relevance(given: _Output) -> Iterator[Violation]:
         return
     if not given.contract.allow_off_topic:
         off = off_topic_detail(given.answer, given.prompt)
-        if off is not None and not is_refusal(
-            given.answer, given.compact
-        ):  # a refusal says no; it is not off topic
+        # A refusal says no; it is not off topic.
+        if off is not None and not is_refusal(given.answer, given.compact):
             yield _violation(ViolationType.OFF_TOPIC, off)
 
 
