@@ -428,9 +428,9 @@ class WriterThread(Generic[T]):
             self._queued_items += size
             if len(self._queue) == 1 or self._queued_items >= DEFAULT_BATCH_ITEMS:
                 self._condition.notify()
-            behind = self._queued_items >= self._turn_at
-        if behind:
-            self._turns.give()
+            queued = self._queued_items
+        if queued >= self._turn_at:
+            self._turns.give(queued)
         return True
 
     def flush(self, timeout_millis: int = 30000) -> bool:

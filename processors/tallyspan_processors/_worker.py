@@ -9,8 +9,8 @@ give up at their deadline, and what shutdown gave up is counted (``dropped.spans
 
 Backpressure: behind an app thread that is busy and often lets go of the GIL for a moment, CPython can
 starve the worker for seconds (``tallyspan.plugin.Turns`` says why). Once ``max_queue_size // 16`` spans
-wait, the app's thread lets go of the GIL until the worker runs (at most 10 ms, and not again until the
-worker took that turn), counted as ``tallyspan.stats()["backpressure.worker_turns"]``.
+wait, the app's thread lets go of the GIL until the worker runs (at most 10 ms; while a turn is not
+taken, again only once the backlog doubled), counted as ``tallyspan.stats()["backpressure.worker_turns"]``.
 
 A worker that is gone (it did not survive ``fork()``) is started again on the next span or flush.
 """
@@ -153,9 +153,10 @@ class OffThreadProcessor(WrappingProcessor):
             count("dropped.spans")
             self._forget(span)
             return
-        if self._queue.qsize() >= self._turn_at:
+        queued = self._queue.qsize()
+        if queued >= self._turn_at:
             self._wake.set()  # a batch delay must not hold the turn up
-            self._turns.give()
+            self._turns.give(queued)
 
     def _forget(self, span: ReadableSpan) -> None:
         """Free what the chain holds for a span it will never see end (a burst must leave nothing behind)."""

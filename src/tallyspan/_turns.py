@@ -10,12 +10,14 @@ The fix is for the producer to let go of the GIL until the consumer runs, once t
 the consumer then keeps the GIL for a switch interval, enough for dozens of items::
 
     turns = Turns("backpressure.worker_turns")
-    # producer, after queueing:   if queued >= limit: turns.give()
+    # producer, after queueing:   if queued >= limit: turns.give(queued)
     # consumer, once per item:    turns.taken()
 
-``give`` waits at most ``TURN_TIMEOUT_S``, and not again until the consumer took the last turn, so a
-stuck consumer costs the producer one wait, not one per item; the consumer's own thread never waits for
-itself. Each wait is counted under the key given.
+``give`` waits at most ``TURN_TIMEOUT_S``. While a turn is not taken (the consumer is stuck, or the OS
+did not run it in time on a loaded machine) it waits again only once the backlog has doubled since, so a
+stuck consumer costs the producer one wait per doubling (a handful before its queue is full), not one
+per item, and a consumer that missed its turn still gets the next. The consumer's own thread never
+waits for itself. Each wait is counted under the key given.
 """
 
 from __future__ import annotations
@@ -38,25 +40,30 @@ class Turns:
         key: the counter of ``tallyspan.stats()`` each wait is counted under.
     """
 
-    __slots__ = ("_consumer", "_key", "_ran")
+    __slots__ = ("_consumer", "_key", "_ran", "_unanswered_at")
 
     def __init__(self, key: str) -> None:
         self._key = key
         self._ran = threading.Event()
         self._ran.set()  # no turn is owed yet
         self._consumer: int | None = None
+        self._unanswered_at = 0  # the backlog when the last turn was given
 
     def consumer_started(self) -> None:
         """Called on the consumer's thread when it starts: that thread never waits for itself."""
         self._consumer = threading.get_ident()
 
-    def give(self) -> None:
-        """On the producer's thread: let go of the GIL until the consumer runs, at most
-        ``TURN_TIMEOUT_S``; nothing if the consumer has not taken the last turn yet."""
+    def give(self, queued: int) -> None:
+        """On the producer's thread, with ``queued`` items waiting: let go of the GIL until the consumer
+        runs, at most ``TURN_TIMEOUT_S``; nothing if the last turn is not taken yet and the backlog has
+        not doubled since."""
         ran = self._ran
-        if not ran.is_set() or threading.get_ident() == self._consumer:
+        if threading.get_ident() == self._consumer:
+            return
+        if not ran.is_set() and queued < 2 * self._unanswered_at:
             return
         ran.clear()
+        self._unanswered_at = queued
         count(self._key)
         ran.wait(TURN_TIMEOUT_S)
 
@@ -70,3 +77,4 @@ class Turns:
         self._ran = threading.Event()
         self._ran.set()
         self._consumer = None
+        self._unanswered_at = 0

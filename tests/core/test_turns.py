@@ -1,4 +1,5 @@
-"""Turns: a producer lets go of the GIL until our consumer thread runs; once per turn, never for itself."""
+"""Turns: a producer lets go of the GIL until our consumer thread runs; while a turn is not taken, again
+only once the backlog doubled; never on the consumer's own thread."""
 
 from __future__ import annotations
 
@@ -8,35 +9,53 @@ import tallyspan
 from tallyspan.plugin import Turns
 
 
-def test_a_turn_is_counted_and_no_second_one_is_given_until_the_consumer_took_it() -> None:
+def _turns() -> int:
+    return tallyspan.stats().get("backpressure.test_turns", 0)
+
+
+def test_a_turn_not_taken_is_given_again_only_once_the_backlog_doubled() -> None:
     turns = Turns("backpressure.test_turns")
-    turns.give()  # no consumer runs: waits its timeout once
-    assert tallyspan.stats() == {"backpressure.test_turns": 1}
-    turns.give()
-    turns.give()
-    assert tallyspan.stats() == {"backpressure.test_turns": 1}
+    turns.give(10)  # no consumer runs: waits its timeout once
+    assert _turns() == 1
+    for queued in range(10, 20):
+        turns.give(queued)
+    assert _turns() == 1
+    turns.give(20)
+    assert _turns() == 2
+    turns.give(39)
+    assert _turns() == 2
+    turns.give(40)
+    assert _turns() == 3
+
+
+def test_once_the_consumer_took_its_turn_the_next_is_given_at_any_backlog() -> None:
+    turns = Turns("backpressure.test_turns")
+    turns.give(100)
     turns.taken()
-    turns.give()
-    assert tallyspan.stats() == {"backpressure.test_turns": 2}
+    turns.give(1)
+    assert _turns() == 2
+    turns.give(1)  # not taken, not doubled
+    assert _turns() == 2
 
 
 def test_the_consumers_own_thread_never_waits_for_itself() -> None:
     turns = Turns("backpressure.test_turns")
     turns.consumer_started()
-    turns.give()
-    assert "backpressure.test_turns" not in tallyspan.stats()
-    other = threading.Thread(target=turns.give)
+    turns.give(10)
+    turns.give(1000)
+    assert _turns() == 0
+    other = threading.Thread(target=turns.give, args=(10,))
     other.start()
     other.join(10)
-    assert tallyspan.stats() == {"backpressure.test_turns": 1}
+    assert _turns() == 1
 
 
 def test_after_fork_no_turn_is_owed_and_no_thread_is_the_consumer() -> None:
     turns = Turns("backpressure.test_turns")
     turns.consumer_started()
-    other = threading.Thread(target=turns.give)
+    other = threading.Thread(target=turns.give, args=(100,))
     other.start()
-    other.join(10)  # a turn given and never taken
+    other.join(10)  # a turn given at a backlog of 100 and never taken
     turns.reset_after_fork()
-    turns.give()  # this thread is not the consumer any more, and the old turn is forgotten
-    assert tallyspan.stats() == {"backpressure.test_turns": 2}
+    turns.give(10)  # this thread is not the consumer any more, and the old turn is forgotten
+    assert _turns() == 2
