@@ -257,23 +257,23 @@ def test_the_trigger_prefilter_holds_each_cased_trigger_once() -> None:
         assert not ascii_words.fullmatch(word.lower()[:-1].encode()), word
     assert not ascii_words.search(b"trust numbe one cent")
     assert ascii_words.search(b"xchosenx")
-    # Each other trigger is in the first group whose lead it holds, as the rest of its distinct characters.
+    # Each other trigger is in the first group whose lead it holds, with the rest of its distinct characters.
     leads = [lead for lead, _ in groups]
     assert len(set(leads)) == len(leads)
-    assert sum(len(rests) for _, rests in groups) == len(others)
+    assert sorted(trigger for _, rests in groups for _, trigger in rests) == sorted(others)
     for trigger in others:
         index = next(index for index, lead in enumerate(leads) if lead in trigger)
-        rests = groups[index][1]
-        assert sorted(set(trigger) - {leads[index]}) in [sorted(rest) for rest in rests], trigger
+        rest_of = {held: rest for rest, held in groups[index][1]}
+        assert sorted(rest_of[trigger]) == sorted(set(trigger) - {leads[index]}), trigger
     for _, rests in groups:
-        for rest in rests:
+        for rest, _held in rests:
             assert len(set(rest)) == len(rest)
             kana = [("\u3040" <= char <= "\u30ff") for char in rest]
             assert kana == sorted(kana), rest  # han before kana
     # The most shared character leads first; kana lead only where a trigger has nothing else.
-    assert groups[0] == ("用", ("利", "愛", "採", "户"))
+    assert groups[0] == ("用", (("利", "利用"), ("愛", "愛用"), ("採", "採用"), ("户", "用户")))
     assert [lead for lead in leads if "\u3040" <= lead <= "\u30ff"] == leads[-2:]
-    assert ("％", ("",)) in groups
+    assert ("％", (("", "％"),)) in groups
 
 
 def _claim_texts(count: int, seed: int) -> list[str]:
@@ -320,7 +320,7 @@ def test_the_trigger_prefilter_passes_every_text_the_trigger_scan_finds_one_in()
     assert skipped > 1000
     assert not _may_hold_trigger("今週は問い合わせ対応の流れを見直しました。毎週金曜日に件数を集計します。")
     assert _may_hold_trigger("業界x日本")
-    assert _may_hold_trigger("日x本")
+    assert not _may_hold_trigger("日x本")  # all of a trigger's characters, but not the trigger
     assert _may_hold_trigger("tRuStEd 漢")
     assert not _may_hold_trigger("日x")
     assert _may_hold_trigger("tru漢sted")  # a superset: the ASCII characters are read as one run
