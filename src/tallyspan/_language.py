@@ -289,7 +289,7 @@ def _is_japanese(kana: int, quoted_kana: int, words: int, sentence_end: bool, en
 
 
 def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
-    kana, han, hangul, _ = script_counts(prose)
+    kana, han, hangul = script_counts(prose)
     english = _English()
     # The token scan tests every character; in CJK prose only the stretch from the first Latin letter to
     # the last letter or digit (and one more, for the token's look-ahead) can hold a token. Found in C.

@@ -84,8 +84,6 @@ class ScriptCounts(NamedTuple):
     kana: int
     han: int
     hangul: int
-    katakana: int
-    """Full-width katakana (part of ``kana``): loanwords and names, content like han."""
 
 
 # Each code unit's byte in the AND of the two translations has at most one bit set, so a script's count
@@ -100,28 +98,31 @@ def _mask(bits: int) -> int:
 
 
 _KANA_MASK = _mask(_HIRAGANA | _KATAKANA | _KANA_31 | _KANA_HALF)
-_KATAKANA_MASK = _mask(_KATAKANA)
 _HAN_MASK = _mask(_HAN_ANY | _HAN_4D)
 _HANGUL_MASK = _mask(_HANGUL_ANY | _HANGUL_31)
 
 
 def script_counts(text: str) -> ScriptCounts:
-    """(kana, han, hangul, katakana) characters in ``text``."""
+    """(kana, han, hangul) characters in ``text``."""
     if text.isascii():
-        return ScriptCounts(0, 0, 0, 0)
-    units = text.encode("utf-16-be", "surrogatepass")
-    kana = han = hangul = katakana = 0
+        return _NONE
+    # Little-endian, the machine's order, encodes in ~10 % fewer instructions; the masks are the same byte
+    # in every position, so the order of the integers' bytes does not matter.
+    units = text.encode("utf-16-le", "surrogatepass")
+    kana = han = hangul = 0
     step = 2 * _CHUNK_UNITS
     for start in range(0, len(units), step):
         chunk = units[start : start + step] if len(units) > step else units
-        both = int.from_bytes(chunk[0::2].translate(_HIGH_TABLE), "big") & int.from_bytes(
-            chunk[1::2].translate(_LOW_TABLE), "big"
+        both = int.from_bytes(chunk[1::2].translate(_HIGH_TABLE), "little") & int.from_bytes(
+            chunk[0::2].translate(_LOW_TABLE), "little"
         )
         kana += (both & _KANA_MASK).bit_count()
-        katakana += (both & _KATAKANA_MASK).bit_count()
         han += (both & _HAN_MASK).bit_count()
         hangul += (both & _HANGUL_MASK).bit_count()
-    return ScriptCounts(kana, han, hangul, katakana)
+    return ScriptCounts(kana, han, hangul)
+
+
+_NONE = ScriptCounts(0, 0, 0)
 
 
 # --- Chinese evidence ------------------------------------------------------------------------------

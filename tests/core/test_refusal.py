@@ -239,3 +239,102 @@ def test_is_refusal_with_the_callers_compact_text_answers_as_without() -> None:
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randrange(8))) for _ in range(3000)]
     for text in texts:
         assert is_refusal(text, "".join(text.split())) == is_refusal(text), text
+
+
+# --- the claim triggers' prefilter -------------------------------------------------------------------
+
+
+def test_the_trigger_prefilter_holds_each_cased_trigger_once() -> None:
+    from tallyspan._refusal import _KIND_OF_CASED_TRIGGER, _trigger_prefilter
+
+    ascii_words, groups = _trigger_prefilter(_KIND_OF_CASED_TRIGGER)
+    words = {trigger for trigger in _KIND_OF_CASED_TRIGGER if trigger.isascii()}
+    others = {trigger for trigger in _KIND_OF_CASED_TRIGGER if not trigger.isascii()}
+    assert {"Trusted", "NUMBER ONE", "%", "#"} <= words
+    assert {"導入", "％", "パーセント"} <= others
+    for word in words:  # every ASCII trigger, in any case, and nothing shorter
+        assert ascii_words.fullmatch(word.lower().encode()), word
+        assert not ascii_words.fullmatch(word.lower()[:-1].encode()), word
+    assert not ascii_words.search(b"trust numbe one cent")
+    assert ascii_words.search(b"xchosenx")
+    # Each other trigger is in the first group whose lead it holds, with the rest of its distinct characters.
+    leads = [lead for lead, _ in groups]
+    assert len(set(leads)) == len(leads)
+    assert sorted(trigger for _, rests in groups for _, trigger in rests) == sorted(others)
+    for trigger in others:
+        index = next(index for index, lead in enumerate(leads) if lead in trigger)
+        rest_of = {held: rest for rest, held in groups[index][1]}
+        assert sorted(rest_of[trigger]) == sorted(set(trigger) - {leads[index]}), trigger
+    for _, rests in groups:
+        for rest, _held in rests:
+            assert len(set(rest)) == len(rest)
+            kana = [("\u3040" <= char <= "\u30ff") for char in rest]
+            assert kana == sorted(kana), rest  # han before kana
+    # The most shared character leads first; kana lead only where a trigger has nothing else.
+    assert groups[0] == ("用", (("利", "利用"), ("愛", "愛用"), ("採", "採用"), ("户", "用户")))
+    assert [lead for lead in leads if "\u3040" <= lead <= "\u30ff"] == leads[-2:]
+    assert ("％", (("", "％"),)) in groups
+
+
+def _claim_texts(count: int, seed: int) -> list[str]:
+    """Random texts from pieces of claims, of their triggers and of ordinary Japanese, Chinese and English,
+    with characters whose case mapping is not ASCII's (İ ı ſ K ß), surrogates and astral characters."""
+    import random
+
+    from tallyspan._refusal import _KIND_OF_CASED_TRIGGER
+
+    rng = random.Random(seed)
+    triggers = sorted(_KIND_OF_CASED_TRIGGER)
+    pieces = [
+        "今週は問い合わせ対応の流れを見直しました。", "东京的人口很多，我们可以看看。", "The report is ready. ",
+        "導入企業300社が採用", "満足度９８％", "業界No.1", "trusted by 5 teams", "Used by 30 Companies", "#1",
+        "世", "界", "日", "本", "用", "利", "ェ", "ア", "シ", "パ", "ー", "％", "＃", "業", "市", "場",
+        "İ", "ı", "ſ", "\u212a", "ß", "Ｕｓｅｄ", "\ud800", "\udfff", "𠀀", "\x00", "\n", " ", "。", "1", "99",
+        "ｔｒｕｓｔｅｄ", "ÜSED", "usé", "te\u0301ams",
+    ]  # fmt: skip
+    texts = ["", "a", "業界", "日本", "用"]
+    for _ in range(count):
+        parts = [rng.choice(pieces) for _ in range(rng.randrange(1, 12))]
+        if rng.random() < 0.3:
+            trigger = rng.choice(triggers)
+            cut = rng.randrange(len(trigger) + 1)  # a trigger, or a trigger split by other text
+            parts.insert(
+                rng.randrange(len(parts) + 1),
+                trigger[:cut] + rng.choice(["", "", "x", "の", " "]) + trigger[cut:],
+            )
+        texts.append("".join(parts))
+    return texts
+
+
+def test_the_trigger_prefilter_passes_every_text_the_trigger_scan_finds_one_in() -> None:
+    from tallyspan._refusal import _ANY_CASED_TRIGGER, _may_hold_trigger
+
+    passed = skipped = 0
+    for text in _claim_texts(6000, 13):
+        if _ANY_CASED_TRIGGER.search(text):
+            assert _may_hold_trigger(text), text
+            passed += 1
+        elif not _may_hold_trigger(text):
+            skipped += 1
+    assert passed > 1000
+    assert skipped > 1000
+    assert not _may_hold_trigger("今週は問い合わせ対応の流れを見直しました。毎週金曜日に件数を集計します。")
+    assert _may_hold_trigger("業界x日本")
+    assert not _may_hold_trigger("日x本")  # all of a trigger's characters, but not the trigger
+    assert _may_hold_trigger("tRuStEd 漢")
+    assert not _may_hold_trigger("日x")
+    assert _may_hold_trigger("tru漢sted")  # a superset: the ASCII characters are read as one run
+
+
+def test_claims_are_the_same_with_the_prefilter_as_with_every_text_scanned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tallyspan import _refusal
+
+    texts = _claim_texts(4000, 17)
+    allowed = ["導入企業300社", "Trusted"]
+    fast = [(find_claims(text, []), find_claims(text, allowed)) for text in texts]
+    monkeypatch.setattr(_refusal, "_may_hold_trigger", lambda text: True)
+    slow = [(find_claims(text, []), find_claims(text, allowed)) for text in texts]
+    assert fast == slow
+    assert sum(bool(kinds) for kinds, _ in slow) > 500  # claims are found, not only their absence

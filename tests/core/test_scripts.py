@@ -20,7 +20,6 @@ from tallyspan._scripts import (
     _HAN_MASK,
     _HANGUL_MASK,
     _KANA_MASK,
-    _KATAKANA_MASK,
     HAN,
     KANA,
     ChineseEvidence,
@@ -70,7 +69,6 @@ def _reference(point: int) -> ScriptCounts:
         kana=int(_is_kana(point)),
         han=int(_in(point, _HAN_BLOCKS)),
         hangul=int(_in(point, _HANGUL_BLOCKS)),
-        katakana=int(_is_katakana(point)),
     )
 
 
@@ -79,7 +77,7 @@ def _reference_counts(text: str) -> ScriptCounts:
     return (
         ScriptCounts(*(sum(column) for column in zip(*counts, strict=True)))
         if counts
-        else ScriptCounts(0, 0, 0, 0)
+        else ScriptCounts(0, 0, 0)
     )
 
 
@@ -119,9 +117,7 @@ def test_the_byte_tables_classify_every_code_unit_like_the_unicode_blocks() -> N
     high, low = _tables()
     assert len(high) == len(low) == 256
     # The masks repeat one byte: the bits of the rules that make up the script.
-    kana, katakana, han, hangul = (
-        mask & 0xFF for mask in (_KANA_MASK, _KATAKANA_MASK, _HAN_MASK, _HANGUL_MASK)
-    )
+    kana, han, hangul = (mask & 0xFF for mask in (_KANA_MASK, _HAN_MASK, _HANGUL_MASK))
     for unit in range(0x10000):
         both = high[unit >> 8] & low[unit & 0xFF]
         assert both & (both - 1) == 0, f"{unit:#06x} matches more than one rule"
@@ -129,9 +125,8 @@ def test_the_byte_tables_classify_every_code_unit_like_the_unicode_blocks() -> N
             int(bool(both & kana)),
             int(bool(both & han)),
             int(bool(both & hangul)),
-            int(bool(both & katakana)),
         )
-        expected = _reference(unit) if not 0xD800 <= unit <= 0xDFFF else ScriptCounts(0, 0, 0, 0)
+        expected = _reference(unit) if not 0xD800 <= unit <= 0xDFFF else ScriptCounts(0, 0, 0)
         assert found == expected, f"{unit:#06x}"
 
 
@@ -153,30 +148,30 @@ def test_every_bmp_character_is_counted_like_the_reference() -> None:
     text = "".join(map(chr, _bmp_characters()))
     expected = _reference_counts(text)
     # The block sizes: 95 + 93 + 16 + 56 + 2 kana; 6592 + 20992 + 512 han; 256 + 96 + 11184 + 80 hangul.
-    assert expected == ScriptCounts(kana=262, han=28096, hangul=11616, katakana=93)
+    assert expected == ScriptCounts(kana=262, han=28096, hangul=11616)
     assert script_counts(text) == expected
 
 
 def test_ascii_text_counts_nothing() -> None:
-    assert script_counts("") == ScriptCounts(0, 0, 0, 0)
-    assert script_counts("plain ASCII text, 123") == ScriptCounts(0, 0, 0, 0)
+    assert script_counts("") == ScriptCounts(0, 0, 0)
+    assert script_counts("plain ASCII text, 123") == ScriptCounts(0, 0, 0)
 
 
-def test_katakana_is_counted_apart_and_within_kana() -> None:
-    # Hiragana 3, full-width katakana 4 (ー and ・ are not letters), half-width katakana 2, phonetic extension 1.
+def test_every_kind_of_kana_is_counted() -> None:
+    # Hiragana 3, full-width katakana 5 (ー and ・ are not letters), half-width katakana 2, phonetic extension 1.
     assert script_counts("これはテスト・データーｶﾅㇰ漢字한") == ScriptCounts(
-        kana=3 + 5 + 2 + 1, han=2, hangul=1, katakana=5
+        kana=3 + 5 + 2 + 1, han=2, hangul=1
     )
 
 
 def test_astral_han_and_lone_surrogates_count_nothing_and_do_not_break_the_count() -> None:
     # Han outside the BMP (𠀀, Extension B) is two surrogate code units: neither is a script character,
     # like the HAN pattern, which matches none of it.
-    assert script_counts("𠀀𪜀") == ScriptCounts(0, 0, 0, 0)
+    assert script_counts("𠀀𪜀") == ScriptCounts(0, 0, 0)
     assert not HAN.search("𠀀𪜀")
-    assert script_counts("漢𠀀カ") == ScriptCounts(kana=1, han=1, hangul=0, katakana=1)
+    assert script_counts("漢𠀀カ") == ScriptCounts(kana=1, han=1, hangul=0)
     # A lone surrogate (JSON escapes can decode to one) is counted around, not an error.
-    assert script_counts("\ud800漢カ\udfff한") == ScriptCounts(kana=1, han=1, hangul=1, katakana=1)
+    assert script_counts("\ud800漢カ\udfff한") == ScriptCounts(kana=1, han=1, hangul=1)
 
 
 @pytest.mark.parametrize("length", [_CHUNK_UNITS - 1, _CHUNK_UNITS, _CHUNK_UNITS + 1, 3 * _CHUNK_UNITS + 7])
