@@ -635,4 +635,5 @@ def test_claim_summary_is_recorded_when_content_is_captured(
 
 def _span_id(span: ReadableSpan) -> int:
     assert span.context is not None
-    return span.context.span_id
+    span_id: int = span.context.span_id
+    return span_id
