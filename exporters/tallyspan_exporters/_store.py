@@ -223,7 +223,8 @@ class StoreProcessor(SpanProcessor):
         )
 
     def on_end(self, span: ReadableSpan) -> None:
-        if span.context is not None and not span.context.trace_flags.sampled:
+        context = span.context  # a property: read once
+        if context is not None and not context.trace_flags.sampled:
             return  # recorded but not sampled: not exported, like the SDK's own batch processor
         self._thread.submit(span)
 
