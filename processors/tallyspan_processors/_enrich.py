@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, Status
 from opentelemetry.util.types import AttributeValue
 
-__all__ = ["enriched_copy"]
+__all__ = ["enriched_copy", "plain_attributes"]
 
 #: The SDK's own span classes, whose ``events`` and ``links`` are tuples of their private lists as they
 #: are (no subclass of ours or of the app's overrides them).
@@ -71,3 +72,16 @@ def _items(sequence: Sequence[Any]) -> tuple[Any, ...]:
     if type(sequence) is BoundedList:
         return tuple(sequence._dq)  # type: ignore[attr-defined]
     return tuple(sequence)
+
+
+def plain_attributes(span: ReadableSpan) -> dict[str, Any]:
+    """``dict(span.attributes or {})``. A live span's ``BoundedAttributes`` is copied from its inner dict:
+    through the mapping protocol each key costs Python-level ``__iter__``, ``__len__`` and ``__getitem__``
+    calls."""
+    if type(span) in _SDK_SPAN_TYPES:
+        raw = vars(span)["_attributes"]
+        if type(raw) is BoundedAttributes:
+            return dict(raw._dict)
+        if type(raw) is dict:
+            return dict(raw)
+    return dict(span.attributes or {})

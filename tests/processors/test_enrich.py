@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, TracerProvi
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
-from tallyspan_processors._enrich import enriched_copy
+from tallyspan_processors._enrich import enriched_copy, plain_attributes
 
 
 def _plain_copy(
@@ -94,5 +94,16 @@ def test_enriched_copy_is_the_plain_copy_of_generated_spans() -> None:
             own_attributes=dict(source.attributes or {}) if rng.random() < 0.5 else None,
         )
         assert _fields(got) == _fields(expected)
+        assert list(plain_attributes(source).items()) == list(dict(source.attributes or {}).items())
+        assert plain_attributes(source) is not plain_attributes(source)  # a copy the caller may keep
         assert type(got.events) is tuple
         assert type(got.links) is tuple
+
+
+def test_plain_attributes_of_spans_without_attributes_and_of_copies() -> None:
+    cases: tuple[dict[str, AttributeValue] | None, ...] = (None, {}, {"a": 1, "b": (1, 2)})
+    for attributes in cases:
+        span = ReadableSpan("s", attributes=attributes)
+        assert plain_attributes(span) == dict(attributes or {})
+        copy = enriched_copy(span, attributes={"c": "x"})
+        assert plain_attributes(copy) == {**(attributes or {}), "c": "x"}
