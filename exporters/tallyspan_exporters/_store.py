@@ -25,6 +25,7 @@ from typing import Any, Final
 from opentelemetry.sdk.resources import SERVICE_NAME
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind, StatusCode
 
 from tallyspan import semconv
 from tallyspan.plugin import (
@@ -79,38 +80,45 @@ _VIOLATION_COLUMNS: Final = ("trace_id", "span_id", "stage", "type", "failure_cl
 
 
 @functools.lru_cache(maxsize=64)
-def _insert_span(absent: tuple[int, ...]) -> str:
-    """The span INSERT without the columns at ``absent`` (whose values are None).
+def _insert_without(table: str, columns: tuple[str, ...], absent: tuple[int, ...]) -> str:
+    """The INSERT OR REPLACE of ``columns`` into ``table`` without the columns at ``absent`` (whose
+    values are None).
 
-    A left-out column is stored NULL, as a bound None would be: every nullable span column has no
-    default, and the columns with one (``violation_count``, ``violation_types``, ``attributes``) are
-    never None. Binding None costs ``sqlite3`` a failed adapter lookup, about 2,000 instructions each
-    (a chat span has about ten), more than the rest of the row's binding.
+    A left-out column is stored NULL, as a bound None would be: every nullable span and run column has
+    no default, and the columns with one (``violation_count``, ``violation_types``, ``attributes``) are
+    never None. Binding None costs ``sqlite3`` a failed adapter lookup, about 2,000 to 3,300
+    instructions each (a chat span has about ten, its run row two), more than the rest of the row's
+    binding.
     """
     absent_set = set(absent)
-    columns = [column for index, column in enumerate(_SPAN_COLUMNS) if index not in absent_set]
-    return insert_sql(SPANS, columns, verb="INSERT OR REPLACE")
+    kept = [column for index, column in enumerate(columns) if index not in absent_set]
+    return insert_sql(table, kept, verb="INSERT OR REPLACE")
 
 
-def _add_span_rows(rows: Rows, spans: Sequence[tuple[Any, ...]]) -> None:
-    """Add the INSERTs of ``spans``: one statement per run of rows with None in the same columns (in
+def _add_rows_without_none(
+    rows: Rows, table: str, columns: tuple[str, ...], values: Sequence[tuple[Any, ...]]
+) -> None:
+    """Add the INSERTs of ``values``: one statement per run of rows with None in the same columns (in
     order, so a span exported twice in a batch keeps its later row), without those columns."""
     statement: list[tuple[Any, ...]] = []
     current: tuple[int, ...] | None = None
-    for row in spans:
+    for row in values:
         absent = tuple([index for index, value in enumerate(row) if value is None])
         if absent != current:
             if current is not None:
-                rows.add(_insert_span(current), statement)
+                rows.add(_insert_without(table, columns, current), statement)
             current, statement = absent, []
         statement.append(tuple([value for value in row if value is not None]) if absent else row)
     if current is not None:
-        rows.add(_insert_span(current), statement)
+        rows.add(_insert_without(table, columns, current), statement)
 
 
-_INSERT_RUN: Final = insert_sql(RUNS, _RUN_COLUMNS, verb="INSERT OR REPLACE")
 _INSERT_VIOLATION: Final = insert_sql(VIOLATIONS, _VIOLATION_COLUMNS)
 _DELETE_VIOLATIONS: Final = f"DELETE FROM {VIOLATIONS} WHERE trace_id = ? AND span_id = ?"
+#: A run row without agent and run name (a lone model call, a plain root span): both are None there, and
+#: a bound None costs an adapter lookup (about 3,300 instructions each). Finding the None columns of a
+#: run row the general way (``_add_rows_without_none``) costs more than it saves (9.5k a row).
+_UNNAMED_RUN: Final = (_RUN_COLUMNS.index("agent_name"), _RUN_COLUMNS.index("run_name"))
 _COUNTER_COLUMNS: Final = ("pid", "started_unix_nano", "service_name", "key", "value", "time_unix_nano")
 _INSERT_COUNTER: Final = insert_sql(SELF_STATS, _COUNTER_COLUMNS, verb="INSERT OR REPLACE")
 #: With the pid, names this process's counters in the store (a pid is reused after a restart).
@@ -215,7 +223,8 @@ class StoreProcessor(SpanProcessor):
         )
 
     def on_end(self, span: ReadableSpan) -> None:
-        if span.context is not None and not span.context.trace_flags.sampled:
+        context = span.context  # a property: read once
+        if context is not None and not context.trace_flags.sampled:
             return  # recorded but not sampled: not exported, like the SDK's own batch processor
         self._thread.submit(span)
 
@@ -307,6 +316,45 @@ def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
+def _add_keyed_rows(
+    rows: Rows, table: str, columns: tuple[str, ...], keyed: Sequence[tuple[tuple[int, ...], tuple[Any, ...]]]
+) -> None:
+    """Add the INSERTs of ``keyed`` rows (the columns left out, the row without them): one statement per
+    run of rows with the same columns left out, in order (a span exported twice keeps its later row)."""
+    statement: list[tuple[Any, ...]] = []
+    current: tuple[int, ...] | None = None
+    for absent, row in keyed:
+        if absent != current:
+            if current is not None:
+                rows.add(_insert_without(table, columns, current), statement)
+            current, statement = absent, []
+        statement.append(row)
+    if current is not None:
+        rows.add(_insert_without(table, columns, current), statement)
+
+
+#: The attributes a span's and its run's rows store as text, in the order ``_texts`` returns them.
+_TEXT_KEYS: Final = (
+    semconv.STAGE, semconv.GEN_AI_OPERATION_NAME, semconv.GEN_AI_PROVIDER_NAME, semconv.GEN_AI_REQUEST_MODEL,
+    semconv.GEN_AI_RESPONSE_MODEL, semconv.ERROR_TYPE, semconv.FAILURE_CLASS, semconv.GEN_AI_AGENT_NAME,
+    semconv.RUN_NAME,
+)  # fmt: skip
+
+
+def _texts(attributes: dict[str, Any]) -> list[str | None]:
+    """``_text`` of each of ``_TEXT_KEYS`` in ``attributes``, in one comprehension: nine calls of
+    ``_text`` cost about 1,000 instructions more a span."""
+    return [
+        value if value is None or value.__class__ is str else str(value)
+        for value in map(attributes.get, _TEXT_KEYS)
+    ]
+
+
+# ``Enum.name`` is a Python-level descriptor (two calls a read); the store reads two per span.
+_STATUS_NAMES: Final[dict[StatusCode, str]] = {code: code.name for code in StatusCode}
+_KIND_NAMES: Final[dict[SpanKind, str]] = {kind: kind.name.lower() for kind in SpanKind}
+
+
 def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -346,15 +394,16 @@ class _Batch:
         self.spans: list[tuple[Any, ...]] = []
         self.span_keys: list[tuple[str, str]] = []
         self.violations: list[tuple[Any, ...]] = []
-        self.runs: list[tuple[Any, ...]] = []
+        self.runs: list[tuple[tuple[int, ...], tuple[Any, ...]]] = []
+        """(the columns left out, the row without them)"""
         self.service_name: str | None = None
 
     def rows(self) -> Rows:
         rows = Rows(items=len(self.spans))
-        _add_span_rows(rows, self.spans)
+        _add_rows_without_none(rows, SPANS, _SPAN_COLUMNS, self.spans)
         rows.add(_DELETE_VIOLATIONS, self.span_keys)  # a span exported again replaces its rows
         rows.add(_INSERT_VIOLATION, self.violations)
-        rows.add(_INSERT_RUN, self.runs)
+        _add_keyed_rows(rows, RUNS, _RUN_COLUMNS, self.runs)
         return rows
 
     def add(self, span: ReadableSpan) -> None:
@@ -364,38 +413,39 @@ class _Batch:
         trace_id, span_id = trace_hex(context.trace_id), span_hex(context.span_id)
         # A plain dict: the SDK's bounded attribute mapping is several times slower to read.
         attributes: dict[str, Any] = dict(span.attributes or {})
-        stage = _text(attributes.get(semconv.STAGE))
-        status_code = span.status.status_code.name
+        (stage, operation, provider, request_model, response_model, error_type, failure_class, agent_name,
+         run_name) = _texts(attributes)  # fmt: skip
+        code, kind = span.status.status_code, span.kind
+        status_code = _STATUS_NAMES.get(code) or code.name
         start, end = span.start_time, span.end_time
         violation_types = attributes.get(semconv.VIOLATION_TYPES)
         service = span.resource.attributes.get(SERVICE_NAME) if span.resource is not None else None
         self.service_name = _text(service) or self.service_name
         violations = _violation_rows(span, trace_id, span_id, stage, violation_types)
         declared_count = _int(attributes.get(semconv.VIOLATION_COUNT))
-        operation = _text(attributes.get(semconv.GEN_AI_OPERATION_NAME))
         self.spans.append(
             (
                 trace_id,
                 span_id,
                 span_hex(span.parent.span_id) if span.parent is not None else None,
                 span.name,
-                span.kind.name.lower(),
+                _KIND_NAMES.get(kind) or kind.name.lower(),
                 operation,
-                _text(attributes.get(semconv.GEN_AI_PROVIDER_NAME)),
-                _text(attributes.get(semconv.GEN_AI_REQUEST_MODEL)),
-                _text(attributes.get(semconv.GEN_AI_RESPONSE_MODEL)),
+                provider,
+                request_model,
+                response_model,
                 stage,
                 start,
                 end,
                 end - start if start is not None and end is not None else None,
                 status_code,
                 span.status.description,
-                _text(attributes.get(semconv.ERROR_TYPE)),
+                error_type,
                 _int(attributes.get(semconv.GEN_AI_USAGE_INPUT_TOKENS)),
                 _int(attributes.get(semconv.GEN_AI_USAGE_OUTPUT_TOKENS)),
                 declared_count if declared_count is not None else len(violations),
                 _json_list(violation_types),
-                _text(attributes.get(semconv.FAILURE_CLASS)),
+                failure_class,
                 _text(service),
                 _json_attributes(attributes),
             )
@@ -403,19 +453,22 @@ class _Batch:
         self.span_keys.append((trace_id, span_id))
         self.violations.extend(violations)
         if is_run_span(attributes, span.parent):
-            self.runs.append(
-                (
+            if agent_name is None and run_name is None:
+                unnamed = (trace_id, span_id, span.name, operation, start, end, status_code)
+                self.runs.append((_UNNAMED_RUN, unnamed))
+            else:
+                named = (
                     trace_id,
                     span_id,
                     span.name,
                     operation,
-                    _text(attributes.get(semconv.GEN_AI_AGENT_NAME)),
-                    _text(attributes.get(semconv.RUN_NAME)),
+                    agent_name,
+                    run_name,
                     start,
                     end,
                     status_code,
                 )
-            )
+                self.runs.append(((), named))
 
 
 def _violation_rows(

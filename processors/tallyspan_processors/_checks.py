@@ -41,7 +41,7 @@ from tallyspan.plugin import (
     swallowed,
     warn_once,
 )
-from tallyspan_processors._enrich import enriched_copy
+from tallyspan_processors._enrich import enriched_copy, plain_attributes
 from tallyspan_processors._wrapping import WrappingProcessor
 
 if TYPE_CHECKING:
@@ -182,11 +182,11 @@ class ChecksProcessor(WrappingProcessor):
     def process(self, span: ReadableSpan, content: Content | None) -> ReadableSpan:
         if self._contracts is None:
             return span
-        if (span.attributes or {}).get(semconv.GEN_AI_OPERATION_NAME) not in semconv.MODEL_OPERATIONS:
-            return span
         # One plain copy for the reads below and the enriched copy: each read of the SDK's bounded
         # mapping goes through two Python-level calls.
-        attributes: dict[str, Any] = dict(span.attributes or {})
+        attributes: dict[str, Any] = plain_attributes(span)
+        if attributes.get(semconv.GEN_AI_OPERATION_NAME) not in semconv.MODEL_OPERATIONS:
+            return span
         stage = _str(attributes.get(semconv.STAGE))
         found = self._contracts.contract_for(
             stage,

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.trace import Status
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.trace import Link, Status
 from opentelemetry.util.types import AttributeValue
 
-__all__ = ["enriched_copy"]
+__all__ = ["enriched_copy", "plain_attributes"]
+
+#: The SDK's own span classes, whose ``events`` and ``links`` are tuples of their private lists as they
+#: are (no subclass of ours or of the app's overrides them).
+_SDK_SPAN_TYPES: Final = frozenset(
+    cls for cls in (ReadableSpan, sdk_trace.Span, getattr(sdk_trace, "_Span", None)) if cls is not None
+)
 
 
 def enriched_copy(
@@ -30,17 +40,48 @@ def enriched_copy(
     merged = dict(span.attributes or {}) if own_attributes is None else own_attributes
     if attributes:
         merged.update(attributes)
+    span_events, links = _events_and_links(span) if own_events is None else (own_events, span.links)
     return ReadableSpan(
         name=span.name,
         context=span.context,
         parent=span.parent,
         resource=span.resource,
         attributes=merged,
-        events=(*(span.events if own_events is None else own_events), *events),
-        links=span.links,
+        events=(*span_events, *events),
+        links=links,
         kind=span.kind,
         status=status if status is not None else span.status,
         start_time=span.start_time,
         end_time=span.end_time,
         instrumentation_scope=span.instrumentation_scope,
     )
+
+
+def _events_and_links(span: ReadableSpan) -> tuple[Sequence[Event], Sequence[Link]]:
+    """``span.events`` and ``span.links``. A live span's lists are ``BoundedList``s, whose iterator takes a
+    lock and copies its deque first: the two properties cost about 16k instructions of a copy's 29k,
+    the deques read directly about 2k."""
+    if type(span) in _SDK_SPAN_TYPES:
+        fields: dict[str, Any] = vars(span)
+        return _items(fields["_events"]), _items(fields["_links"])
+    return span.events, span.links
+
+
+def _items(sequence: Sequence[Any]) -> tuple[Any, ...]:
+    """``tuple(sequence)``, a ``BoundedList`` read through its deque (an ended span's lists no longer change)."""
+    if type(sequence) is BoundedList:
+        return tuple(sequence._dq)  # type: ignore[attr-defined]
+    return tuple(sequence)
+
+
+def plain_attributes(span: ReadableSpan) -> dict[str, Any]:
+    """``dict(span.attributes or {})``. A live span's ``BoundedAttributes`` is copied from its inner dict:
+    through the mapping protocol each key costs Python-level ``__iter__``, ``__len__`` and ``__getitem__``
+    calls."""
+    if type(span) in _SDK_SPAN_TYPES:
+        raw = vars(span)["_attributes"]
+        if type(raw) is BoundedAttributes:
+            return dict(raw._dict)
+        if type(raw) is dict:
+            return dict(raw)
+    return dict(span.attributes or {})

@@ -154,6 +154,8 @@ class LedgerProcessor(WrappingProcessor):
         self._parent_run: OrderedDict[int, int] = OrderedDict()
         self._runs: OrderedDict[int, _Books] = OrderedDict()
         self._closed_runs: OrderedDict[int, None] = OrderedDict()
+        # Runs with a span started in them (their own span's end leaves them in _closed_runs).
+        self._has_members: OrderedDict[int, bool] = OrderedDict()
         self._shut_down = False
 
     @property
@@ -175,6 +177,11 @@ class LedgerProcessor(WrappingProcessor):
             enclosing = (
                 self._run_of.get(parent.span_id) if parent is not None and not parent.is_remote else None
             )
+            if enclosing is not None:
+                # Only a run that had a span started in it can be reached after it ended (see process).
+                self._has_members[enclosing] = True
+                while len(self._has_members) > self._max_tracked_spans:
+                    self._has_members.popitem(last=False)
             if enclosing is not None and not declares_run(span.attributes or {}):
                 self._run_of[span_id] = enclosing
             else:
@@ -194,6 +201,7 @@ class LedgerProcessor(WrappingProcessor):
         span_id = context.span_id
         with self._lock:
             run_id = self._run_of.pop(span_id, None)
+        tracked = run_id is not None
         if run_id is None:  # started before us, or forgotten: its parent's run, else its own
             parent = span.parent
             with self._lock:
@@ -205,20 +213,29 @@ class LedgerProcessor(WrappingProcessor):
             self._enter(run_id, context.trace_id, entry)
         if not self._capture_content:
             span = self._redact_claim_events(span, run_id)
-        own_count, own_types = _verdicts(span)
         if run_id != span_id:
+            own_count, own_types = _verdicts(span)
             if own_count:
                 self._add_verdicts(run_id, context.trace_id, own_count, own_types)
             return span
         with self._lock:
             books = self._runs.pop(span_id, None)
             parent_run = self._parent_run.pop(span_id, None)
-            self._closed_runs[span_id] = None
-            while len(self._closed_runs) > _MAX_CLOSED_RUNS:
-                self._closed_runs.popitem(last=False)
+            had_members = self._has_members.pop(span_id, False)
+            # A tracked run no span was started in (a lone model call) can receive nothing more: once
+            # its span is no longer in _run_of, a span starting below it starts a run of its own. Not
+            # remembering it keeps _closed_runs (4,096 ints) from pinning memory after a backlog.
+            if books is not None or parent_run is not None or had_members or not tracked:
+                self._closed_runs[span_id] = None
+                while len(self._closed_runs) > _MAX_CLOSED_RUNS:
+                    self._closed_runs.popitem(last=False)
+        attributes = span.attributes or {}
         if books is None:
+            if parent_run is None and not declares_run(attributes):
+                return span  # nothing on its books, no roll-up, not a run: a lone model call
             books = _Books(context.trace_id)
         if parent_run is not None:
+            own_count, own_types = _verdicts(span)
             self._add_verdicts(
                 parent_run,
                 context.trace_id,
@@ -226,7 +243,6 @@ class LedgerProcessor(WrappingProcessor):
                 books.violation_types | set(own_types),
                 nested_run=True,
             )
-        attributes = span.attributes or {}
         has_books = bool(books.entries) or books.dropped > 0
         container = is_run_container(attributes, nested_runs=books.nested_runs, has_books=has_books)
         # A local root with nothing on its books is no agent run to reconcile (a lone model call).
@@ -243,6 +259,7 @@ class LedgerProcessor(WrappingProcessor):
             span_id = context.span_id
             with self._lock:
                 run_id = self._run_of.pop(span_id, None)
+                self._has_members.pop(span_id, None)
                 if run_id == span_id:
                     if self._runs.pop(span_id, None) is not None:
                         count("dropped.ledger_runs")
@@ -500,6 +517,7 @@ class LedgerProcessor(WrappingProcessor):
             self._runs.clear()
             self._run_of.clear()
             self._closed_runs.clear()
+            self._has_members.clear()
         for sink in self._sinks:
             try:
                 sink.shutdown()

@@ -58,7 +58,7 @@ def entries_of(
     if operation == semconv.OPERATION_EXECUTE_TOOL:
         if span.kind is not SpanKind.SERVER:
             yield from _tool_entries(span, attributes, content, spec, span_id, end)
-    elif operation in semconv.MODEL_OPERATIONS and isinstance(content, ModelContent):
+    elif operation in semconv.MODEL_OPERATIONS and isinstance(content, ModelContent) and content.tool_calls:
         yield from _requested_log_calls(content, spec, span_id, end)
     for event in span.events:
         if event.name == semconv.EVENT_LEDGER_CLAIM:

@@ -136,20 +136,30 @@ def test_violation_types_of_another_producer_are_stored_unescaped(
     ]
 
 
-def test_span_rows_without_their_none_columns_store_what_the_full_insert_stores(tmp_path: Path) -> None:
-    """Rows with None left out of the INSERT (``_add_span_rows``) against the plain INSERT of every
-    column: random None patterns, runs of the same pattern, and spans written twice in one batch."""
-    from tallyspan_exporters._store import _SPAN_COLUMNS, _add_span_rows
+_NOT_NULL = {
+    "spans": {"trace_id", "span_id", "name", "kind", "status_code", "violation_count", "violation_types",
+              "attributes"},
+    "runs": {"trace_id", "span_id", "name", "status_code"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("table", ["spans", "runs"])
+def test_rows_without_their_none_columns_store_what_the_full_insert_stores(
+    tmp_path: Path, table: str
+) -> None:
+    """Rows with None left out of the INSERT (``_add_rows_without_none``) against the plain INSERT of
+    every column: random None patterns, runs of the same pattern, and spans written twice in one batch."""
+    from tallyspan_exporters._store import _RUN_COLUMNS, _SPAN_COLUMNS, _add_rows_without_none
     from tallyspan_exporters._writer import Rows, insert_sql
 
+    columns = _SPAN_COLUMNS if table == "spans" else _RUN_COLUMNS
     rng = random.Random(13)
-    not_null = {"trace_id", "span_id", "name", "kind", "status_code", "violation_count", "violation_types",
-                "attributes"}  # fmt: skip
+    not_null = _NOT_NULL[table]
     rows: list[tuple[object, ...]] = []
     for number in range(400):
         key = rng.randrange(300)  # some spans come twice, with other values
         row: list[object] = []
-        for column in _SPAN_COLUMNS:
+        for column in columns:
             if column == "trace_id":
                 row.append(f"{key:032x}")
             elif column == "span_id":
@@ -163,9 +173,9 @@ def test_span_rows_without_their_none_columns_store_what_the_full_insert_stores(
         rows.append(tuple(row))
     reference, omitted = tmp_path / "reference.db", tmp_path / "omitted.db"
     full = Rows()
-    full.add(insert_sql("spans", _SPAN_COLUMNS, verb="INSERT OR REPLACE"), rows)
+    full.add(insert_sql(table, columns, verb="INSERT OR REPLACE"), rows)
     left_out = Rows()
-    _add_span_rows(left_out, rows)
+    _add_rows_without_none(left_out, table, columns, rows)
     assert len(left_out.statements) > 2  # several None patterns, several statements
     for path, written in ((reference, full), (omitted, left_out)):
         db = connect(path)
@@ -174,16 +184,106 @@ def test_span_rows_without_their_none_columns_store_what_the_full_insert_stores(
                 written.write(db)
         finally:
             db.close()
-    query = "SELECT * FROM spans ORDER BY trace_id, span_id"
+    query = f"SELECT * FROM {table} ORDER BY trace_id, span_id"
     assert _select(omitted, query) == _select(reference, query)
     assert len(_select(reference, query)) == len({row[0] for row in rows})
 
 
-def test_nullable_span_columns_have_no_default(db_path: Path) -> None:
+def test_run_rows_of_a_batch_store_what_the_full_insert_stores(tmp_path: Path) -> None:
+    """Run rows through ``_Batch`` (unnamed runs without their agent and run name columns) against the
+    plain INSERT of every column, on generated spans: named and unnamed, with and without operation,
+    and run spans exported twice in one batch with other values."""
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    from tallyspan_exporters._store import _RUN_COLUMNS, _Batch
+    from tallyspan_exporters._writer import Rows, insert_sql
+
+    rng = random.Random(5)
+    batch = _Batch()
+    plain: list[tuple[object, ...]] = []
+    for _ in range(300):
+        key = rng.randrange(120)
+        attributes: dict[str, str | int] = {}
+        choices: tuple[tuple[str, list[str | int]], ...] = (
+            (semconv.GEN_AI_OPERATION_NAME, ["chat", "invoke_agent", 7]),
+            (semconv.GEN_AI_AGENT_NAME, ["planner", 3]),
+            (semconv.RUN_NAME, ["nightly"]),
+        )
+        for name, values in choices:
+            if rng.random() < 0.4:
+                attributes[name] = rng.choice(values)
+        start = rng.choice([None, rng.randrange(10**12)])
+        end = None if start is None else start + rng.randrange(10**9)
+        span = ReadableSpan(
+            name=f"span {key}",
+            context=SpanContext(key + 1, key + 1, is_remote=False, trace_flags=TraceFlags(1)),
+            attributes=attributes,
+            start_time=start,
+            end_time=end,
+        )
+        batch.add(span)
+        text = {k: None if v is None else str(v) for k, v in attributes.items()}
+        plain.append(
+            (f"{key + 1:032x}", f"{key + 1:016x}", f"span {key}", text.get(semconv.GEN_AI_OPERATION_NAME),
+             text.get(semconv.GEN_AI_AGENT_NAME), text.get(semconv.RUN_NAME), start, end, "UNSET")
+        )  # fmt: skip
+    full = Rows()
+    full.add(insert_sql("runs", _RUN_COLUMNS, verb="INSERT OR REPLACE"), plain)
+    keyed = batch.rows()
+    assert len({sql for sql, _ in keyed.statements if "INTO runs" in sql}) == 2  # named and unnamed
+    written = []
+    for path, rows in ((tmp_path / "plain.db", full), (tmp_path / "keyed.db", keyed)):
+        db = connect(path)
+        try:
+            with db:
+                rows.write(db)
+        finally:
+            db.close()
+        written.append(_select(path, "SELECT * FROM runs ORDER BY trace_id, span_id"))
+    assert written[1] == written[0]
+    assert len(written[0]) == len({row[0] for row in plain})
+
+
+@pytest.mark.parametrize("table", ["spans", "runs"])
+def test_nullable_span_and_run_columns_have_no_default(db_path: Path, table: str) -> None:
     """A None left out of the INSERT is stored NULL only while no nullable column has a default."""
     db = connect(db_path)
     try:
-        columns = list(db.execute("PRAGMA table_info(spans)"))
+        columns = list(db.execute(f"PRAGMA table_info({table})"))
     finally:
         db.close()
     assert [row["name"] for row in columns if not row["notnull"] and row["dflt_value"] is not None] == []
+
+
+def test_status_and_kind_names_are_the_enum_names() -> None:
+    from opentelemetry.trace import SpanKind, StatusCode
+
+    from tallyspan_exporters._store import _KIND_NAMES, _STATUS_NAMES
+
+    assert _STATUS_NAMES == {StatusCode.UNSET: "UNSET", StatusCode.OK: "OK", StatusCode.ERROR: "ERROR"}
+    assert _KIND_NAMES == {
+        SpanKind.INTERNAL: "internal",
+        SpanKind.SERVER: "server",
+        SpanKind.CLIENT: "client",
+        SpanKind.PRODUCER: "producer",
+        SpanKind.CONSUMER: "consumer",
+    }
+
+
+def test_texts_reads_each_key_as_text_does() -> None:
+    """``_texts`` against ``_text`` of each key, on attributes of many generated kinds and absences."""
+    from tallyspan_exporters._store import _TEXT_KEYS, _text, _texts
+
+    class Label(str):
+        pass
+
+    rng = random.Random(7)
+    kinds = [None, "", "gpt", Label("sub"), 0, 12, 1.5, True, False, ("a", "b"), ["c"], b"x"]
+    for _ in range(500):
+        attributes = {key: rng.choice(kinds) for key in _TEXT_KEYS if rng.random() < 0.7}
+        attributes["other"] = "x"
+        expected = [_text(attributes.get(key)) for key in _TEXT_KEYS]
+        got = _texts(attributes)
+        assert got == expected
+        assert [type(value) for value in got] == [type(value) for value in expected]

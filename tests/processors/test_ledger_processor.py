@@ -515,6 +515,41 @@ def test_entries_that_arrive_after_their_run_ended_are_counted(books: _Books) ->
     assert books.processor._runs == {}
 
 
+def test_lone_model_calls_leave_no_bookkeeping_behind(books: _Books) -> None:
+    for _ in range(3):
+        books.chat()  # its own trace's root, nothing started in it
+    assert books.processor._run_of == {}
+    assert books.processor._runs == {}
+    assert books.processor._closed_runs == {}  # nothing can reach them after they ended
+    assert books.processor._has_members == {}
+    assert [span.name for span in books.exporter.get_finished_spans()] == ["chat m"] * 3
+    assert books.sink.records == []
+
+
+def test_a_root_span_with_a_child_ending_after_it_still_counts_the_late_entry(books: _Books) -> None:
+    with books.tracer.start_as_current_span("chat m", attributes={semconv.GEN_AI_OPERATION_NAME: "chat"}):
+        late = books.tracer.start_span(
+            "execute_tool slow", attributes={semconv.GEN_AI_OPERATION_NAME: "execute_tool"}
+        )
+    assert list(books.processor._closed_runs) == [_span_id(books.finished("chat m"))]
+    late.end()
+    assert tallyspan.stats()["dropped.ledger_late_entries"] == 1
+    assert books.processor._runs == {}
+    assert books.processor._has_members == {}
+    assert books.sink.records == []
+
+
+def test_a_child_started_after_its_root_ended_runs_books_of_its_own(books: _Books) -> None:
+    root = books.tracer.start_span("chat m", attributes={semconv.GEN_AI_OPERATION_NAME: "chat"})
+    root.end()
+    assert books.processor._closed_runs == {}
+    with trace.use_span(root):
+        books.tool("search", "c1")
+    (record,) = books.sink.records
+    assert (record.run_name, record.observed_count) == ("execute_tool search", 1)
+    assert "dropped.ledger_late_entries" not in tallyspan.stats()
+
+
 def test_claim_api_records_a_claim_in_the_current_run(
     instrumented: tallyspan.Instrumentation, span_exporter: InMemorySpanExporter
 ) -> None:
@@ -596,3 +631,9 @@ def test_claim_summary_is_recorded_when_content_is_captured(
     (entry,) = _events(run, semconv.EVENT_LEDGER_ENTRY)
     assert entry[semconv.LEDGER_SUMMARY] == "looked it up"
     assert _attrs(run)[semconv.LEDGER_DISCREPANCY_TYPES] == ("phantom_log",)
+
+
+def _span_id(span: ReadableSpan) -> int:
+    assert span.context is not None
+    span_id: int = span.context.span_id
+    return span_id
