@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -62,15 +63,20 @@ def _events_and_links(span: ReadableSpan) -> tuple[Sequence[Event], Sequence[Lin
     lock and copies its deque first: the two properties cost about 16k instructions of a copy's 29k,
     the deques read directly about 2k."""
     if type(span) in _SDK_SPAN_TYPES:
+        # Private fields: an SDK that renamed them gets the properties, not an error on every span.
         fields: dict[str, Any] = vars(span)
-        return _items(fields["_events"]), _items(fields["_links"])
+        events, links = fields.get("_events"), fields.get("_links")
+        if events is not None and links is not None:
+            return _items(events), _items(links)
     return span.events, span.links
 
 
 def _items(sequence: Sequence[Any]) -> tuple[Any, ...]:
     """``tuple(sequence)``, a ``BoundedList`` read through its deque (an ended span's lists no longer change)."""
     if type(sequence) is BoundedList:
-        return tuple(sequence._dq)  # type: ignore[attr-defined]
+        items = getattr(sequence, "_dq", None)
+        if isinstance(items, deque):
+            return tuple(items)
     return tuple(sequence)
 
 
@@ -79,9 +85,12 @@ def plain_attributes(span: ReadableSpan) -> dict[str, Any]:
     through the mapping protocol each key costs Python-level ``__iter__``, ``__len__`` and ``__getitem__``
     calls."""
     if type(span) in _SDK_SPAN_TYPES:
-        raw = vars(span)["_attributes"]
+        # Private fields: an SDK that renamed them gets the mapping protocol, not an error on every span.
+        raw = vars(span).get("_attributes")
         if type(raw) is BoundedAttributes:
-            return dict(raw._dict)
-        if type(raw) is dict:
+            inner = getattr(raw, "_dict", None)
+            if type(inner) is dict:
+                return dict(inner)
+        elif type(raw) is dict:
             return dict(raw)
     return dict(span.attributes or {})

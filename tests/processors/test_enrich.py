@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 from opentelemetry.util.types import AttributeValue
@@ -107,3 +109,47 @@ def test_plain_attributes_of_spans_without_attributes_and_of_copies() -> None:
         assert plain_attributes(span) == dict(attributes or {})
         copy = enriched_copy(span, attributes={"c": "x"})
         assert plain_attributes(copy) == {**(attributes or {}), "c": "x"}
+
+
+class _FieldsMoved(ReadableSpan):
+    """An SDK span class whose private fields moved (a future SDK): its properties read the new ones."""
+
+    def __init__(self, span: ReadableSpan) -> None:
+        super().__init__(
+            name=span.name,
+            context=span.context,
+            attributes=span.attributes,
+            events=span.events,
+            links=span.links,
+        )
+        fields = vars(self)
+        self.moved = {name: fields.pop(name) for name in ("_attributes", "_events", "_links")}
+
+    @property
+    def attributes(self) -> Any:
+        return self.moved["_attributes"]
+
+    @property
+    def events(self) -> Sequence[Event]:
+        return tuple(self.moved["_events"])
+
+    @property
+    def links(self) -> Sequence[Link]:
+        return tuple(self.moved["_links"])
+
+
+def test_an_sdk_whose_private_fields_moved_is_read_through_its_properties(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tallyspan_processors import _enrich
+
+    provider = TracerProvider()
+    span = provider.get_tracer("test").start_span("chat m", attributes={"gen_ai.request.model": "m"})
+    span.add_event("first", {"n": 1})
+    span.end()
+    moved = _FieldsMoved(span)  # type: ignore[arg-type]
+    monkeypatch.setattr(_enrich, "_SDK_SPAN_TYPES", frozenset({_FieldsMoved}))
+    assert plain_attributes(moved) == {"gen_ai.request.model": "m"}
+    copy = enriched_copy(moved, attributes={"tallyspan.violation_count": 1})
+    assert dict(copy.attributes or {}) == {"gen_ai.request.model": "m", "tallyspan.violation_count": 1}
+    assert [event.name for event in copy.events] == ["first"]
