@@ -423,9 +423,10 @@ def run_rss(calls: int) -> dict[str, float]:
         end = _rss_mb()
         after = tallyspan.stats()
         toggle.off()
-    # A worker that falls behind a busy app shows here: spans dropped, or the app giving it turns.
-    dropped = after.get("dropped.spans", 0) - before.get("dropped.spans", 0)
-    turns = after.get("backpressure.worker_turns", 0) - before.get("backpressure.worker_turns", 0)
+    # A thread of ours that falls behind a busy app shows here: losses (the worker's queue, the store's),
+    # and the turns the app gave the worker (and the worker gave the store's writer).
+    dropped = sum(after[key] - before.get(key, 0) for key in after if key.startswith("dropped."))
+    turns = sum(after[key] - before.get(key, 0) for key in after if key.startswith("backpressure."))
     return {"start": start, "peak": max(peak, end), "end": end, "dropped": dropped, "turns": turns}
 
 
@@ -476,7 +477,11 @@ def run_store(spans: int, rate: float) -> dict[str, float]:
         provider.force_flush()
         gc.collect()
         resting = _rss_mb()
-        dropped_before = tallyspan.stats().get("dropped.spans", 0)
+
+        def losses() -> int:  # the worker's queue and the store's writer alike
+            return sum(value for key, value in tallyspan.stats().items() if key.startswith("dropped."))
+
+        dropped_before = losses()
         start, cpu_start = time.perf_counter(), time.process_time()
         resting_arenas = _pymalloc_arenas_mb()
 
@@ -499,7 +504,7 @@ def run_store(spans: int, rate: float) -> dict[str, float]:
         settle()
         after_backlog = _rss_mb()
         arenas_kept = _pymalloc_arenas_mb() - resting_arenas
-        dropped = tallyspan.stats().get("dropped.spans", 0) - dropped_before
+        dropped = losses() - dropped_before
         tallyspan.uninstrument()
         provider.shutdown()
     return {
@@ -645,7 +650,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"\nRSS over {args.rss_calls} chain calls: {rss['start']:.1f} MB after warm-up, "
             f"peak {rss['peak']:.1f} MB, {rss['end']:.1f} MB at the end; "
-            f"{rss['dropped']:.0f} spans dropped, {rss['turns']:.0f} turns given to the worker"
+            f"{rss['dropped']:.0f} spans or rows dropped (any dropped.*), {rss['turns']:.0f} turns given"
         )
     if "tallyspan_chain" in args.cases and args.store_spans > 0:
         store = _child(
