@@ -20,7 +20,15 @@ from typing import Final
 
 from tallyspan.ledger import LedgerEntry, LedgerRecord
 from tallyspan.plugin import BUSY_TIMEOUT_MS, LEDGER_ENTRIES, LEDGER_RECONCILIATIONS, ShutdownBudget
-from tallyspan_exporters._writer import Rows, StoreWriter, WriterThread, insert_sql, span_hex, trace_hex
+from tallyspan_exporters._writer import (
+    Rows,
+    StoreWriter,
+    WriterThread,
+    delete_sql,
+    insert_sql,
+    span_hex,
+    trace_hex,
+)
 
 __all__ = ["LOST_LEDGER_ROWS", "MALFORMED_PREFIX", "SQLiteLedgerSink"]
 
@@ -40,8 +48,8 @@ _RECONCILIATION_COLUMNS = (
 
 _INSERT_ENTRY = insert_sql(LEDGER_ENTRIES, _ENTRY_COLUMNS)
 _INSERT_RECONCILIATION = insert_sql(LEDGER_RECONCILIATIONS, _RECONCILIATION_COLUMNS)
-_DELETE_ENTRIES = f"DELETE FROM {LEDGER_ENTRIES} WHERE trace_id = ? AND run_span_id = ?"
-_DELETE_RECONCILIATION = f"DELETE FROM {LEDGER_RECONCILIATIONS} WHERE trace_id = ? AND run_span_id = ?"
+_DELETE_ENTRIES = delete_sql(LEDGER_ENTRIES, ("trace_id", "run_span_id"))
+_DELETE_RECONCILIATION = delete_sql(LEDGER_RECONCILIATIONS, ("trace_id", "run_span_id"))
 
 
 class SQLiteLedgerSink:

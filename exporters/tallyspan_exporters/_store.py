@@ -50,6 +50,7 @@ from tallyspan_exporters._writer import (
     Rows,
     StoreWriter,
     WriterThread,
+    delete_sql,
     insert_sql,
     span_hex,
     trace_hex,
@@ -114,7 +115,7 @@ def _add_rows_without_none(
 
 
 _INSERT_VIOLATION: Final = insert_sql(VIOLATIONS, _VIOLATION_COLUMNS)
-_DELETE_VIOLATIONS: Final = f"DELETE FROM {VIOLATIONS} WHERE trace_id = ? AND span_id = ?"
+_DELETE_VIOLATIONS: Final = delete_sql(VIOLATIONS, ("trace_id", "span_id"))
 #: A run row without agent and run name (a lone model call, a plain root span): both are None there, and
 #: a bound None costs an adapter lookup (about 3,300 instructions each). Finding the None columns of a
 #: run row the general way (``_add_rows_without_none``) costs more than it saves (9.5k a row).
@@ -393,7 +394,8 @@ class _Batch:
     def __init__(self) -> None:
         self.spans: list[tuple[Any, ...]] = []
         self.span_keys: list[tuple[str, str]] = []
-        self.violations: list[tuple[Any, ...]] = []
+        self.violations: list[list[tuple[Any, ...]]] = []
+        """each span's violation rows, in the order of ``span_keys``"""
         self.runs: list[tuple[tuple[int, ...], tuple[Any, ...]]] = []
         """(the columns left out, the row without them)"""
         self.service_name: str | None = None
@@ -401,8 +403,19 @@ class _Batch:
     def rows(self) -> Rows:
         rows = Rows(items=len(self.spans))
         _add_rows_without_none(rows, SPANS, _SPAN_COLUMNS, self.spans)
-        rows.add(_DELETE_VIOLATIONS, self.span_keys)  # a span exported again replaces its rows
-        rows.add(_INSERT_VIOLATION, self.violations)
+        keys = self.span_keys
+        if len(set(keys)) == len(keys):
+            violations = [row for rows_of_span in self.violations for row in rows_of_span]
+        else:  # a span exported twice in this batch: only its later rows, as a later batch would leave
+            last = {key: index for index, key in enumerate(keys)}
+            violations = [
+                row
+                for index, rows_of_span in enumerate(self.violations)
+                if last[keys[index]] == index
+                for row in rows_of_span
+            ]
+        rows.add(_DELETE_VIOLATIONS, keys)  # a span exported again replaces its rows
+        rows.add(_INSERT_VIOLATION, violations)
         _add_keyed_rows(rows, RUNS, _RUN_COLUMNS, self.runs)
         return rows
 
@@ -451,7 +464,7 @@ class _Batch:
             )
         )
         self.span_keys.append((trace_id, span_id))
-        self.violations.extend(violations)
+        self.violations.append(violations)
         if is_run_span(attributes, span.parent):
             if agent_name is None and run_name is None:
                 unnamed = (trace_id, span_id, span.name, operation, start, end, status_code)

@@ -26,8 +26,10 @@ What both writers of the store had to get right, in one place:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -59,6 +61,7 @@ __all__ = [
     "Rows",
     "StoreWriter",
     "WriterThread",
+    "delete_sql",
     "insert_sql",
     "span_hex",
     "trace_hex",
@@ -112,6 +115,45 @@ def transaction(db: sqlite3.Connection, begin: str = "BEGIN") -> Iterator[sqlite
         raise
 
 
+MAX_VARIABLES_PER_STATEMENT: Final = 999
+"""SQLite's lowest limit of bound parameters in one statement (builds before 3.32): multi-row writes stay
+within it on any SQLite."""
+MAX_ROWS_PER_STATEMENT: Final = 64
+"""Rows one multi-row statement writes at most: beyond it the steps saved no longer matter."""
+_ONE_ROW_OF_PLACEHOLDERS: Final = re.compile(r"\bVALUES (\((?:\?, )*\?\))\)*$")
+
+
+@functools.lru_cache(maxsize=256)
+def _rows_per_statement(sql: str) -> int:
+    """How many rows one run of ``sql`` may write: a power of two when ``sql`` ends in one row of
+    placeholders holding all its parameters (an INSERT's VALUES, a DELETE's ``IN (VALUES ...)``), else 1."""
+    found = _ONE_ROW_OF_PLACEHOLDERS.search(sql)
+    if found is None or sql.count("?") != found[1].count("?"):
+        return 1
+    fits = min(MAX_ROWS_PER_STATEMENT, MAX_VARIABLES_PER_STATEMENT // found[1].count("?"))
+    return 1 << (fits.bit_length() - 1) if fits >= 1 else 1
+
+
+@functools.lru_cache(maxsize=512)
+def _many_rows_sql(sql: str, rows: int) -> str:
+    """``sql`` (one that ``_rows_per_statement`` allows more than one row) for ``rows`` rows."""
+    found = _ONE_ROW_OF_PLACEHOLDERS.search(sql)
+    assert found is not None
+    group = found[1]
+    start, end = found.span(1)
+    return f"{sql[:start]}{', '.join([group] * rows)}{sql[end:]}"
+
+
+def delete_sql(table: str, columns: Sequence[str]) -> str:
+    """``DELETE FROM table WHERE (columns) IN (SELECT ... FROM (VALUES (?, ...)))``: deletes the rows
+    matching any parameter row, many in one statement (``Rows.write``), through an index on ``columns``
+    (a bare ``IN (VALUES ...)`` scans the table)."""
+    names = ", ".join(columns)
+    selected = ", ".join(f"column{index}" for index in range(1, len(columns) + 1))
+    placeholders = ", ".join("?" for _ in columns)
+    return f"DELETE FROM {table} WHERE ({names}) IN (SELECT {selected} FROM (VALUES ({placeholders})))"
+
+
 def insert_sql(table: str, columns: Sequence[str], verb: str = "INSERT") -> str:
     """``{verb} INTO table (columns) VALUES (?, ...)``."""
     return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
@@ -145,9 +187,29 @@ class Rows:
             self.statements.append((sql, parameters))
 
     def write(self, db: sqlite3.Connection) -> None:
-        """Run every statement, in order, inside the caller's transaction."""
+        """Run every statement, in order, inside the caller's transaction.
+
+        A statement that ends in one row of placeholders (``... VALUES (?, ?)``, or ``delete_sql``'s
+        ``... FROM (VALUES (?, ?)))``) runs for many rows at once, as ``VALUES (?, ?), (?, ?), ...``:
+        ``sqlite3`` lets go of the GIL around every step, and behind a busy app each release can cost
+        the writer a whole switch interval before it runs again, so one step per row starved the
+        store's writer (21,405 of 60,000 spans dropped behind a saturated app). The rows go in the
+        order given, as with one statement per row: a span exported twice still ends with its later row.
+        """
         for sql, parameters in self.statements:
-            db.executemany(sql, parameters)
+            per_statement = _rows_per_statement(sql)
+            if per_statement == 1 or len(parameters) == 1:
+                db.executemany(sql, parameters)
+                continue
+            start, remaining = 0, len(parameters)
+            while remaining:
+                # Whole statements of ``per_statement`` rows, then the rest in powers of two: a few
+                # statement shapes each, so they stay in the connection's statement cache.
+                size = per_statement if remaining >= per_statement else 1 << (remaining.bit_length() - 1)
+                chunk = parameters[start : start + size]
+                db.execute(_many_rows_sql(sql, size), [value for row in chunk for value in row])
+                start += size
+                remaining -= size
 
     @classmethod
     def joined(cls, parts: Iterable[Rows]) -> Rows:

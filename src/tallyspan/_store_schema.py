@@ -138,7 +138,15 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
     name = os.fspath(path)
     if name != ":memory:":
         Path(name).parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(name, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    # The writers run each statement in a few multi-row shapes (tallyspan_exporters Rows.write): room
+    # for all of them in the statement cache, which SQLite would otherwise parse again.
+    db = sqlite3.connect(
+        name,
+        timeout=BUSY_TIMEOUT_MS / 1000,
+        isolation_level=None,
+        check_same_thread=False,
+        cached_statements=256,
+    )
     try:
         db.row_factory = sqlite3.Row
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")

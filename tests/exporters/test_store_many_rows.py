@@ -1,0 +1,180 @@
+"""Many rows per statement (``Rows.write``): the same tables as one statement per row, in a handful of
+statements, so the store's writer lets go of the GIL a handful of times per batch, not once per row."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from tallyspan import semconv
+from tallyspan._store_schema import VIOLATIONS, connect
+from tallyspan_exporters._store import _SPAN_COLUMNS, _Batch
+from tallyspan_exporters._writer import (
+    MAX_ROWS_PER_STATEMENT,
+    Rows,
+    _rows_per_statement,
+    delete_sql,
+    insert_sql,
+)
+
+_VIOLATION_COLUMNS = ("trace_id", "span_id", "stage", "type", "failure_class", "detail")
+
+
+def _select(path: Path, sql: str) -> list[tuple[object, ...]]:
+    db = connect(path)
+    try:
+        return [tuple(row) for row in db.execute(sql)]
+    finally:
+        db.close()
+
+
+def _write(path: Path, rows: Rows) -> list[str]:
+    """Write ``rows`` in one transaction; the statements SQLite ran."""
+    db = connect(path)
+    ran: list[str] = []
+    try:
+        db.set_trace_callback(ran.append)
+        with db:
+            rows.write(db)
+    finally:
+        db.close()
+    return [sql for sql in ran if sql not in ("BEGIN ", "COMMIT")]
+
+
+def _one_statement_per_row(path: Path, statements: list[tuple[str, list[tuple[object, ...]]]]) -> None:
+    db = connect(path)
+    try:
+        with db:
+            for sql, parameters in statements:
+                for row in parameters:
+                    db.execute(sql, row)
+    finally:
+        db.close()
+
+
+def _span_rows(count: int, keys: int, rng: random.Random) -> list[tuple[object, ...]]:
+    rows = []
+    for _ in range(count):
+        key = rng.randrange(keys)  # some spans come twice, with other values: the later one must stay
+        row: list[object] = []
+        for column in _SPAN_COLUMNS:
+            if column == "trace_id":
+                row.append(f"{key:032x}")
+            elif column == "span_id":
+                row.append(f"{key:016x}")
+            elif column.endswith(("_nano", "_ns", "_tokens", "_count")):
+                row.append(rng.randrange(10**12))
+            else:
+                row.append(f"{column}-{rng.randrange(10**6)}")
+        rows.append(tuple(row))
+    return rows
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 31, 32, 33, 63, 64, 65, 100, 129, 1000])
+def test_many_rows_per_statement_store_what_one_statement_per_row_stores(tmp_path: Path, count: int) -> None:
+    sql = insert_sql("spans", _SPAN_COLUMNS, verb="INSERT OR REPLACE")
+    rows = _span_rows(count, keys=max(1, count * 2 // 3), rng=random.Random(count))
+    written = Rows()
+    written.add(sql, rows)
+    ran = _write(tmp_path / "many.db", written)
+    _one_statement_per_row(tmp_path / "reference.db", [(sql, rows)])
+    query = "SELECT * FROM spans ORDER BY trace_id, span_id"
+    assert _select(tmp_path / "many.db", query) == _select(tmp_path / "reference.db", query)
+    # 23 columns: 32 rows a statement (999 bound parameters at most), the rest in powers of two.
+    full, rest = divmod(count, 32)
+    assert len(ran) == full + rest.bit_count()
+
+
+def test_a_delete_of_many_keys_removes_exactly_their_rows_through_the_index(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    insert = insert_sql(VIOLATIONS, _VIOLATION_COLUMNS)
+    violations = [
+        (f"{key:032x}", f"{key:016x}", "stage", f"type-{number}", None, None)
+        for key in range(200)
+        for number in range(rng.randrange(4))
+    ]
+    deleted = [(f"{key:032x}", f"{key:016x}") for key in rng.sample(range(250), 97)]
+    delete = delete_sql(VIOLATIONS, ("trace_id", "span_id"))
+    rows = Rows()
+    rows.add(insert, violations)
+    rows.add(delete, deleted)
+    ran = _write(tmp_path / "many.db", rows)
+    _one_statement_per_row(tmp_path / "reference.db", [(insert, violations), (delete, deleted)])  # type: ignore[list-item]
+    query = f"SELECT * FROM {VIOLATIONS} ORDER BY trace_id, span_id, type"
+    remaining = _select(tmp_path / "many.db", query)
+    assert remaining == _select(tmp_path / "reference.db", query)
+    assert {row[:2] for row in remaining}.isdisjoint(deleted)
+    assert len(remaining) < len(violations)
+    assert len([sql for sql in ran if sql.startswith("DELETE")]) == 1 + 1 + 1  # 64 + 32 + 1 keys
+    db = connect(tmp_path / "many.db")
+    try:
+        plan = " ".join(str(row[3]) for row in db.execute(f"EXPLAIN QUERY PLAN {delete}", deleted[0]))
+    finally:
+        db.close()
+    assert f"USING INDEX {VIOLATIONS}_span" in plan
+    assert f"SCAN {VIOLATIONS}" not in plan
+
+
+@pytest.mark.parametrize(
+    ("sql", "rows"),
+    [
+        (insert_sql("t", [f"c{index}" for index in range(23)]), 32),  # 999 // 23 = 43: the power of two below
+        (insert_sql("t", ["a", "b", "c", "d", "e", "f"]), MAX_ROWS_PER_STATEMENT),
+        (insert_sql("t", ["a"], verb="INSERT OR REPLACE"), MAX_ROWS_PER_STATEMENT),
+        (insert_sql("t", [f"c{index}" for index in range(1000)]), 1),  # one row is over the limit already
+        (delete_sql("t", ("a", "b")), MAX_ROWS_PER_STATEMENT),
+        ("INSERT INTO t (a, b) VALUES (?, 'fixed')", 1),  # not a row of placeholders only
+        ("INSERT INTO t (a, b) SELECT ?, b FROM u WHERE c IN (VALUES (?))", 1),  # not all parameters
+        ("DELETE FROM t WHERE a = ? AND b = ?", 1),
+        ("UPDATE t SET a = ? WHERE b = ?", 1),
+    ],
+)
+def test_only_statements_ending_in_one_row_of_all_their_placeholders_take_many_rows(
+    sql: str, rows: int
+) -> None:
+    assert _rows_per_statement(sql) == rows
+
+
+def _chat_span(key: int, violation_types: list[str]) -> ReadableSpan:
+    return ReadableSpan(
+        name="chat bench-model",
+        context=SpanContext(key, key, is_remote=False, trace_flags=TraceFlags(1)),
+        attributes={semconv.GEN_AI_OPERATION_NAME: "chat", semconv.VIOLATION_TYPES: tuple(violation_types)},
+        events=[Event(semconv.EVENT_VIOLATION, {semconv.VIOLATION_TYPE: kind}) for kind in violation_types],
+        start_time=1,
+        end_time=2,
+    )
+
+
+def test_a_span_exported_twice_in_one_batch_keeps_only_its_later_violations(tmp_path: Path) -> None:
+    batch = _Batch()
+    batch.add(_chat_span(7, ["too_short", "wrong_language"]))
+    batch.add(_chat_span(8, ["refusal"]))
+    batch.add(_chat_span(7, ["missing_section"]))  # the same span again, checked again
+    _write(tmp_path / "store.db", batch.rows())
+    assert _select(
+        tmp_path / "store.db", f"SELECT span_id, type FROM {VIOLATIONS} ORDER BY span_id, type"
+    ) == [
+        (f"{7:016x}", "missing_section"),
+        (f"{8:016x}", "refusal"),
+    ]
+    assert _select(tmp_path / "store.db", "SELECT span_id, violation_types FROM spans ORDER BY span_id") == [
+        (f"{7:016x}", '["missing_section"]'),
+        (f"{8:016x}", '["refusal"]'),
+    ]
+
+
+def test_a_batch_of_spans_is_written_in_a_handful_of_statements(tmp_path: Path) -> None:
+    batch = _Batch()
+    for key in range(1, 201):
+        batch.add(_chat_span(key, ["too_short"] if key % 2 else []))
+    ran = _write(tmp_path / "store.db", batch.rows())
+    # 200 spans (their None columns left out: 64 a statement) = 3 * 64 + 8, as many deletes of their
+    # violations and run rows (a lone model call is a run); 100 violations = 64 + 32 + 4.
+    assert len(ran) == 4 + 4 + 3 + 4
+    assert _select(tmp_path / "store.db", "SELECT count(*) FROM spans") == [(200,)]
+    assert _select(tmp_path / "store.db", f"SELECT count(*) FROM {VIOLATIONS}") == [(100,)]
