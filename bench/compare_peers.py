@@ -422,12 +422,24 @@ def run_rss(calls: int) -> dict[str, float]:
         gc.collect()
         end = _rss_mb()
         after = tallyspan.stats()
+        # What stays once the threads of ours have had the pause they give memory back in.
+        from tallyspan_exporters._writer import DEFAULT_RELEASE_IDLE_MILLIS
+
+        time.sleep(DEFAULT_RELEASE_IDLE_MILLIS / 1000 + 0.5)
+        settled = _rss_mb()
         toggle.off()
     # A thread of ours that falls behind a busy app shows here: losses (the worker's queue, the store's),
     # and the turns the app gave the worker (and the worker gave the store's writer).
     dropped = sum(after[key] - before.get(key, 0) for key in after if key.startswith("dropped."))
     turns = sum(after[key] - before.get(key, 0) for key in after if key.startswith("backpressure."))
-    return {"start": start, "peak": max(peak, end), "end": end, "dropped": dropped, "turns": turns}
+    return {
+        "start": start,
+        "peak": max(peak, end),
+        "end": end,
+        "settled": settled,
+        "dropped": dropped,
+        "turns": turns,
+    }
 
 
 def run_store(spans: int, rate: float) -> dict[str, float]:
@@ -649,7 +661,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rss = _child(sys.executable, "--child", "rss", "--rss-calls", str(args.rss_calls))
         print(
             f"\nRSS over {args.rss_calls} chain calls: {rss['start']:.1f} MB after warm-up, "
-            f"peak {rss['peak']:.1f} MB, {rss['end']:.1f} MB at the end; "
+            f"peak {rss['peak']:.1f} MB, {rss['end']:.1f} MB at the end, {rss['settled']:.1f} MB after a pause; "
             f"{rss['dropped']:.0f} spans or rows dropped (any dropped.*), {rss['turns']:.0f} turns given"
         )
     if "tallyspan_chain" in args.cases and args.store_spans > 0:
