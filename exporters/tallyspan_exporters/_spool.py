@@ -30,7 +30,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
@@ -38,7 +38,13 @@ from typing import Final, TypeVar
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from tallyspan.plugin import count, is_locked, renew_lock_after_fork, swallowed
-from tallyspan_exporters._writer import transaction
+from tallyspan_exporters._writer import (
+    insert_sql,
+    many_rows_sql,
+    rows_per_statement,
+    statement_sizes,
+    transaction,
+)
 
 __all__ = ["LEASE_S", "Spool", "SpooledRow"]
 
@@ -138,19 +144,14 @@ class Spool:
             self._evict_expired(db, now_ns)
             incoming = sum(len(body) for _, body in records if len(body) <= self._max_bytes)
             self._evict_for(db, incoming)
-            seqs = []
+            kept = []
             for record_id, body in records:
                 if len(body) > self._max_bytes:
                     count(f"dropped.otlp.{signal}.spool_full")
-                    seqs.append(0)
-                    continue
-                cursor = db.execute(
-                    "INSERT INTO records (signal, record_id, body, size, created_unix_nano, owner, lease_until)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (signal, record_id, body, len(body), now_ns, self._owner, lease),
-                )
-                seqs.append(int(cursor.lastrowid or 0))
-            return seqs
+                else:
+                    kept.append((signal, record_id, body, len(body), now_ns, self._owner, lease))
+            written = iter(_insert_records(db, kept))
+            return [0 if len(body) > self._max_bytes else next(written) for _, body in records]
 
         return self._transaction("append", write)
 
@@ -168,10 +169,11 @@ class Spool:
                 " AND (owner = ? OR owner IS NULL OR lease_until < ?) ORDER BY seq LIMIT ?",
                 (signal, self._owner, now, max(1, limit)),
             ).fetchall()
-            db.executemany(
-                "UPDATE records SET owner = ?, lease_until = ?, attempts = attempts + 1 WHERE seq = ?",
-                [(self._owner, now + LEASE_S, row[0]) for row in rows],
-            )
+            for chunk in _chunks([int(row[0]) for row in rows], _SEQS_PER_STATEMENT):
+                db.execute(
+                    f"UPDATE records SET owner = ?, lease_until = ?, attempts = attempts + 1 WHERE {_seqs_in(chunk)}",
+                    (self._owner, now + LEASE_S, *chunk),
+                )
             return [SpooledRow(int(row[0]), str(row[1]), str(row[2])) for row in rows]
 
         taken = self._transaction("claim", take)
@@ -181,13 +183,10 @@ class Spool:
 
     def delete(self, seqs: Iterable[int]) -> bool:
         """Remove rows the backend accepted (or that can never be sent); False on failure."""
-        keys = [(seq,) for seq in seqs if seq]
+        keys = [seq for seq in seqs if seq]
         if not keys:
             return True
-        return (
-            self._transaction("delete", lambda db: db.executemany("DELETE FROM records WHERE seq = ?", keys))
-            is not None
-        )
+        return self._transaction("delete", lambda db: _delete_records(db, keys)) is not None
 
     def renew(self) -> None:
         """Extend the lease of every row this process owns (called while it lives)."""
@@ -243,14 +242,14 @@ class Spool:
         excess = total + incoming - self._max_bytes
         if excess <= 0:
             return
-        evicted: list[tuple[int]] = []
+        evicted: list[int] = []
         for seq, size, signal in db.execute("SELECT seq, size, signal FROM records ORDER BY seq"):
             if excess <= 0:
                 break
-            evicted.append((int(seq),))
+            evicted.append(int(seq))
             excess -= int(size)
             count(f"dropped.otlp.{signal}.spool_full")
-        db.executemany("DELETE FROM records WHERE seq = ?", evicted)
+        _delete_records(db, evicted)
 
     def _release_dead_owners(self, db: sqlite3.Connection) -> None:
         owners = [
@@ -324,3 +323,48 @@ class Spool:
             self._db, self._pid = None, os.getpid()
             self._owner = _owner_name()
             self._next_dead_scan = 0.0
+
+
+# --- many rows per statement ------------------------------------------------------------------------------
+# ``sqlite3`` lets go of the GIL at every statement, and behind a busy app each release can cost the
+# thread a switch interval or more (see tallyspan_exporters._writer.Rows.write): a batch of 512 records
+# is written, claimed and deleted in a handful of statements, not one per record.
+
+_INSERT_RECORD: Final = insert_sql(
+    "records", ("signal", "record_id", "body", "size", "created_unix_nano", "owner", "lease_until")
+)
+_SEQS_PER_STATEMENT: Final = 256
+"""Seqs one ``IN (...)`` lists at most (within SQLite's lowest limit of 999 bound parameters)."""
+
+
+def _chunks(values: Sequence[T], per_statement: int) -> Iterator[Sequence[T]]:
+    start = 0
+    for size in statement_sizes(len(values), per_statement):
+        yield values[start : start + size]
+        start += size
+
+
+def _seqs_in(chunk: Sequence[int]) -> str:
+    return f"seq IN ({', '.join('?' * len(chunk))})"
+
+
+def _insert_records(db: sqlite3.Connection, rows: Sequence[tuple[object, ...]]) -> list[int]:
+    """Insert ``rows`` (the columns of ``_INSERT_RECORD``), many per statement; their seqs, in order.
+
+    ``seq`` is AUTOINCREMENT and the transaction holds the write lock, so the rows of one statement get
+    consecutive seqs in the order of its VALUES, the last one its ``lastrowid``.
+    """
+    seqs: list[int] = []
+    for chunk in _chunks(rows, rows_per_statement(_INSERT_RECORD)):
+        sql = many_rows_sql(_INSERT_RECORD, len(chunk)) if len(chunk) > 1 else _INSERT_RECORD
+        last = int(db.execute(sql, [value for row in chunk for value in row]).lastrowid or 0)
+        seqs.extend(range(last - len(chunk) + 1, last + 1))
+    return seqs
+
+
+def _delete_records(db: sqlite3.Connection, seqs: Sequence[int]) -> int:
+    """Delete the records of ``seqs``; how many there were."""
+    deleted = 0
+    for chunk in _chunks(seqs, _SEQS_PER_STATEMENT):
+        deleted += db.execute(f"DELETE FROM records WHERE {_seqs_in(chunk)}", chunk).rowcount
+    return deleted

@@ -63,7 +63,10 @@ __all__ = [
     "WriterThread",
     "delete_sql",
     "insert_sql",
+    "many_rows_sql",
+    "rows_per_statement",
     "span_hex",
+    "statement_sizes",
     "trace_hex",
     "transaction",
 ]
@@ -124,7 +127,7 @@ _ONE_ROW_OF_PLACEHOLDERS: Final = re.compile(r"\bVALUES (\((?:\?, )*\?\))\)*$")
 
 
 @functools.lru_cache(maxsize=256)
-def _rows_per_statement(sql: str) -> int:
+def rows_per_statement(sql: str) -> int:
     """How many rows one run of ``sql`` may write: a power of two when ``sql`` ends in one row of
     placeholders holding all its parameters (an INSERT's VALUES, a DELETE's ``IN (VALUES ...)``), else 1."""
     found = _ONE_ROW_OF_PLACEHOLDERS.search(sql)
@@ -134,9 +137,18 @@ def _rows_per_statement(sql: str) -> int:
     return 1 << (fits.bit_length() - 1) if fits >= 1 else 1
 
 
+def statement_sizes(rows: int, per_statement: int) -> Iterator[int]:
+    """How many of ``rows`` rows each statement takes: ``per_statement`` (a power of two) at a time, the
+    rest in falling powers of two, so a statement comes in a few shapes that stay in SQLite's cache."""
+    while rows:
+        size = per_statement if rows >= per_statement else 1 << (rows.bit_length() - 1)
+        yield size
+        rows -= size
+
+
 @functools.lru_cache(maxsize=512)
-def _many_rows_sql(sql: str, rows: int) -> str:
-    """``sql`` (one that ``_rows_per_statement`` allows more than one row) for ``rows`` rows."""
+def many_rows_sql(sql: str, rows: int) -> str:
+    """``sql`` (one that ``rows_per_statement`` allows more than one row) for ``rows`` rows."""
     found = _ONE_ROW_OF_PLACEHOLDERS.search(sql)
     assert found is not None
     group = found[1]
@@ -197,19 +209,15 @@ class Rows:
         order given, as with one statement per row: a span exported twice still ends with its later row.
         """
         for sql, parameters in self.statements:
-            per_statement = _rows_per_statement(sql)
+            per_statement = rows_per_statement(sql)
             if per_statement == 1 or len(parameters) == 1:
                 db.executemany(sql, parameters)
                 continue
-            start, remaining = 0, len(parameters)
-            while remaining:
-                # Whole statements of ``per_statement`` rows, then the rest in powers of two: a few
-                # statement shapes each, so they stay in the connection's statement cache.
-                size = per_statement if remaining >= per_statement else 1 << (remaining.bit_length() - 1)
+            start = 0
+            for size in statement_sizes(len(parameters), per_statement):
                 chunk = parameters[start : start + size]
-                db.execute(_many_rows_sql(sql, size), [value for row in chunk for value in row])
+                db.execute(many_rows_sql(sql, size), [value for row in chunk for value in row])
                 start += size
-                remaining -= size
 
     @classmethod
     def joined(cls, parts: Iterable[Rows]) -> Rows:

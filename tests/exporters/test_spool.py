@@ -312,3 +312,43 @@ def test_the_drops_of_an_apps_batch_span_processor_are_counted_and_stored(
     with open_store(db_path) as db:
         (this_process,) = process_counters(db)  # what `tallyspan doctor` shows
     assert this_process.counts["dropped.batch_processor.spans.queue_full"] == dropped
+
+
+def test_a_batch_is_spooled_claimed_and_deleted_in_a_handful_of_statements_each_seq_its_own_record(
+    tmp_path: Path,
+) -> None:
+    """sqlite3 lets go of the GIL at every statement, and a busy app takes it back each time: a batch of
+    records goes through in a few statements, and the seqs handed back still name each record exactly."""
+    spool = Spool(tmp_path / "s.db", max_bytes=1 << 20, max_age_s=3600)
+    assert spool.append("traces", [("first", "x")]) == [1]
+    db = spool._db
+    assert db is not None
+    ran: list[str] = []
+    db.set_trace_callback(ran.append)
+    records = [
+        (f"r{number}", "y" * (2_000_000 if number in (7, 300) else number % 50 + 1)) for number in range(600)
+    ]
+    seqs = spool.append("traces", records)
+    assert seqs is not None
+    assert [seq for seq, (_, body) in zip(seqs, records, strict=True) if not seq] == [0, 0]  # too large
+    kept = [(seq, record_id) for seq, (record_id, _) in zip(seqs, records, strict=True) if seq]
+    assert [seq for seq, _ in kept] == list(range(2, 600))  # after "first", in order
+    inserts = [sql for sql in ran if sql.startswith("INSERT")]
+    assert len(inserts) == 598 // 64 + (598 % 64).bit_count()  # 9 of 64, then 16 + 4 + 2
+    check = sqlite3.connect(tmp_path / "s.db")
+    try:
+        assert (
+            check.execute("SELECT seq, record_id FROM records WHERE seq > 1 ORDER BY seq").fetchall() == kept
+        )
+    finally:
+        check.close()
+
+    ran.clear()
+    claimed = spool.claim("traces", 512) or []
+    assert [row.record_id for row in claimed] == ["first", *[record_id for _, record_id in kept[:511]]]
+    assert len([sql for sql in ran if sql.startswith("UPDATE")]) == 2  # 256 seqs a statement
+    ran.clear()
+    assert spool.delete([row.seq for row in claimed[:300]])
+    assert len([sql for sql in ran if sql.startswith("DELETE")]) == 4  # 256 + 32 + 8 + 4
+    assert spool.pending("traces") == 599 - 300
+    spool.close()

@@ -16,9 +16,9 @@ from tallyspan_exporters._store import _SPAN_COLUMNS, _Batch
 from tallyspan_exporters._writer import (
     MAX_ROWS_PER_STATEMENT,
     Rows,
-    _rows_per_statement,
     delete_sql,
     insert_sql,
+    rows_per_statement,
 )
 
 _VIOLATION_COLUMNS = ("trace_id", "span_id", "stage", "type", "failure_class", "detail")
@@ -75,7 +75,7 @@ def _span_rows(count: int, keys: int, rng: random.Random) -> list[tuple[object, 
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 31, 32, 33, 63, 64, 65, 100, 129, 1000])
-def test_many_rows_per_statement_store_what_one_statement_per_row_stores(tmp_path: Path, count: int) -> None:
+def test_manyrows_per_statement_store_what_one_statement_per_row_stores(tmp_path: Path, count: int) -> None:
     sql = insert_sql("spans", _SPAN_COLUMNS, verb="INSERT OR REPLACE")
     rows = _span_rows(count, keys=max(1, count * 2 // 3), rng=random.Random(count))
     written = Rows()
@@ -87,6 +87,21 @@ def test_many_rows_per_statement_store_what_one_statement_per_row_stores(tmp_pat
     # 23 columns: 32 rows a statement (999 bound parameters at most), the rest in powers of two.
     full, rest = divmod(count, 32)
     assert len(ran) == full + rest.bit_count()
+
+
+def test_batches_of_the_same_size_are_each_written_whole(tmp_path: Path) -> None:
+    """The statement shapes of a size are worked out once and reused: a later batch of the same size
+    must be written as whole as the first."""
+    sql = insert_sql("spans", _SPAN_COLUMNS)
+    for batch in range(3):
+        rows = [
+            (f"{batch:030x}{key:02x}", *row[1:])
+            for key, row in enumerate(_span_rows(37, 1, random.Random(batch)))
+        ]
+        written = Rows()
+        written.add(sql, rows)
+        assert len(_write(tmp_path / "many.db", written)) == 3  # 32 + 4 + 1
+    assert _select(tmp_path / "many.db", "SELECT count(*) FROM spans") == [(3 * 37,)]
 
 
 def test_a_delete_of_many_keys_removes_exactly_their_rows_through_the_index(tmp_path: Path) -> None:
@@ -136,7 +151,7 @@ def test_a_delete_of_many_keys_removes_exactly_their_rows_through_the_index(tmp_
 def test_only_statements_ending_in_one_row_of_all_their_placeholders_take_many_rows(
     sql: str, rows: int
 ) -> None:
-    assert _rows_per_statement(sql) == rows
+    assert rows_per_statement(sql) == rows
 
 
 def _chat_span(key: int, violation_types: list[str]) -> ReadableSpan:
