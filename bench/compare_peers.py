@@ -430,7 +430,12 @@ def run_rss(calls: int) -> dict[str, float]:
         toggle.off()
     # A thread of ours that falls behind a busy app shows here: losses (the worker's queue, the store's),
     # and the turns the app gave the worker (and the worker gave the store's writer).
-    dropped = sum(after[key] - before.get(key, 0) for key in after if key.startswith("dropped."))
+    losses = {
+        key: after[key] - before.get(key, 0)
+        for key in sorted(after)
+        if key.startswith("dropped.") and after[key] != before.get(key, 0)
+    }
+    dropped = sum(losses.values())
     turns = sum(after[key] - before.get(key, 0) for key in after if key.startswith("backpressure."))
     return {
         "start": start,
@@ -438,6 +443,7 @@ def run_rss(calls: int) -> dict[str, float]:
         "end": end,
         "settled": settled,
         "dropped": dropped,
+        "losses": losses,
         "turns": turns,
     }
 
@@ -664,6 +670,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"peak {rss['peak']:.1f} MB, {rss['end']:.1f} MB at the end, {rss['settled']:.1f} MB after a pause; "
             f"{rss['dropped']:.0f} spans or rows dropped (any dropped.*), {rss['turns']:.0f} turns given"
         )
+        for key, lost in rss["losses"].items():
+            print(f"  {key}: {lost:.0f}")
     if "tallyspan_chain" in args.cases and args.store_spans > 0:
         store = _child(
             sys.executable,

@@ -198,8 +198,8 @@ class Rows:
         if parameters:
             self.statements.append((sql, parameters))
 
-    def write(self, db: sqlite3.Connection) -> None:
-        """Run every statement, in order, inside the caller's transaction.
+    def write(self, db: sqlite3.Connection, progress: Callable[[], object] | None = None) -> None:
+        """Run every statement, in order, inside the caller's transaction; ``progress`` after each.
 
         A statement that ends in one row of placeholders (``... VALUES (?, ?)``, or ``delete_sql``'s
         ``... FROM (VALUES (?, ?)))``) runs for many rows at once, as ``VALUES (?, ?), (?, ?), ...``:
@@ -212,12 +212,14 @@ class Rows:
             per_statement = rows_per_statement(sql)
             if per_statement == 1 or len(parameters) == 1:
                 db.executemany(sql, parameters)
-                continue
-            start = 0
-            for size in statement_sizes(len(parameters), per_statement):
-                chunk = parameters[start : start + size]
-                db.execute(many_rows_sql(sql, size), [value for row in chunk for value in row])
-                start += size
+            else:
+                start = 0
+                for size in statement_sizes(len(parameters), per_statement):
+                    chunk = parameters[start : start + size]
+                    db.execute(many_rows_sql(sql, size), [value for row in chunk for value in row])
+                    start += size
+            if progress is not None:
+                progress()
 
     @classmethod
     def joined(cls, parts: Iterable[Rows]) -> Rows:
@@ -280,15 +282,17 @@ class StoreWriter:
         """True while the writer holds a connection: it has written, and no write failed since."""
         return self._db is not None and not self._closed
 
-    def write(self, rows: Rows) -> bool:
-        """Keep ``rows`` and write everything kept in one transaction; False if not written (yet)."""
+    def write(self, rows: Rows, progress: Callable[[], object] | None = None) -> bool:
+        """Keep ``rows`` and write everything kept in one transaction; False if not written (yet).
+
+        ``progress`` is called after each statement (the writer thread answers a turn there)."""
         with suppress_instrumentation(), self._lock:
             if self._closed:
                 self._count_lost(rows.items)
                 return False
             self._adopt_process()
             self._keep(rows)
-            return self._write_pending(wait=not self._contended)
+            return self._write_pending(wait=not self._contended, progress=progress)
 
     def flush(self, timeout_millis: int = 30000) -> bool:
         """Write the rows kept while the store was locked, waiting for the lock up to the busy timeout
@@ -354,7 +358,13 @@ class StoreWriter:
             self._pending_items -= oldest.items
             self._count_lost(oldest.items)
 
-    def _write_pending(self, *, wait: bool, timeout_millis: int | None = None) -> bool:
+    def _write_pending(
+        self,
+        *,
+        wait: bool,
+        timeout_millis: int | None = None,
+        progress: Callable[[], object] | None = None,
+    ) -> bool:
         """Write every kept batch in one transaction (under ``self._lock``); False if it failed."""
         import sqlite3  # loaded by connect() already: a lookup
 
@@ -368,7 +378,7 @@ class StoreWriter:
             db.execute(f"PRAGMA busy_timeout = {int(busy_millis)}")
             with transaction(db):
                 for rows in self._pending:
-                    rows.write(db)
+                    rows.write(db, progress)
         except sqlite3.OperationalError as error:
             if not is_locked(error):
                 return self._lost()
@@ -460,7 +470,7 @@ class WriterThread(Generic[T]):
         self._max_queued = max(1, max_queued)
         self._delay_s = max(0, schedule_delay_millis) / 1000
         self._condition = threading.Condition()
-        self._queue: list[T] = []
+        self._queue: list[tuple[T, int]] = []  # (item, its size)
         self._queued_items = 0
         self._flushes: list[_Flush] = []
         self._thread: threading.Thread | None = None
@@ -494,7 +504,7 @@ class WriterThread(Generic[T]):
                 self._drop(size)
                 return False
             self._ensure_thread()
-            self._queue.append(item)
+            self._queue.append((item, size))
             self._queued_items += size
             if len(self._queue) == 1 or self._queued_items >= DEFAULT_BATCH_ITEMS:
                 self._condition.notify()
@@ -562,7 +572,7 @@ class WriterThread(Generic[T]):
                 # spans (their content included) alive after a backlog, until the next write came.
                 items, flushes = [], []
 
-    def _next(self) -> tuple[list[T], int, list[_Flush], bool]:
+    def _next(self) -> tuple[list[tuple[T, int]], int, list[_Flush], bool]:
         """Wait for work: queued items (gathered up to the schedule delay), a flush, shutdown, the time
         to try kept rows again or to give memory back; then take it all."""
         with self._condition:
@@ -588,18 +598,16 @@ class WriterThread(Generic[T]):
             flushes, self._flushes = self._flushes, []
             return items, size, flushes, self._stopping
 
-    def _write(self, items: list[T], size: int, flushes: list[_Flush], stopping: bool) -> None:
+    def _write(self, items: list[tuple[T, int]], size: int, flushes: list[_Flush], stopping: bool) -> None:
         writer = self._writer
         if items:
             self._unreleased += size
-            try:
-                rows = self._prepare(items)
-            except Exception:  # items we cannot turn into rows must not stop the ones behind them
-                swallowed(_logger, f"{writer.name}.prepare", f"could not prepare {writer.unit} for the store")
-                with self._condition:
-                    self._drop(size)
-            else:
-                writer.write(rows)
+            # A backlog in transactions of DEFAULT_BATCH_ITEMS, and a turn given while we work answered
+            # after each step (preparing, each statement), not only at the next batch: SQLite lets go of
+            # the GIL at every statement, a busy app takes it back, and a caller whose turn went
+            # unanswered gives the next only once the backlog doubled.
+            for start in range(0, len(items), DEFAULT_BATCH_ITEMS):
+                self._write_part(items[start : start + DEFAULT_BATCH_ITEMS])
         elif writer.kept and not flushes and not stopping:
             writer.write(Rows())  # nothing new: try the kept rows again (without waiting if still locked)
         elif self._unreleased >= RELEASE_AFTER_ITEMS and not flushes and not stopping:
@@ -613,6 +621,21 @@ class WriterThread(Generic[T]):
                 self._losses_at_flush = losses
         if stopping:
             writer.close()
+
+    def _write_part(self, part: list[tuple[T, int]]) -> None:
+        try:
+            rows = self._prepare([item for item, _ in part])
+        except Exception:  # items we cannot turn into rows must not stop the ones behind them
+            swallowed(
+                _logger,
+                f"{self._writer.name}.prepare",
+                f"could not prepare {self._writer.unit} for the store",
+            )
+            with self._condition:
+                self._drop(sum(size for _, size in part))
+            return
+        self._turns.taken()
+        self._writer.write(rows, progress=self._turns.taken)
 
     def _release_memory(self) -> None:
         self._unreleased = 0

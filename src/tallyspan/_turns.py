@@ -12,6 +12,8 @@ the consumer then keeps the GIL for a switch interval, enough for dozens of item
     turns = Turns("backpressure.worker_turns")
     # producer, after queueing:   if queued >= limit: turns.give(queued)
     # consumer, once per item:    turns.taken()
+    #   (a consumer whose item lets go of the GIL itself, as an SQLite write does at every statement,
+    #   answers after each such step: a busy producer takes the GIL back at each one)
 
 ``give`` waits at most ``TURN_TIMEOUT_S``. While a turn is not taken (the consumer is stuck, or the OS
 did not run it in time on a loaded machine) it waits again only once the backlog has doubled since, so a

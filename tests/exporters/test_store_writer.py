@@ -20,7 +20,7 @@ from tests.forking import run_forked
 
 import tallyspan
 from tallyspan._store_schema import SELF_STATS, connect
-from tallyspan_exporters._writer import Rows, StoreWriter, WriterThread, insert_sql
+from tallyspan_exporters._writer import DEFAULT_BATCH_ITEMS, Rows, StoreWriter, WriterThread, insert_sql
 
 _CDLL = ctypes.CDLL  # the real one: the c_library fixture replaces ctypes.CDLL
 
@@ -893,3 +893,46 @@ def test_a_stuck_thread_costs_its_caller_one_turn_per_doubling_of_its_backlog(
     assert tallyspan.stats()["backpressure.test_turns"] == 6
     assert thread.flush(10_000)
     thread.shutdown()
+
+
+def test_rows_report_progress_after_each_statement(db_path: Path) -> None:
+    rows = _rows(*[f"k{number}" for number in range(100)])  # 100 rows: 64 + 32 + 4, one statement
+    rows.add(f"DELETE FROM {SELF_STATS} WHERE key = ?", [("k3",), ("k4",)])
+    steps: list[int] = []
+    db = connect(db_path)
+    try:
+        with db:
+            rows.write(db, progress=lambda: steps.append(len(steps)))
+    finally:
+        db.close()
+    assert steps == [0, 1]  # after the INSERT's statements, after the DELETE's
+    assert len(_keys(db_path)) == 98
+
+
+def test_a_backlog_is_written_in_parts_of_a_batch_each_answering_turns(db_path: Path, held: _Held) -> None:
+    """Behind a busy app one transaction of a whole queue (16,384 spans) kept the thread from answering
+    the turns it was given for seconds; the backlog goes in parts of DEFAULT_BATCH_ITEMS, in order."""
+    parts: list[list[str]] = []
+
+    def prepare(items: list[str]) -> Rows:
+        parts.append(items)
+        return held(items)
+
+    thread: WriterThread[str] = WriterThread(
+        _writer(db_path), prepare, name="tallyspan-test", max_queued=4096, schedule_delay_millis=0
+    )
+    thread.submit("hold")
+    assert held.entered.wait(10)
+    backlog = [f"k{number}" for number in range(1300)]
+    for key in backlog:
+        thread.submit(key)
+    held.release.set()
+    assert thread.flush(30_000)
+    thread.shutdown()
+    assert [len(part) for part in parts] == [
+        1,
+        DEFAULT_BATCH_ITEMS,
+        DEFAULT_BATCH_ITEMS,
+        1300 - 2 * DEFAULT_BATCH_ITEMS,
+    ]
+    assert _keys(db_path) == ["hold", *backlog]
