@@ -4,6 +4,7 @@ step bound, keeps the timeout."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -122,6 +123,17 @@ def test_a_guarded_repetition_finds_what_the_timed_search_finds() -> None:
     ):
         assert _budget_that_times_out_at_once().search(secret, text) is found  # untimed
         assert (secret.search(text, timeout=1.0) is not None) is found
+
+
+def test_the_budget_counts_the_checking_threads_work_not_its_waits() -> None:
+    """Behind a busy app the worker can wait for the GIL longer than the whole budget between two of a
+    span's patterns; that wait is not the patterns' cost, and must not leave them unverified."""
+    budget = PatternBudget(total_s=0.05)
+    time.sleep(0.2)  # waiting, as for the GIL: wall time passes, the thread's CPU time does not
+    assert budget.search(_compiled("毎週"), "毎週の報告") is True
+    assert budget.search(_compiled("(a+a+)+b"), "aaab") is True  # a timed one too
+    assert not budget.exhausted
+    assert budget.check_errors == ()
 
 
 def test_a_spent_budget_runs_no_pattern_linear_or_not() -> None:
