@@ -49,7 +49,7 @@ from tallyspan.plugin import (
 )
 from tallyspan_exporters._codec import decode_span, encode_span
 from tallyspan_exporters._delivery import Attempt, Codec, Outbox
-from tallyspan_exporters._spool import Spool
+from tallyspan_exporters._spool import Spool, shared_spool
 
 __all__ = [
     "BackendUnreachableError",
@@ -251,7 +251,9 @@ def open_spool(settings: ExportSettings) -> Spool | None:
     """The spool the settings name, or None when it is turned off."""
     if settings.spool_path is None:
         return None
-    return Spool(settings.spool_path, max_bytes=settings.spool_max_bytes, max_age_s=settings.spool_max_age_s)
+    return shared_spool(
+        settings.spool_path, max_bytes=settings.spool_max_bytes, max_age_s=settings.spool_max_age_s
+    )
 
 
 class OTLPSpanProcessor(SpanProcessor):

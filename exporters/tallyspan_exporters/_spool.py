@@ -46,7 +46,7 @@ from tallyspan_exporters._writer import (
     transaction,
 )
 
-__all__ = ["LEASE_S", "Spool", "SpooledRow"]
+__all__ = ["LEASE_S", "Spool", "SpooledRow", "shared_spool"]
 
 _logger = logging.getLogger(__name__)
 
@@ -103,6 +103,35 @@ def _is_dead(owner: str, host: str) -> bool:
     return False
 
 
+_shared: dict[tuple[Path, int, float], Spool] = {}
+_shared_lock = threading.Lock()
+
+
+def _renew_shared_lock() -> None:
+    global _shared_lock
+    _shared_lock = threading.Lock()  # a fork while another thread held it must not freeze the child
+
+
+os.register_at_fork(after_in_child=_renew_shared_lock)
+
+
+def shared_spool(path: str | os.PathLike[str], *, max_bytes: int, max_age_s: float) -> Spool:
+    """The process's open spool at ``path`` (made on first use), shared by its outboxes (traces and the
+    ledger's logs): one connection and one lock, so they wait for each other in Python, not on SQLite's
+    busy timeout, which a transaction of ours starved of the GIL behind a busy app could outlast
+    (``errors.spool.locked`` from our own two connections). Each user closes it once."""
+    key = (Path(path).absolute(), max_bytes, max_age_s)
+    with _shared_lock:
+        spool = _shared.get(key)
+        if spool is not None:
+            with spool._lock:
+                if not spool._closed:
+                    spool._users += 1
+                    return spool
+        spool = _shared[key] = Spool(path, max_bytes=max_bytes, max_age_s=max_age_s)
+        return spool
+
+
 class Spool:
     """Records waiting for the backend, in the SQLite file at ``path`` (opened on first use).
 
@@ -126,6 +155,7 @@ class Spool:
         self._host = socket.gethostname()
         self._closed = False
         self._next_dead_scan = 0.0
+        self._users = 1  # the outboxes sharing it (``shared_spool``): the last one releases and closes
 
     # --- what the sender uses --------------------------------------------------------------------------
 
@@ -197,7 +227,12 @@ class Spool:
         )
 
     def release(self) -> None:
-        """Give up this process's rows: the next process that claims sends them, without waiting."""
+        """Give up this process's rows: the next process that claims sends them, without waiting.
+
+        Nothing while another outbox still shares this spool: they are its rows too."""
+        with self._lock:
+            if self._users > 1:
+                return
         self._transaction(
             "release",
             lambda db: db.execute(
@@ -214,8 +249,11 @@ class Spool:
         return None if found is None else int(found[0])
 
     def close(self) -> None:
-        """Close the file; later calls fail (and report it)."""
+        """Close the file once its last user closes it; later calls fail (and report it)."""
         with self._lock:
+            self._users -= 1
+            if self._users > 0:
+                return
             self._closed = True
             db, self._db = self._db, None
             if db is not None and self._pid == os.getpid():

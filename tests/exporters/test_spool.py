@@ -352,3 +352,37 @@ def test_a_batch_is_spooled_claimed_and_deleted_in_a_handful_of_statements_each_
     assert len([sql for sql in ran if sql.startswith("DELETE")]) == 4  # 256 + 32 + 8 + 4
     assert spool.pending("traces") == 599 - 300
     spool.close()
+
+
+def test_the_outboxes_of_a_process_share_one_spool_closed_and_released_by_the_last(tmp_path: Path) -> None:
+    """Traces and the ledger's logs spool into one file: through one connection and lock, so a
+    transaction of one starved of the GIL makes the other wait in Python, not fail on SQLite's busy
+    timeout (``errors.spool.locked`` from our own two connections)."""
+    from tallyspan_exporters._spool import shared_spool
+
+    path = tmp_path / "s.db"
+    traces = shared_spool(path, max_bytes=1 << 20, max_age_s=3600)
+    logs = shared_spool(path, max_bytes=1 << 20, max_age_s=3600)
+    assert logs is traces
+    assert traces.append("traces", [("t", "span")]) == [1]
+    assert traces.claim("traces", 5) is not None
+    traces.release()  # the logs outbox still uses it: the rows stay this process's
+    traces.close()
+    assert logs.append("logs", [("l", "record")]) == [2]
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("SELECT count(*) FROM records WHERE owner IS NOT NULL").fetchone() == (2,)
+    finally:
+        check.close()
+    logs.release()
+    logs.close()
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("SELECT count(*) FROM records WHERE owner IS NULL").fetchone() == (2,)
+    finally:
+        check.close()
+    assert logs.append("logs", [("late", "x")]) is None  # closed by its last user
+    again = shared_spool(path, max_bytes=1 << 20, max_age_s=3600)  # the next instrument(): a fresh one
+    assert again is not traces
+    assert again.append("logs", [("m", "y")]) == [3]
+    again.close()
