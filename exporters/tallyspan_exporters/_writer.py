@@ -605,7 +605,7 @@ class WriterThread(Generic[T]):
             # A backlog in transactions of DEFAULT_BATCH_ITEMS, and a turn given while we work answered
             # after each step (preparing, each statement), not only at the next batch: SQLite lets go of
             # the GIL at every statement, a busy app takes it back, and a caller whose turn went
-            # unanswered gives the next only once the backlog doubled.
+            # unanswered gives the next only once the backlog grew by another step.
             for start in range(0, len(items), DEFAULT_BATCH_ITEMS):
                 self._write_part(items[start : start + DEFAULT_BATCH_ITEMS])
         elif writer.kept and not flushes and not stopping:

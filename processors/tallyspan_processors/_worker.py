@@ -10,7 +10,8 @@ give up at their deadline, and what shutdown gave up is counted (``dropped.spans
 Backpressure: behind an app thread that is busy and often lets go of the GIL for a moment, CPython can
 starve the worker for seconds (``tallyspan.plugin.Turns`` says why). Once ``max_queue_size // 16`` spans
 wait, the app's thread lets go of the GIL until the worker runs (at most 10 ms; while a turn is not
-taken, again only once the backlog doubled), counted as ``tallyspan.stats()["backpressure.worker_turns"]``.
+taken, again each time the backlog grew by another sixteenth of the queue), counted as
+``tallyspan.stats()["backpressure.worker_turns"]``.
 
 A worker that is gone (it did not survive ``fork()``) is started again on the next span or flush.
 """

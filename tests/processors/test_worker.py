@@ -736,21 +736,21 @@ def test_an_app_that_keeps_the_gil_busy_gives_the_worker_turns_instead_of_droppi
     provider.shutdown()
 
 
-def test_a_stuck_worker_costs_the_app_one_turn_per_doubling_of_its_backlog_not_one_per_span() -> None:
+def test_a_stuck_worker_costs_the_app_one_turn_per_step_of_its_backlog_not_one_per_span() -> None:
     gate = _Gate()
-    processor = OffThreadProcessor([gate], max_queue_size=16, batch_delay_millis=0)
+    processor = OffThreadProcessor([gate], max_queue_size=64, batch_delay_millis=0)
     provider = TracerProvider()
     provider.add_span_processor(processor)
-    provider.get_tracer("test").start_span("gate").end()  # 16 // 16 = 1 span waits: a turn
+    provider.get_tracer("test").start_span("gate").end()  # 1 span waits, under 64 // 16 = 4: no turn
     assert gate.entered.wait(10)
-    assert tallyspan.stats()["backpressure.worker_turns"] == 1
-    # The stuck worker takes no turn: one is given at 1 span queued, then only at 2, 4 and 8.
-    _spans(provider, 12)
+    assert "backpressure.worker_turns" not in tallyspan.stats()
+    # The stuck worker takes no turn: one is given at 4 spans queued, then at 8, 12, 16 and 20 only.
+    _spans(provider, 22)
     assert tallyspan.stats()["backpressure.worker_turns"] == 5
     gate.open()
     assert processor.force_flush(10000)
-    assert len(gate.ended) == 13
-    _spans(provider, 1)  # the worker ran again since: the next queued span gives the next turn
+    assert len(gate.ended) == 23
+    _spans(provider, 4)  # the worker ran again since: the fourth queued span gives the next turn
     assert processor.force_flush(10000)
     assert tallyspan.stats()["backpressure.worker_turns"] == 6
     provider.shutdown()
