@@ -30,7 +30,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
@@ -42,7 +42,7 @@ from tallyspan_exporters._writer import (
     insert_sql,
     many_rows_sql,
     rows_per_statement,
-    statement_sizes,
+    statement_chunks,
     transaction,
 )
 
@@ -199,7 +199,7 @@ class Spool:
                 " AND (owner = ? OR owner IS NULL OR lease_until < ?) ORDER BY seq LIMIT ?",
                 (signal, self._owner, now, max(1, limit)),
             ).fetchall()
-            for chunk in _chunks([int(row[0]) for row in rows], _SEQS_PER_STATEMENT):
+            for chunk in statement_chunks([int(row[0]) for row in rows], _SEQS_PER_STATEMENT):
                 db.execute(
                     f"UPDATE records SET owner = ?, lease_until = ?, attempts = attempts + 1 WHERE {_seqs_in(chunk)}",
                     (self._owner, now + LEASE_S, *chunk),
@@ -375,13 +375,6 @@ _SEQS_PER_STATEMENT: Final = 256
 """Seqs one ``IN (...)`` lists at most (within SQLite's lowest limit of 999 bound parameters)."""
 
 
-def _chunks(values: Sequence[T], per_statement: int) -> Iterator[Sequence[T]]:
-    start = 0
-    for size in statement_sizes(len(values), per_statement):
-        yield values[start : start + size]
-        start += size
-
-
 def _seqs_in(chunk: Sequence[int]) -> str:
     return f"seq IN ({', '.join('?' * len(chunk))})"
 
@@ -393,8 +386,8 @@ def _insert_records(db: sqlite3.Connection, rows: Sequence[tuple[object, ...]]) 
     consecutive seqs in the order of its VALUES, the last one its ``lastrowid``.
     """
     seqs: list[int] = []
-    for chunk in _chunks(rows, rows_per_statement(_INSERT_RECORD)):
-        sql = many_rows_sql(_INSERT_RECORD, len(chunk)) if len(chunk) > 1 else _INSERT_RECORD
+    for chunk in statement_chunks(rows, rows_per_statement(_INSERT_RECORD)):
+        sql = many_rows_sql(_INSERT_RECORD, len(chunk))
         last = int(db.execute(sql, [value for row in chunk for value in row]).lastrowid or 0)
         seqs.extend(range(last - len(chunk) + 1, last + 1))
     return seqs
@@ -403,6 +396,6 @@ def _insert_records(db: sqlite3.Connection, rows: Sequence[tuple[object, ...]]) 
 def _delete_records(db: sqlite3.Connection, seqs: Sequence[int]) -> int:
     """Delete the records of ``seqs``; how many there were."""
     deleted = 0
-    for chunk in _chunks(seqs, _SEQS_PER_STATEMENT):
+    for chunk in statement_chunks(seqs, _SEQS_PER_STATEMENT):
         deleted += db.execute(f"DELETE FROM records WHERE {_seqs_in(chunk)}", chunk).rowcount
     return deleted

@@ -101,15 +101,28 @@ def _add_rows_without_none(
 ) -> None:
     """Add the INSERTs of ``values``: one statement per run of rows with None in the same columns (in
     order, so a span exported twice in a batch keeps its later row), without those columns."""
+    _add_keyed_rows(rows, table, columns, map(_without_none, values))
+
+
+def _without_none(row: tuple[Any, ...]) -> tuple[tuple[int, ...], tuple[Any, ...]]:
+    """(the indexes of the None values in ``row``, ``row`` without them)."""
+    absent = tuple([index for index, value in enumerate(row) if value is None])
+    return absent, tuple([value for value in row if value is not None]) if absent else row
+
+
+def _add_keyed_rows(
+    rows: Rows, table: str, columns: tuple[str, ...], keyed: Iterable[tuple[tuple[int, ...], tuple[Any, ...]]]
+) -> None:
+    """Add the INSERTs of ``keyed`` rows (the columns left out, the row without them): one statement per
+    run of rows with the same columns left out, in order (a span exported twice keeps its later row)."""
     statement: list[tuple[Any, ...]] = []
     current: tuple[int, ...] | None = None
-    for row in values:
-        absent = tuple([index for index, value in enumerate(row) if value is None])
+    for absent, row in keyed:
         if absent != current:
             if current is not None:
                 rows.add(_insert_without(table, columns, current), statement)
             current, statement = absent, []
-        statement.append(tuple([value for value in row if value is not None]) if absent else row)
+        statement.append(row)
     if current is not None:
         rows.add(_insert_without(table, columns, current), statement)
 
@@ -315,23 +328,6 @@ class _Counters:
 
 def _text(value: object) -> str | None:
     return None if value is None else str(value)
-
-
-def _add_keyed_rows(
-    rows: Rows, table: str, columns: tuple[str, ...], keyed: Sequence[tuple[tuple[int, ...], tuple[Any, ...]]]
-) -> None:
-    """Add the INSERTs of ``keyed`` rows (the columns left out, the row without them): one statement per
-    run of rows with the same columns left out, in order (a span exported twice keeps its later row)."""
-    statement: list[tuple[Any, ...]] = []
-    current: tuple[int, ...] | None = None
-    for absent, row in keyed:
-        if absent != current:
-            if current is not None:
-                rows.add(_insert_without(table, columns, current), statement)
-            current, statement = absent, []
-        statement.append(row)
-    if current is not None:
-        rows.add(_insert_without(table, columns, current), statement)
 
 
 #: The attributes a span's and its run's rows store as text, in the order ``_texts`` returns them.

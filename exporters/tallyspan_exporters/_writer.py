@@ -66,12 +66,14 @@ __all__ = [
     "many_rows_sql",
     "rows_per_statement",
     "span_hex",
-    "statement_sizes",
+    "statement_chunks",
     "trace_hex",
     "transaction",
 ]
 
 _logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -137,13 +139,14 @@ def rows_per_statement(sql: str) -> int:
     return 1 << (fits.bit_length() - 1) if fits >= 1 else 1
 
 
-def statement_sizes(rows: int, per_statement: int) -> Iterator[int]:
-    """How many of ``rows`` rows each statement takes: ``per_statement`` (a power of two) at a time, the
-    rest in falling powers of two, so a statement comes in a few shapes that stay in SQLite's cache."""
-    while rows:
-        size = per_statement if rows >= per_statement else 1 << (rows.bit_length() - 1)
-        yield size
-        rows -= size
+def statement_chunks(values: Sequence[T], per_statement: int) -> Iterator[Sequence[T]]:
+    """``values`` in the parts one statement each takes: ``per_statement`` (a power of two) at a time,
+    the rest in falling powers of two, so a statement comes in a few shapes that stay in SQLite's cache."""
+    start, left = 0, len(values)
+    while left:
+        size = per_statement if left >= per_statement else 1 << (left.bit_length() - 1)
+        yield values[start : start + size]
+        start, left = start + size, left - size
 
 
 @functools.lru_cache(maxsize=512)
@@ -213,11 +216,8 @@ class Rows:
             if per_statement == 1 or len(parameters) == 1:
                 db.executemany(sql, parameters)
             else:
-                start = 0
-                for size in statement_sizes(len(parameters), per_statement):
-                    chunk = parameters[start : start + size]
-                    db.execute(many_rows_sql(sql, size), [value for row in chunk for value in row])
-                    start += size
+                for chunk in statement_chunks(parameters, per_statement):
+                    db.execute(many_rows_sql(sql, len(chunk)), [value for row in chunk for value in row])
             if progress is not None:
                 progress()
 
@@ -416,9 +416,6 @@ class StoreWriter:
                 swallowed(
                     _logger, f"{self.name}.close", f"could not close the tallyspan store at {self.path}"
                 )
-
-
-T = TypeVar("T")
 
 
 class _Flush:

@@ -20,6 +20,7 @@ from tallyspan._selfstats import count
 from tallyspan._store_queries import open_store, process_counters
 from tallyspan._store_schema import connect
 from tallyspan_exporters import SQLiteSpanExporter
+from tallyspan_exporters._writer import Rows, insert_sql
 
 
 @pytest.fixture
@@ -28,6 +29,16 @@ def tracer(db_path: Path) -> Iterator[trace.Tracer]:
     provider.add_span_processor(SimpleSpanProcessor(SQLiteSpanExporter(db_path)))
     yield provider.get_tracer("test")
     provider.shutdown()
+
+
+def _write(db_path: Path, rows: Rows) -> None:
+    """Write ``rows`` into the store at ``db_path`` in one transaction."""
+    db = connect(db_path)
+    try:
+        with db:
+            rows.write(db)
+    finally:
+        db.close()
 
 
 def _select(db_path: Path, sql: str) -> list[dict[str, object]]:
@@ -150,7 +161,6 @@ def test_rows_without_their_none_columns_store_what_the_full_insert_stores(
     """Rows with None left out of the INSERT (``_add_rows_without_none``) against the plain INSERT of
     every column: random None patterns, runs of the same pattern, and spans written twice in one batch."""
     from tallyspan_exporters._store import _RUN_COLUMNS, _SPAN_COLUMNS, _add_rows_without_none
-    from tallyspan_exporters._writer import Rows, insert_sql
 
     columns = _SPAN_COLUMNS if table == "spans" else _RUN_COLUMNS
     rng = random.Random(13)
@@ -177,13 +187,8 @@ def test_rows_without_their_none_columns_store_what_the_full_insert_stores(
     left_out = Rows()
     _add_rows_without_none(left_out, table, columns, rows)
     assert len(left_out.statements) > 2  # several None patterns, several statements
-    for path, written in ((reference, full), (omitted, left_out)):
-        db = connect(path)
-        try:
-            with db:
-                written.write(db)
-        finally:
-            db.close()
+    _write(reference, full)
+    _write(omitted, left_out)
     query = f"SELECT * FROM {table} ORDER BY trace_id, span_id"
     assert _select(omitted, query) == _select(reference, query)
     assert len(_select(reference, query)) == len({row[0] for row in rows})
@@ -197,7 +202,6 @@ def test_run_rows_of_a_batch_store_what_the_full_insert_stores(tmp_path: Path) -
     from opentelemetry.trace import SpanContext, TraceFlags
 
     from tallyspan_exporters._store import _RUN_COLUMNS, _Batch
-    from tallyspan_exporters._writer import Rows, insert_sql
 
     rng = random.Random(5)
     batch = _Batch()
@@ -234,12 +238,7 @@ def test_run_rows_of_a_batch_store_what_the_full_insert_stores(tmp_path: Path) -
     assert len({sql for sql, _ in keyed.statements if "INTO runs" in sql}) == 2  # named and unnamed
     written = []
     for path, rows in ((tmp_path / "plain.db", full), (tmp_path / "keyed.db", keyed)):
-        db = connect(path)
-        try:
-            with db:
-                rows.write(db)
-        finally:
-            db.close()
+        _write(path, rows)
         written.append(_select(path, "SELECT * FROM runs ORDER BY trace_id, span_id"))
     assert written[1] == written[0]
     assert len(written[0]) == len({row[0] for row in plain})
