@@ -46,6 +46,7 @@ from tallyspan.plugin import (
     release_free_memory,
     renew_lock_after_fork,
     swallowed,
+    turn_threshold,
 )
 
 if TYPE_CHECKING:
@@ -98,8 +99,6 @@ DEFAULT_BATCH_ITEMS: Final = 512
 """Items that make a writer thread write at once, without waiting for the schedule delay."""
 RETRY_SECONDS: Final = 1.0
 """How often a writer thread tries again to write rows kept under another connection's lock."""
-TURN_AT_QUEUE_FRACTION: Final = 16
-"""The share of ``max_queued`` from which a caller of ``submit`` gives the thread a turn."""
 RELEASE_AFTER_ITEMS: Final = 1024
 """Items written since the last release that make a pause worth giving memory back for."""
 DEFAULT_RELEASE_IDLE_MILLIS: Final = 1000
@@ -473,7 +472,7 @@ class WriterThread(Generic[T]):
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._pid = os.getpid()
-        self._turn_at = max(1, self._max_queued // TURN_AT_QUEUE_FRACTION)
+        self._turn_at = turn_threshold(self._max_queued)
         self._turns = Turns(f"backpressure.{writer.name}_turns")
         self._dropped = 0  # items dropped before they reached the writer (queue full, not preparable)
         self._losses_at_flush = 0  # the writer's and our losses when the last flush answered

@@ -38,6 +38,7 @@ from tallyspan.plugin import (
     count,
     release_free_memory,
     swallowed,
+    turn_threshold,
 )
 from tallyspan_processors._content import take_content
 from tallyspan_processors._wrapping import WrappingProcessor, flush_all, hand
@@ -52,10 +53,6 @@ DEFAULT_SHUTDOWN_TIMEOUT_MILLIS = 30000
 #: How long the worker lets spans gather after a pause before it handles them (flush and shutdown
 #: do not wait for it).
 DEFAULT_BATCH_DELAY_MILLIS = 20.0
-#: The share of ``max_queue_size`` from which the app's thread gives the worker a turn: a queue of
-#: 8,192 then holds about 512 spans (a few MB of content) behind a busy app, instead of filling up
-#: and dropping.
-TURN_AT_QUEUE_FRACTION = 16
 
 
 class _Flush:
@@ -121,7 +118,7 @@ class OffThreadProcessor(WrappingProcessor):
         self._batch_delay_s = max(0.0, batch_delay_millis / 1000)
         self._wake = threading.Event()
         self._memory_releases = 0
-        self._turn_at = max(1, max_queue_size // TURN_AT_QUEUE_FRACTION)
+        self._turn_at = turn_threshold(max_queue_size)
         self._turns = Turns("backpressure.worker_turns")
         # The worker thread does not survive fork(): give the child a fresh queue and worker.
         after_fork_in_child(self, OffThreadProcessor._reset_after_fork)

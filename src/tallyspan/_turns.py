@@ -32,10 +32,18 @@ from typing import Final
 
 from tallyspan._selfstats import count
 
-__all__ = ["TURN_TIMEOUT_S", "Turns"]
+__all__ = ["TURN_AT_QUEUE_FRACTION", "TURN_TIMEOUT_S", "Turns", "turn_threshold"]
 
 TURN_TIMEOUT_S: Final = 0.01
 """How long a producer waits at most for the consumer to take its turn."""
+TURN_AT_QUEUE_FRACTION: Final = 16
+"""The share of a queue from which its producer gives the consumer turns: the worker's 8,192 then holds
+about 512 spans (a few MB of content) behind a busy app, instead of filling up and dropping."""
+
+
+def turn_threshold(capacity: int) -> int:
+    """The backlog of a queue of ``capacity`` items from which its producer gives turns."""
+    return max(1, capacity // TURN_AT_QUEUE_FRACTION)
 
 
 class Turns:

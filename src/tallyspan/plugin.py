@@ -28,7 +28,8 @@ Groups:
   :func:`renew_lock_after_fork` (every lock a plugin owns) and :func:`after_fork_in_child` (every thread
   a plugin starts);
 - **memory**: :func:`release_free_memory` (the C heap's free pages back to the OS after a busy spell);
-- **backpressure**: :class:`Turns` (a producer lets go of the GIL until a starved thread of ours runs).
+- **backpressure**: :class:`Turns` (a producer lets go of the GIL until a starved thread of ours runs),
+  from :func:`turn_threshold` items queued.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ from tallyspan._store_schema import (
 )
 from tallyspan._taxonomy import FAILURE_CLASS_OF, ViolationType
 from tallyspan._tool_spans import end_tool_span, json_text
-from tallyspan._turns import Turns
+from tallyspan._turns import Turns, turn_threshold
 from tallyspan._version import __version__
 
 if TYPE_CHECKING:
@@ -156,5 +157,6 @@ __all__ = [
     "resolve_db_path",
     "stats",
     "swallowed",
+    "turn_threshold",
     "warn_once",
 ]
