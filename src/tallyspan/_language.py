@@ -27,7 +27,7 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from tallyspan._jsonschema import parse_json_output
-from tallyspan._scripts import KANA, chinese_evidence, script_counts
+from tallyspan._scripts import KANA, chinese_evidence, has_fence, script_counts
 from tallyspan._taxonomy import SUPPORTED_LANGUAGES, ViolationType
 
 __all__ = ["SUPPORTED_LANGUAGES", "ScriptProfile", "language_violations", "profile"]
@@ -164,7 +164,7 @@ def _set_aside_code(text: str) -> tuple[str, str]:
     stripped = text.strip()
     if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]") and _is_json(stripped):
         return "", text
-    prose = _CODE_FENCE.sub(keep, text) if ("```" in text or "~~~" in text) else text
+    prose = _CODE_FENCE.sub(keep, text) if has_fence(text) else text
     if "`" in prose:
         prose = _INLINE_CODE.sub(keep, prose)
     prose = _strip_markup(prose)
@@ -179,7 +179,7 @@ def _has_code_signs(prose: str) -> bool:
         return True
     if "/" in prose and ("//" in prose or "/*" in prose):
         return True
-    return ("#" in prose and "#include" in prose) or "import " in prose
+    return ("#" in prose and "#include" in prose) or (" " in prose and "import " in prose)
 
 
 def _is_json(text: str) -> bool:

@@ -384,19 +384,32 @@ class PatternBudget:
         # The CPU time of the checking thread, not the wall clock: the budget bounds our own work. Behind
         # a busy app the worker can wait for the GIL longer than the whole budget between two patterns,
         # and a wall-clock budget then left a span's patterns unverified (measured: 1-2 spans in 20,000).
-        self._deadline = time.thread_time() + total_s
+        self._total_s = total_s
         self._per_pattern_s = per_pattern_s
+        self._deadline: float | None = None  # set by the first reading of the clock
+        # Steps of the untimed searches since the clock was last read: the thread's CPU clock is a system
+        # call (about 0.4 µs), read only once they add up to one timed search's worth.
+        self._unclocked_steps = 0
         self._exhausted = False
 
     def search(self, pattern: regex.Pattern[str], text: str) -> bool | None:
         """True/False, or None when the pattern ran out of time or the budget was already spent."""
-        remaining = self._deadline - time.thread_time()
-        if remaining <= 0:
+        if self._exhausted or self._total_s <= 0:
             self._exhaust()
             return None
         nodes = _LINEAR_NODE_COUNTS.get(pattern)
-        if nodes is not None and nodes * len(text) <= UNTIMED_STEPS:
-            # It cannot backtrack, and its steps are bounded well inside the timeout: no clock() to pay.
+        steps = nodes * len(text) if nodes is not None else UNTIMED_STEPS + 1
+        if steps <= UNTIMED_STEPS and self._unclocked_steps + steps <= UNTIMED_STEPS:
+            # It cannot backtrack, and its steps (with those of the untimed searches before it) are bounded
+            # well inside the timeout: no clock to read.
+            self._unclocked_steps += steps
+            return pattern.search(text, concurrent=False) is not None
+        remaining = self._remaining()
+        if remaining <= 0:
+            self._exhaust()
+            return None
+        if steps <= UNTIMED_STEPS:
+            self._unclocked_steps = steps
             return pattern.search(text, concurrent=False) is not None
         try:
             # concurrent=False: ``regex`` would otherwise let go of the GIL for the search, and getting it
@@ -406,9 +419,17 @@ class PatternBudget:
             return pattern.search(text, timeout=timeout, concurrent=False) is not None
         except TimeoutError:
             count("checks.regex_timeout")
-            if self._deadline - time.thread_time() <= 0:
+            if self._remaining() <= 0:
                 self._exhaust()
             return None
+
+    def _remaining(self) -> float:
+        """Seconds of the budget left; the budget starts at the first reading."""
+        now = time.thread_time()
+        self._unclocked_steps = 0
+        if self._deadline is None:
+            self._deadline = now + self._total_s
+        return self._deadline - now
 
     def _exhaust(self) -> None:
         if not self._exhausted:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+from tallyspan._scripts import has_fence
+
 __all__ = ["DEFAULT_MAX_REPEATED_SHARE", "MAX_UNIT_CHARS", "MIN_COPIES", "repeated_share"]
 
 #: More than this share of the text repeating one unit back to back is degenerate_repetition.
@@ -48,21 +50,30 @@ def _candidate_units(text: str) -> set[str]:
     """Units that repeat back to back at one of the probes."""
     units: set[str] = set()
     length = len(text)
+    find, startswith = text.find, text.startswith
     for index in range(_PROBES):
         start = (2 * index + 1) * length // (2 * _PROBES)
-        gram = text[start : start + _PROBE_CHARS]
-        if len(gram) < _PROBE_CHARS:
+        end = start + _PROBE_CHARS
+        if end > length:
             continue
-        reach = start + MAX_UNIT_CHARS + _PROBE_CHARS
-        found = text.find(gram, start + 1, reach)
-        for _ in range(_TRIES_PER_PROBE):
-            if found < 0:
-                break
-            if text.startswith(text[start:found], found):
+        gram = text[start:end]
+        reach = end + MAX_UNIT_CHARS
+        found = find(gram, start + 1, reach)
+        tries = 1
+        # Most probes end here: the characters at the probe do not come again within a unit's reach.
+        while found >= 0:
+            if startswith(text[start:found], found):
                 units.add(_primitive(text[start:found]))
                 break
-            found = text.find(gram, found + 1, reach)
+            if tries == _TRIES_PER_PROBE:
+                break
+            tries += 1
+            found = find(gram, found + 1, reach)
     return units
+
+
+def _shortest_first(unit: str) -> tuple[int, str]:
+    return len(unit), unit
 
 
 def _common_prefix(first: str, second: str) -> int:
@@ -112,12 +123,12 @@ def repeated_share(text: str) -> tuple[float, int]:
     length = len(text)
     if length < MIN_RUN_CHARS:
         return 0.0, 0
-    if "```" in text or "~~~" in text:
+    if has_fence(text):
         text = _CLOSED_FENCE.sub("\x00", text)
     best, best_unit = 0, 0
-    for unit in _candidate_units(text):
-        if text.count(unit) * len(unit) <= best:
-            continue  # even if every occurrence were in a run it could not beat the best
+    # Every candidate is measured (a bound from ``str.count`` misses the part-units at a run's ends), in
+    # a fixed order: of two units that cover as much, the shorter is named, whatever the hash seed.
+    for unit in sorted(_candidate_units(text), key=_shortest_first):
         covered = _covered(text, unit)
         if covered > best:
             best, best_unit = covered, len(unit)

@@ -24,10 +24,18 @@ from typing import NamedTuple
 
 from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
 
-__all__ = ["KANA", "ChineseEvidence", "ScriptCounts", "chinese_evidence", "script_counts"]
+__all__ = ["KANA", "ChineseEvidence", "ScriptCounts", "chinese_evidence", "has_fence", "script_counts"]
 
 KANA = re.compile(r"[\u3041-\u309F\u30A1-\u30FA\u30FD-\u30FF\u31F0-\u31FF\uFF66-\uFF9D々〆]")
 HAN = re.compile(r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF]")
+
+def has_fence(text: str) -> bool:
+    """True when ``text`` holds a code fence marker (```` ``` ```` or ``~~~``).
+
+    A one-character test first: in CJK text it costs a tenth of the search for three.
+    """
+    return ("`" in text and "```" in text) or ("~" in text and "~~~" in text)
+
 
 # --- script counts ---------------------------------------------------------------------------------
 # One bit per (high byte, low byte) rule; a code unit is in a script when its high byte's bit and
