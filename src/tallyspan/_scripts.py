@@ -29,6 +29,7 @@ __all__ = ["KANA", "ChineseEvidence", "ScriptCounts", "chinese_evidence", "has_f
 KANA = re.compile(r"[\u3041-\u309F\u30A1-\u30FA\u30FD-\u30FF\u31F0-\u31FF\uFF66-\uFF9D々〆]")
 HAN = re.compile(r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF]")
 
+
 def has_fence(text: str) -> bool:
     """True when ``text`` holds a code fence marker (```` ``` ```` or ``~~~``).
 
