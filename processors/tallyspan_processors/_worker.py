@@ -18,7 +18,6 @@ A worker that is gone (it did not survive ``fork()``) is started again on the ne
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import threading
@@ -107,9 +106,14 @@ class OffThreadProcessor(WrappingProcessor):
         self._max_queue_size = max_queue_size
         self._shutdown_timeout_s = max(0, shutdown_timeout_millis) / 1000
         self._budget = budget
-        self._queue: queue.Queue[object] = queue.Queue(max_queue_size)
+        # A SimpleQueue (C, about a tenth of queue.Queue's put on the app's thread), bounded by the size
+        # checked before each put: app threads racing each other may pass it by one span each.
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
+        # Set before the worker starts and cleared when it returns: checked on every span instead of
+        # Thread.is_alive(), a few Python-level calls (fork, which also ends it, is handled apart).
+        self._worker_running = False
         self._is_shutdown = False
         # Set once shutdown stops waiting: the worker then discards (and counts) what is still queued.
         self._stopping = False
@@ -144,14 +148,15 @@ class OffThreadProcessor(WrappingProcessor):
             count("dropped.spans_after_shutdown")
             self._forget(span)
             return
-        self._ensure_worker()
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
+        if not self._worker_running:
+            self._ensure_worker()
+        queued = self._queue.qsize()
+        if queued >= self._max_queue_size:
             count("dropped.spans")
             self._forget(span)
             return
-        queued = self._queue.qsize()
+        self._queue.put(item)
+        queued += 1
         if queued >= self._turn_at:
             self._wake.set()  # a batch delay must not hold the turn up
             self._turns.give(queued)
@@ -187,9 +192,8 @@ class OffThreadProcessor(WrappingProcessor):
         self._wake.set()
         worker = self._worker
         if worker is not None:
-            # A stuck worker with a full queue stops by itself once it sees _stopping.
-            with contextlib.suppress(queue.Full):
-                self._queue.put_nowait(_STOP)
+            # A stuck worker stops by itself once it sees _stopping.
+            self._queue.put(_STOP)
             worker.join(timeout=max(0.0, deadline - time.monotonic()))
         if worker is None or not worker.is_alive():
             self._discard_queued()  # spans that raced shutdown's flag into the queue
@@ -220,10 +224,7 @@ class OffThreadProcessor(WrappingProcessor):
             return True
         self._ensure_worker()
         marker = _Flush()
-        try:
-            self._queue.put(marker, timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Full:
-            return False
+        self._queue.put(marker)  # past the bound by one at most: a flush must not wait for room
         self._wake.set()
         return marker.done.wait(max(0.0, deadline - time.monotonic()))
 
@@ -240,7 +241,12 @@ class OffThreadProcessor(WrappingProcessor):
             if self._stopping:
                 return  # shutting down: nobody should start a worker any more
             worker = threading.Thread(target=self._run, name="tallyspan-worker", daemon=True)
-            worker.start()
+            self._worker_running = True
+            try:
+                worker.start()
+            except BaseException:
+                self._worker_running = False
+                raise
             self._worker = worker
 
     def _run(self) -> None:
@@ -287,6 +293,7 @@ class OffThreadProcessor(WrappingProcessor):
                 else:
                     count("dropped.spans_not_readable")  # on_end was handed something else
         finally:
+            self._worker_running = False
             detach(token)
 
     def _take(self, span: ReadableSpan) -> Content | None:
@@ -304,7 +311,8 @@ class OffThreadProcessor(WrappingProcessor):
                 swallowed(_logger, "worker.on_end", "a span processor failed on the worker")
 
     def _reset_after_fork(self) -> None:
-        self._queue = queue.Queue(self._max_queue_size)
+        self._queue = queue.SimpleQueue()
+        self._worker_running = False
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._turns.reset_after_fork()

@@ -183,11 +183,11 @@ def test_a_span_racing_into_the_queue_during_shutdown_is_discarded_counted_and_f
     content_buffer().add_consumer()  # a checks link would be the consumer
     content_buffer().put(racer.context.span_id, ModelContent("late answer"))
 
-    class _RacingQueue(queue.Queue[object]):
-        def put_nowait(self, item: object) -> None:
-            super().put_nowait(item)
+    class _RacingQueue(queue.SimpleQueue[object]):
+        def put(self, item: object, block: bool = True, timeout: float | None = None) -> None:
+            super().put(item)
             if item is _STOP:
-                super().put_nowait(racer)  # the racing thread enqueues right behind the stop marker
+                super().put(racer)  # the racing thread enqueues right behind the stop marker
 
     recorder = _Recorder()
     processor = OffThreadProcessor([recorder])
@@ -522,7 +522,7 @@ class _Gate(SpanProcessor):
         released.set()
 
 
-class _IdleSignallingQueue(queue.Queue[object]):
+class _IdleSignallingQueue(queue.SimpleQueue[object]):
     """Signals each time the worker found the queue empty and waits for more: its busy spell is over."""
 
     def __init__(self) -> None:
