@@ -1,0 +1,165 @@
+"""Instructions per call, counted under valgrind's callgrind: the stable measure on a shared machine.
+
+Timings on a shared, virtualised host swing by a factor of two within one run (other tenants, CPU
+frequency), so two timed runs can hardly tell a 5 % change from noise. The count of instructions a
+call executes does not depend on the host's load: this script counts them for each case of
+``compare_peers.py`` (the same mock transport and the same 1,000-character Japanese answer), per
+thread, and prints what the instrumentation adds to a plain call.
+
+Each side runs twice in a fresh interpreter under callgrind, with N1 and N2 non-streaming calls after a
+warm-up; (I(N2) - I(N1)) / (N2 - N1) is one call's instructions, without start-up and warm-up.
+``--separate-threads=yes`` splits them by thread: the calling thread (the app's) first, then the
+threads of the instrumentation (tallyspan's worker and store writer; a peer's batch processor).
+Instructions are not time (a cache miss costs more than an add), so this complements the timed
+figures of ``compare_peers.py``; it does not replace them.
+
+Needs ``valgrind`` on the PATH (``apt-get install valgrind``); a case takes about a minute.
+
+Usage::
+
+    python bench/count_instructions.py --python /tmp/peers-venv/bin/python
+    python bench/count_instructions.py --cases tallyspan_chain --calls 100,500
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from compare_peers import CASES, MESSAGES, _client, _importable, _Toggle, _version
+
+WARM_UP_CALLS = 50
+
+
+def run_calls(case: str, instrumented: bool, calls: int) -> None:
+    """In this process: warm up, then ``calls`` non-streaming calls (the counted part), then flush."""
+    os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    os.environ.setdefault("TRACELOOP_TRACE_CONTENT", "true")
+    with tempfile.TemporaryDirectory() as store_dir:
+        toggle = _Toggle(case, store_dir)
+        if instrumented:
+            toggle.on()
+        client = _client()
+        for _ in range(WARM_UP_CALLS):
+            client.chat.completions.create(model="bench-model", messages=MESSAGES)
+        toggle.flush()
+        for _ in range(calls):
+            client.chat.completions.create(model="bench-model", messages=MESSAGES)
+        toggle.flush()
+        if instrumented:
+            toggle.off()
+
+
+def _thread_totals(prefix: str) -> dict[int, int]:
+    """Instructions per thread (1 is the main thread) from callgrind's per-thread output files."""
+    totals: dict[int, int] = {}
+    for path in glob.glob(f"{prefix}-*"):
+        thread = int(path.rsplit("-", 1)[1])
+        with open(path) as file:
+            for line in file:
+                if line.startswith("summary:"):
+                    totals[thread] = int(line.split()[1])
+                    break
+    return totals
+
+
+def count(
+    python: str, case: str, instrumented: bool, calls: tuple[int, int], work_dir: str
+) -> dict[int, float]:
+    """Instructions per call by thread: two callgrind runs (side by side), differenced."""
+    side = "on" if instrumented else "off"
+
+    def one(n: int) -> dict[int, int]:
+        prefix = os.path.join(work_dir, f"{case}.{side}.{n}")
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            "--separate-threads=yes",
+            f"--callgrind-out-file={prefix}",
+            python,
+            os.path.abspath(__file__),
+            "--child",
+            f"{case}:{side}:{n}",
+        ]
+        env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same hashes, so the same dict and set orders
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise RuntimeError(f"{case} ({side}, {n} calls) failed:\n{done.stderr[-3000:]}")
+        return _thread_totals(prefix)
+
+    with ThreadPoolExecutor(2) as pool:
+        low, high = pool.map(one, calls)
+    span = calls[1] - calls[0]
+    return {thread: (high[thread] - low.get(thread, 0)) / span for thread in sorted(high)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated cases of compare_peers.py")
+    parser.add_argument(
+        "--python", default=sys.executable, help="interpreter for the peers (a venv that has them)"
+    )
+    parser.add_argument("--calls", default="100,500", help="the two counts of calls, N1,N2")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.child:  # under valgrind: case:on|off:calls
+        case, side, calls = args.child.split(":")
+        run_calls(case, side == "on", int(calls))
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind is not on the PATH: install it (apt-get install valgrind) to count instructions")
+        return 2
+    low, high = (int(part) for part in args.calls.split(","))
+    if not 0 <= low < high:
+        parser.error("--calls wants two counts, the first smaller")
+
+    rows: list[tuple[str, dict[int, float], dict[int, float]]] = []
+    plain: dict[str, dict[int, float]] = {}  # per interpreter: the same client, uninstrumented
+    with tempfile.TemporaryDirectory() as work_dir:
+        for case in args.cases.split(","):
+            module, label = CASES[case]
+            python = sys.executable if _importable(sys.executable, module) else args.python
+            if not _importable(python, module):
+                print(f"skipped {label}: {module} is not importable by {python} (see bench/README.md)")
+                continue
+            print(f"counting {label} {_version(python, case)} ...", flush=True)
+            if python not in plain:
+                plain[python] = count(python, case, False, (low, high), work_dir)
+            rows.append(
+                (
+                    f"{label} {_version(python, case)}",
+                    plain[python],
+                    count(python, case, True, (low, high), work_dir),
+                )
+            )
+
+    print(f"\nInstructions per non-streaming call (callgrind, {high} - {low} calls), thousands")
+    print(f"{'':<48} {'plain':>8} {'calling thread':>15} {'other threads':>14} {'added':>8} {'ratio':>6}")
+    for label, base, traced in rows:
+        base_total = sum(base.values())
+        calling = traced.get(1, 0.0) - base.get(1, 0.0)
+        others = sum(value for thread, value in traced.items() if thread != 1) - sum(
+            value for thread, value in base.items() if thread != 1
+        )
+        added = calling + others
+        print(
+            f"{label:<48} {base_total / 1000:8.0f} {calling / 1000:+15.0f} {others / 1000:+14.0f} "
+            f"{added / 1000:+8.0f} {(base_total + added) / base_total:6.2f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
