@@ -553,6 +553,17 @@ def _importable(python: str, module: str) -> bool:
     return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
 
 
+def interpreter_for(case: str, peers_python: str) -> str | None:
+    """The interpreter to run ``case`` with: this one if it has the case's module, else ``peers_python``
+    (a venv that has the peers); None, and a line saying so, when neither has it."""
+    module, label = CASES[case]
+    python = sys.executable if _importable(sys.executable, module) else peers_python
+    if not _importable(python, module):
+        print(f"skipped {label}: {module} is not importable by {python} (see bench/README.md)")
+        return None
+    return python
+
+
 def _version(python: str, case: str) -> str:
     distribution = DISTRIBUTIONS.get(case, "tallyspan")
     code = f"from importlib.metadata import version; print(version({distribution!r}))"
@@ -621,12 +632,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, Any] = {}
     startup: dict[str, float] = {}
     for case in args.cases.split(","):
-        module, label = CASES[case]
-        # A peer runs here if this interpreter has it, else with --python (a venv that has it).
-        python = sys.executable if _importable(sys.executable, module) else args.python
-        if not _importable(python, module):
-            print(f"skipped {label}: {module} is not importable by {python} (see bench/README.md)")
+        python = interpreter_for(case, args.python)
+        if python is None:
             continue
+        label = CASES[case][1]
         version = _version(python, case)
         print(f"running {label} {version} ...", flush=True)
         results[f"{label} {version}"] = _child(

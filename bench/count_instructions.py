@@ -24,6 +24,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gc
 import glob
 import os
 import shutil
@@ -35,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from compare_peers import CASES, MESSAGES, _client, _importable, _Toggle, _version
+from compare_peers import CASES, MESSAGES, _client, _Toggle, _version, interpreter_for
 
 WARM_UP_CALLS = 50
 
@@ -52,6 +53,7 @@ def run_calls(case: str, instrumented: bool, calls: int) -> None:
         for _ in range(WARM_UP_CALLS):
             client.chat.completions.create(model="bench-model", messages=MESSAGES)
         toggle.flush()
+        gc.collect()  # both sides start the counted calls with the same collector state
         for _ in range(calls):
             client.chat.completions.create(model="bench-model", messages=MESSAGES)
         toggle.flush()
@@ -129,11 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     plain: dict[str, dict[int, float]] = {}  # per interpreter: the same client, uninstrumented
     with tempfile.TemporaryDirectory() as work_dir:
         for case in args.cases.split(","):
-            module, label = CASES[case]
-            python = sys.executable if _importable(sys.executable, module) else args.python
-            if not _importable(python, module):
-                print(f"skipped {label}: {module} is not importable by {python} (see bench/README.md)")
+            python = interpreter_for(case, args.python)
+            if python is None:
                 continue
+            label = CASES[case][1]
             print(f"counting {label} {_version(python, case)} ...", flush=True)
             if python not in plain:
                 plain[python] = count(python, case, False, (low, high), work_dir)
