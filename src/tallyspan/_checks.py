@@ -265,7 +265,10 @@ def _claims(given: _Output) -> Iterator[Violation]:
 def _relevance(given: _Output) -> Iterator[Violation]:
     other = other_question_detail(given.answer, given.prompt, given.other_prompts, given.other_answers)
     if other is not None:
-        yield _violation(ViolationType.ANSWER_TO_OTHER_QUESTION, other)
+        # A refusal belongs to no question: the same "I can't help" given to many prompts is a refusal
+        # each time, not another task's answer.
+        if not is_refusal(given.answer, given.compact):
+            yield _violation(ViolationType.ANSWER_TO_OTHER_QUESTION, other)
         return
     if not given.contract.allow_off_topic:
         off = off_topic_detail(given.answer, given.prompt)

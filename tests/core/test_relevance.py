@@ -474,3 +474,15 @@ def test_tokens_match_the_plain_lowering_on_many_texts() -> None:
     texts += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(60))) for _ in range(3000)]
     for text in texts:
         assert _tokens(text) == _tokens_by_lowering(text), text
+
+
+def test_the_same_refusal_for_many_prompts_is_a_refusal_each_time_not_another_tasks_answer() -> None:
+    """A refusal answers no question (DEFINITIONS: answer_to_other_question is an answer that belongs to
+    another prompt): a server refusing every prompt alike is ``refusal`` on each call, counted once."""
+    refusal = "I'm sorry, but I can't help with that request."
+    contract = Contract(language="en")
+    result = check(refusal, contract, prompt=OWN, other_answers=[(OTHER, refusal)])
+    assert result.violation_types == ("refusal",)
+    answer = "The verdict is APPROVE, with all the required fields."
+    repeated = check(answer, contract, prompt=OWN, other_answers=[(OTHER, answer)])
+    assert repeated.violation_types == ("answer_to_other_question",)
