@@ -280,10 +280,15 @@ def _block(call: Callable[[], object], count: int, flush: Callable[[], None]) ->
     }
 
 
-def run_case(case: str, calls: int, rounds: int) -> dict[str, Any]:
-    """Alternating plain/instrumented rounds for non-streaming and streaming calls, in this process."""
+def capture_content_by_default() -> None:
+    """Content capture on for the instrumentations that read it from the environment (unless set)."""
     os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
     os.environ.setdefault("TRACELOOP_TRACE_CONTENT", "true")
+
+
+def run_case(case: str, calls: int, rounds: int) -> dict[str, Any]:
+    """Alternating plain/instrumented rounds for non-streaming and streaming calls, in this process."""
+    capture_content_by_default()
     from opentelemetry.sdk.trace import TracerProvider  # noqa: F401  (the SDK is imported on both sides)
 
     client = _client()

@@ -36,15 +36,22 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from compare_peers import CASES, MESSAGES, _client, _Toggle, _version, interpreter_for
+from compare_peers import (
+    CASES,
+    MESSAGES,
+    _client,
+    _Toggle,
+    _version,
+    capture_content_by_default,
+    interpreter_for,
+)
 
 WARM_UP_CALLS = 50
 
 
 def run_calls(case: str, instrumented: bool, calls: int) -> None:
     """In this process: warm up, then ``calls`` non-streaming calls (the counted part), then flush."""
-    os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
-    os.environ.setdefault("TRACELOOP_TRACE_CONTENT", "true")
+    capture_content_by_default()
     with tempfile.TemporaryDirectory() as store_dir:
         toggle = _Toggle(case, store_dir)
         if instrumented:
@@ -134,27 +141,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             python = interpreter_for(case, args.python)
             if python is None:
                 continue
-            label = CASES[case][1]
-            print(f"counting {label} {_version(python, case)} ...", flush=True)
+            label = f"{CASES[case][1]} {_version(python, case)}"
+            print(f"counting {label} ...", flush=True)
             if python not in plain:
                 plain[python] = count(python, case, False, (low, high), work_dir)
-            rows.append(
-                (
-                    f"{label} {_version(python, case)}",
-                    plain[python],
-                    count(python, case, True, (low, high), work_dir),
-                )
-            )
+            rows.append((label, plain[python], count(python, case, True, (low, high), work_dir)))
 
     print(f"\nInstructions per non-streaming call (callgrind, {high} - {low} calls), thousands")
     print(f"{'':<48} {'plain':>8} {'calling thread':>15} {'other threads':>14} {'added':>8} {'ratio':>6}")
     for label, base, traced in rows:
         base_total = sum(base.values())
+        added = sum(traced.values()) - base_total
         calling = traced.get(1, 0.0) - base.get(1, 0.0)
-        others = sum(value for thread, value in traced.items() if thread != 1) - sum(
-            value for thread, value in base.items() if thread != 1
-        )
-        added = calling + others
+        others = added - calling
         print(
             f"{label:<48} {base_total / 1000:8.0f} {calling / 1000:+15.0f} {others / 1000:+14.0f} "
             f"{added / 1000:+8.0f} {(base_total + added) / base_total:6.2f}"

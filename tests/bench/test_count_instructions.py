@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from tests.modules import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "count_instructions.py"
-
-
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("count_instructions", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_per_thread_totals_are_read_from_callgrinds_files(tmp_path: Path) -> None:
     (tmp_path / "case.on.5-01").write_text("version: 1\ncreator: callgrind\nsummary: 1200\ntotals: 1200\n")
     (tmp_path / "case.on.5-02").write_text("summary: 34\n")
     (tmp_path / "case.on.50-01").write_text("summary: 99\n")  # another count of calls: not these
-    assert _module()._thread_totals(str(tmp_path / "case.on.5")) == {1: 1200, 2: 34}
+    assert load_script(SCRIPT)._thread_totals(str(tmp_path / "case.on.5")) == {1: 1200, 2: 34}
 
 
 def test_the_child_makes_its_calls_without_valgrind() -> None:

@@ -108,14 +108,9 @@ def test_hanzi_table_separates_chinese_only_from_japanese_characters() -> None:
 
 
 def test_hanzi_table_is_what_the_build_script_generates() -> None:
-    import importlib.util
+    from tests.modules import load_script
 
-    script = Path(__file__).resolve().parents[2] / "scripts" / "build_hanzi_table.py"
-    spec = importlib.util.spec_from_file_location("build_hanzi_table", script)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(Path(__file__).resolve().parents[2] / "scripts" / "build_hanzi_table.py")
     chinese_only, rare = module.build()
     assert frozenset(chinese_only) == CHINESE_ONLY
     assert frozenset(rare) == RARE_IN_JAPANESE

@@ -10,7 +10,6 @@ installed metadata predates it, the subprocess gets it from a throwaway dist-inf
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -28,6 +27,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from tests.conftest import OTLPReceiver
+from tests.modules import load_script
 
 import tallyspan
 from tallyspan import semconv
@@ -49,12 +49,7 @@ _FOREIGN_PREFIXES = ("OTEL_", "TALLYSPAN_", "OPENAI_")
 
 def example_module() -> Any:
     """examples/zero_code_agent.py as a module (its scripted replies are the test's too)."""
-    spec = importlib.util.spec_from_file_location("zero_code_agent", EXAMPLE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLE)
 
 
 def dist_info(folder: Path, name: str, entry_points_text: str) -> Path:
