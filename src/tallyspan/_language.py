@@ -27,7 +27,7 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from tallyspan._jsonschema import parse_json_output
-from tallyspan._scripts import KANA, chinese_evidence, has_fence, script_counts
+from tallyspan._scripts import KANA, chinese_evidence, has_fence, latin_bounds, script_counts
 from tallyspan._taxonomy import SUPPORTED_LANGUAGES, ViolationType
 
 __all__ = ["SUPPORTED_LANGUAGES", "ScriptProfile", "language_violations", "profile"]
@@ -70,14 +70,6 @@ _LATIN_TOKEN = re.compile(
 )
 _SENTENCE_END = re.compile(r"[。！？!?\n]|\.(?=\s|$)")
 _UP_TO_SENTENCE_END = re.compile(r"(?s).*(?:[。！？!?\n]|\.(?=\s))")
-# An ASCII view of the prose, position for position: letters "a", digits "0", anything else " ".
-_LETTERS_AND_DIGITS = (
-    bytes(
-        ord("a") if chr(byte).isalpha() else ord("0") if chr(byte).isdigit() else ord(" ")
-        for byte in range(128)
-    )
-    + b" " * 128
-)
 _CJK = re.compile(r"[\u3041-\u30FF\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF\uAC00-\uD7AF々]")
 
 # English words that carry grammar; two of them inside a Japanese sentence make a broken mix.
@@ -293,10 +285,9 @@ def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
     english = _English()
     # The token scan tests every character; in CJK prose only the stretch from the first Latin letter to
     # the last letter or digit (and one more, for the token's look-ahead) can hold a token. Found in C.
-    view = prose.encode("ascii", "replace").translate(_LETTERS_AND_DIGITS)  # "?" for each other character
-    first_letter = view.find(b"a")
-    if first_letter >= 0:
-        last = max(view.rfind(b"a"), view.rfind(b"0"))
+    letters = latin_bounds(prose)
+    if letters is not None:
+        first_letter, last = letters
         english = _word_kinds(prose, first_letter, min(last + 2, len(prose)))
     cjk = kana + han
     chinese = chinese_evidence(prose, kana > 0) if han else None

@@ -11,23 +11,69 @@ Chinese evidence (used only where a clause has no kana, or for Chinese-only char
 - Chinese function words (我, 了, 是, 的 ...) weigh 1 when they are not part of a Japanese compound
   (完了, 現在, 目的 ...), and Chinese function bigrams (可以, 但是 ...) 2.
 
-Only clauses that hold one of those signs are looked at, so ordinary Japanese costs one regex search.
+Only clauses that hold one of those signs are looked at, so ordinary Japanese costs one scan.
+
+The scans (script counts, the signs of Chinese, where Latin letters are) run in C where the optional
+module ``tallyspan._scan`` was built: one lookup per character in a table of character classes. Where
+it was not (no compiler at install time), or ``TALLYSPAN_NO_EXTENSIONS`` is set, the pure-Python scans
+below give the same results at about twice the checks' cost.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import string
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
+from tallyspan._config import ENV_NO_EXTENSIONS
 from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
 
-__all__ = ["KANA", "ChineseEvidence", "ScriptCounts", "chinese_evidence", "has_fence", "script_counts"]
+__all__ = [
+    "ACCELERATED",
+    "KANA",
+    "ChineseEvidence",
+    "ScriptCounts",
+    "chinese_evidence",
+    "has_fence",
+    "latin_bounds",
+    "python_latin_bounds",
+    "python_script_counts",
+    "script_counts",
+]
 
-KANA = re.compile(r"[\u3041-\u309F\u30A1-\u30FA\u30FD-\u30FF\u31F0-\u31FF\uFF66-\uFF9D々〆]")
-HAN = re.compile(r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF]")
+
+try:
+    if os.environ.get(ENV_NO_EXTENSIONS):
+        raise ImportError(f"{ENV_NO_EXTENSIONS} is set")
+    from tallyspan import _scan
+except ImportError:  # not built (no compiler when it was installed), or turned off: the pure-Python scans
+    _scan = None  # type: ignore[assignment]
+ACCELERATED: Final = _scan is not None
+"""True when the scans run in the C module ``tallyspan._scan``."""
+
+# The scripts by code point ranges (inclusive); astral characters are in none.
+_KANA_RANGES = (
+    (0x3005, 0x3006),  # 々 〆
+    (0x3041, 0x309F),  # hiragana (not 「」、。)
+    (0x30A1, 0x30FA),  # katakana (not ・)
+    (0x30FD, 0x30FF),
+    (0x31F0, 0x31FF),  # katakana phonetic extensions
+    (0xFF66, 0xFF9D),  # halfwidth katakana
+)
+_HAN_RANGES = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF))
+_HANGUL_RANGES = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xAC00, 0xD7FF))
+
+
+def _ranges_class(ranges: Iterable[tuple[int, int]]) -> str:
+    return "[" + "".join(f"{chr(first)}-{chr(last)}" for first, last in ranges) + "]"
+
+
+KANA = re.compile(_ranges_class(_KANA_RANGES))
+HAN = re.compile(_ranges_class(_HAN_RANGES))
 
 
 def has_fence(text: str) -> bool:
@@ -115,6 +161,14 @@ def script_counts(text: str) -> ScriptCounts:
     """(kana, han, hangul) characters in ``text``."""
     if text.isascii():
         return _NONE
+    if _scan is not None:
+        kana, han, hangul = _scan.class_counts(text, _class_table())[:3]
+        return ScriptCounts(kana, han, hangul)
+    return python_script_counts(text)
+
+
+def python_script_counts(text: str) -> ScriptCounts:
+    """``script_counts`` without the C module (the same counts)."""
     # Little-endian, the machine's order, encodes in ~10 % fewer instructions; the masks are the same byte
     # in every position, so the order of the integers' bytes does not matter.
     units = text.encode("utf-16-le", "surrogatepass")
@@ -174,18 +228,109 @@ def _chinese_only_re() -> re.Pattern[str]:
     return re.compile(_character_class(CHINESE_ONLY))
 
 
+_BIGRAMS = _FUNCTION_BIGRAMS.split("|")
+
+
+@cache
+def _hint_signs() -> frozenset[str]:
+    """Characters that are a sign of Chinese wherever they stand."""
+    return frozenset([*CHINESE_ONLY, *RARE_IN_JAPANESE, *_FUNCTION_CHARS, "的"])
+
+
+@cache
+def _bigram_firsts() -> dict[str, str]:
+    """The first characters of the function bigrams that are not signs themselves, each with the second
+    characters that make it a sign."""
+    firsts: dict[str, str] = {}
+    for bigram in _BIGRAMS:
+        if bigram[0] not in _hint_signs():
+            firsts[bigram[0]] = firsts.get(bigram[0], "") + bigram[1]
+    return firsts
+
+
 @cache
 def _hints() -> re.Pattern[str]:
     # Any sign of Chinese at all: ordinary Japanese usually has only 的, 在 or 了 inside compounds. One
     # scan: a leading character class (the sign characters and the first characters of the function
     # bigrams) lets the engine skip the text in C; a bigram's first character counts only before its second.
-    signs = [*CHINESE_ONLY, *RARE_IN_JAPANESE, *_FUNCTION_CHARS, "的"]
-    bigrams = _FUNCTION_BIGRAMS.split("|")
-    only_firsts = {bigram[0] for bigram in bigrams} - set(signs)
-    bigram_check = "|".join(f"(?<={re.escape(bigram[0])})(?={re.escape(bigram[1])})" for bigram in bigrams)
+    only_firsts = list(_bigram_firsts())
+    bigram_check = "|".join(f"(?<={re.escape(bigram[0])})(?={re.escape(bigram[1])})" for bigram in _BIGRAMS)
     return re.compile(
-        f"{_character_class([*signs, *only_firsts])}(?:(?<!{_character_class(only_firsts)})|{bigram_check})"
+        f"{_character_class([*_hint_signs(), *only_firsts])}"
+        f"(?:(?<!{_character_class(only_firsts)})|{bigram_check})"
     )
+
+
+def _next_hint(prose: str, start: int) -> int:
+    """The position of the first sign of Chinese in ``prose`` at or after ``start``, or -1."""
+    if _scan is None:
+        found = _hints().search(prose, start)
+        return found.start() if found else -1
+    table = _class_table()
+    firsts = _bigram_firsts()
+    position: int = _scan.find_class(prose, table, _CLASS_HINT, start)
+    while position >= 0:
+        seconds = firsts.get(prose[position])
+        following = prose[position + 1 : position + 2]
+        if seconds is None or (following and following in seconds):
+            return position
+        position = _scan.find_class(prose, table, _CLASS_HINT, position + 1)
+    return -1
+
+
+# --- the C scans' table ----------------------------------------------------------------------------
+_CLASS_KANA, _CLASS_HAN, _CLASS_HANGUL, _CLASS_HINT, _CLASS_LETTER, _CLASS_DIGIT = 1, 2, 4, 8, 16, 32
+
+
+@cache
+def _class_table() -> bytes:
+    """The class bits of every BMP code point, for ``tallyspan._scan`` (made on first use: ~2 ms)."""
+    table = bytearray(0x10000)
+    for ranges, bit in (
+        (_KANA_RANGES, _CLASS_KANA),
+        (_HAN_RANGES, _CLASS_HAN),
+        (_HANGUL_RANGES, _CLASS_HANGUL),
+    ):
+        for first, last in ranges:
+            table[first : last + 1] = bytes([bit]) * (last + 1 - first)  # the scripts do not overlap
+    for char in [*_hint_signs(), *_bigram_firsts()]:
+        table[ord(char)] |= _CLASS_HINT  # all in the BMP: the table is generated from BMP codecs
+    for char in string.ascii_letters:
+        table[ord(char)] |= _CLASS_LETTER
+    for char in string.digits:
+        table[ord(char)] |= _CLASS_DIGIT
+    return bytes(table)
+
+
+# An ASCII view of a text, position for position: letters "a", digits "0", anything else " ".
+_LETTERS_AND_DIGITS = (
+    bytes(
+        ord("a") if chr(byte).isalpha() else ord("0") if chr(byte).isdigit() else ord(" ")
+        for byte in range(128)
+    )
+    + b" " * 128
+)
+
+
+def latin_bounds(text: str) -> tuple[int, int] | None:
+    """(first ASCII letter, last ASCII letter or digit) in ``text``, or None when it has no ASCII letter:
+    where Latin words can be."""
+    if _scan is not None:
+        table = _class_table()
+        first: int = _scan.find_class(text, table, _CLASS_LETTER)
+        if first < 0:
+            return None
+        return first, _scan.rfind_class(text, table, _CLASS_LETTER | _CLASS_DIGIT)
+    return python_latin_bounds(text)
+
+
+def python_latin_bounds(text: str) -> tuple[int, int] | None:
+    """``latin_bounds`` without the C module (the same bounds)."""
+    view = text.encode("ascii", "replace").translate(_LETTERS_AND_DIGITS)  # "?" for each other character
+    first = view.find(b"a")
+    if first < 0:
+        return None
+    return first, max(view.rfind(b"a"), view.rfind(b"0"))
 
 
 _CLAUSE_DELIMITERS = "。！？!?\n、，,；;：:"
@@ -242,23 +387,20 @@ def chinese_evidence(prose: str, text_has_kana: bool) -> ChineseEvidence:
     """Chinese clauses of ``prose``: kana-less clauses with Chinese evidence (any evidence at all when
     the text has no kana), and Japanese clauses holding Chinese-only character forms (結肠炎)."""
     clauses = chars = total = 0
-    seen_end = -1
-    for hint in _hints().finditer(prose):
-        position = hint.start()
-        if position < seen_end:
-            continue
+    position = _next_hint(prose, 0)
+    while position >= 0:
         start, end = _clause_around(prose, position)
-        seen_end = end
         clause = prose[start:end]
         if KANA.search(clause):
             found = len(_chinese_only_re().findall(_GLOSSED_NAME.sub("", clause)))
             if found:
                 clauses += 1
                 chars += found
-            continue
-        score = _score(clause)
-        total += score
-        if score >= _CLAUSE_SCORE or (not text_has_kana and score):
-            clauses += 1
-            chars += len(HAN.findall(clause))
+        else:
+            score = _score(clause)
+            total += score
+            if score >= _CLAUSE_SCORE or (not text_has_kana and score):
+                clauses += 1
+                chars += len(HAN.findall(clause))
+        position = _next_hint(prose, max(end, position + 1))  # the next sign outside this clause
     return ChineseEvidence(clauses, chars, total)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import re
 import unicodedata
+from collections.abc import Callable
 
 import pytest
 
@@ -20,6 +21,7 @@ from tallyspan._scripts import (
     _HAN_MASK,
     _HANGUL_MASK,
     _KANA_MASK,
+    ACCELERATED,
     HAN,
     KANA,
     ChineseEvidence,
@@ -30,8 +32,22 @@ from tallyspan._scripts import (
     _score,
     _tables,
     chinese_evidence,
+    python_script_counts,
     script_counts,
 )
+
+Counter = Callable[[str], ScriptCounts]
+
+
+@pytest.fixture(params=["c", "python"])
+def counts(request: pytest.FixtureRequest) -> Counter:
+    """Each implementation of the script counts: the C module's (where built) and the pure-Python one."""
+    if request.param == "c":
+        if not ACCELERATED:
+            pytest.skip("the optional C module tallyspan._scan is not built here")
+        return script_counts
+    return python_script_counts
+
 
 # --- the reference: one character at a time, from the Unicode blocks --------------------------------
 
@@ -137,49 +153,47 @@ def test_a_mask_is_the_given_byte_in_every_one_of_a_chunks_code_units(bits: int)
     assert mask.bit_count() == _CHUNK_UNITS * bin(bits).count("1")
 
 
-def test_each_script_boundary_code_point_is_counted_like_the_reference() -> None:
+def test_each_script_boundary_code_point_is_counted_like_the_reference(counts: Counter) -> None:
     for point in _BOUNDARIES:
-        assert script_counts(chr(point)) == _reference(point), hex(point)
+        assert counts(chr(point)) == _reference(point), hex(point)
         # Among other characters, and in ASCII text (the fast path skips only all-ASCII text).
-        assert script_counts(f"a{chr(point)}é") == _reference(point), hex(point)
+        assert counts(f"a{chr(point)}é") == _reference(point), hex(point)
 
 
-def test_every_bmp_character_is_counted_like_the_reference() -> None:
+def test_every_bmp_character_is_counted_like_the_reference(counts: Counter) -> None:
     text = "".join(map(chr, _bmp_characters()))
     expected = _reference_counts(text)
     # The block sizes: 95 + 93 + 16 + 56 + 2 kana; 6592 + 20992 + 512 han; 256 + 96 + 11184 + 80 hangul.
     assert expected == ScriptCounts(kana=262, han=28096, hangul=11616)
-    assert script_counts(text) == expected
+    assert counts(text) == expected
 
 
-def test_ascii_text_counts_nothing() -> None:
-    assert script_counts("") == ScriptCounts(0, 0, 0)
-    assert script_counts("plain ASCII text, 123") == ScriptCounts(0, 0, 0)
+def test_ascii_text_counts_nothing(counts: Counter) -> None:
+    assert counts("") == ScriptCounts(0, 0, 0)
+    assert counts("plain ASCII text, 123") == ScriptCounts(0, 0, 0)
 
 
-def test_every_kind_of_kana_is_counted() -> None:
+def test_every_kind_of_kana_is_counted(counts: Counter) -> None:
     # Hiragana 3, full-width katakana 5 (ー and ・ are not letters), half-width katakana 2, phonetic extension 1.
-    assert script_counts("これはテスト・データーｶﾅㇰ漢字한") == ScriptCounts(
-        kana=3 + 5 + 2 + 1, han=2, hangul=1
-    )
+    assert counts("これはテスト・データーｶﾅㇰ漢字한") == ScriptCounts(kana=3 + 5 + 2 + 1, han=2, hangul=1)
 
 
-def test_astral_han_and_lone_surrogates_count_nothing_and_do_not_break_the_count() -> None:
+def test_astral_han_and_lone_surrogates_count_nothing_and_do_not_break_the_count(counts: Counter) -> None:
     # Han outside the BMP (𠀀, Extension B) is two surrogate code units: neither is a script character,
     # like the HAN pattern, which matches none of it.
-    assert script_counts("𠀀𪜀") == ScriptCounts(0, 0, 0)
+    assert counts("𠀀𪜀") == ScriptCounts(0, 0, 0)
     assert not HAN.search("𠀀𪜀")
-    assert script_counts("漢𠀀カ") == ScriptCounts(kana=1, han=1, hangul=0)
+    assert counts("漢𠀀カ") == ScriptCounts(kana=1, han=1, hangul=0)
     # A lone surrogate (JSON escapes can decode to one) is counted around, not an error.
-    assert script_counts("\ud800漢カ\udfff한") == ScriptCounts(kana=1, han=1, hangul=1)
+    assert counts("\ud800漢カ\udfff한") == ScriptCounts(kana=1, han=1, hangul=1)
 
 
 @pytest.mark.parametrize("length", [_CHUNK_UNITS - 1, _CHUNK_UNITS, _CHUNK_UNITS + 1, 3 * _CHUNK_UNITS + 7])
-def test_texts_longer_than_a_chunk_count_every_chunk(length: int) -> None:
+def test_texts_longer_than_a_chunk_count_every_chunk(length: int, counts: Counter) -> None:
     rng = random.Random(length)
     alphabet = "aé漢字カナかな한글ー・𠀀"
     text = "".join(rng.choices(alphabet, k=length))
-    assert script_counts(text) == _reference_counts(text)
+    assert counts(text) == _reference_counts(text)
     # A script character on each side of every chunk boundary (a surrogate pair straddles one, too).
     marked = list("é" * length)
     for index in range(0, length, _CHUNK_UNITS):
@@ -187,15 +201,15 @@ def test_texts_longer_than_a_chunk_count_every_chunk(length: int) -> None:
         marked[max(index - 1, 0)] = "漢"
     marked[-1] = "한"
     text = "".join(marked)
-    assert script_counts(text) == _reference_counts(text)
+    assert counts(text) == _reference_counts(text)
 
 
-def test_random_bmp_texts_count_like_the_reference() -> None:
+def test_random_bmp_texts_count_like_the_reference(counts: Counter) -> None:
     rng = random.Random(20261203)
     points = _bmp_characters()
     for _ in range(30):
         text = "".join(chr(rng.choice(points)) for _ in range(rng.randint(1, 2 * _CHUNK_UNITS + 50)))
-        assert script_counts(text) == _reference_counts(text)
+        assert counts(text) == _reference_counts(text)
 
 
 # --- character classes ------------------------------------------------------------------------------

@@ -1,0 +1,242 @@
+/* tallyspan._scan: character-class scans for the language checks, in one pass of C.
+ *
+ * A class table is 65,536 bytes, one per BMP code point, each byte a set of up to eight class bits
+ * (kana, han, hangul, a sign of Chinese, a Latin letter ...). The scans read a str's own buffer
+ * (Latin-1, UCS-2 or UCS-4) and look each character up: a few instructions a character, where a
+ * regex character class of thousands of han costs tens and the pure-Python counts about ninety.
+ * Code points above the BMP are in no class (the pure-Python scans agree: tallyspan/_scripts.py).
+ *
+ * Pure functions of their arguments: no state, no allocation but the result, no callbacks into
+ * Python, so they cannot be re-entered or leak. Everything the Python side needs is checked here
+ * (types, table length, indices), since a wrong argument must be an exception, never a crash of
+ * the app the checks run in. tallyspan/_scripts.py holds the pure-Python equivalents, used where
+ * this module was not built; tests/core/test_scan_extension.py keeps the two in agreement.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#define TABLE_SIZE 0x10000
+#define CLASS_BITS 8
+
+/* The text's buffer, kind and length, and the table's bytes; 0 on success, -1 with an exception. */
+static int
+unpack(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t min_args, Py_ssize_t max_args,
+       const char *name, const unsigned char **table)
+{
+    if (nargs < min_args || nargs > max_args) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd to %zd arguments (%zd given)", name, min_args,
+                     max_args, nargs);
+        return -1;
+    }
+    if (!PyUnicode_Check(args[0])) {
+        PyErr_Format(PyExc_TypeError, "%s() argument 1 must be str, not %.80s", name,
+                     Py_TYPE(args[0])->tp_name);
+        return -1;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(args[0]) < 0) {
+        return -1;
+    }
+#endif
+    if (!PyBytes_Check(args[1]) || PyBytes_GET_SIZE(args[1]) != TABLE_SIZE) {
+        PyErr_Format(PyExc_ValueError, "%s() argument 2 must be bytes of length %d", name, TABLE_SIZE);
+        return -1;
+    }
+    *table = (const unsigned char *)PyBytes_AS_STRING(args[1]);
+    return 0;
+}
+
+/* Runs BODY for each index from FIRST while CONDITION holds, stepping by STEP, with ``bits`` set to the
+ * class bits of the character there (0 above the BMP). One loop per storage kind: the kind is tested
+ * once, not per character. */
+#define FOR_EACH_CHARACTER(kind, data, table, FIRST, CONDITION, STEP, BODY)                              \
+    switch (kind) {                                                                                      \
+    case PyUnicode_1BYTE_KIND: {                                                                         \
+        const Py_UCS1 *units = (const Py_UCS1 *)(data);                                                 \
+        for (Py_ssize_t index = (FIRST); CONDITION; index += (STEP)) {                                   \
+            unsigned int bits = (table)[units[index]];                                                   \
+            BODY                                                                                         \
+        }                                                                                                \
+        break;                                                                                           \
+    }                                                                                                    \
+    case PyUnicode_2BYTE_KIND: {                                                                         \
+        const Py_UCS2 *units = (const Py_UCS2 *)(data);                                                 \
+        for (Py_ssize_t index = (FIRST); CONDITION; index += (STEP)) {                                   \
+            unsigned int bits = (table)[units[index]];                                                   \
+            BODY                                                                                         \
+        }                                                                                                \
+        break;                                                                                           \
+    }                                                                                                    \
+    default: {                                                                                           \
+        const Py_UCS4 *units = (const Py_UCS4 *)(data);                                                 \
+        for (Py_ssize_t index = (FIRST); CONDITION; index += (STEP)) {                                   \
+            unsigned int bits = units[index] < TABLE_SIZE ? (table)[units[index]] : 0;                   \
+            BODY                                                                                         \
+        }                                                                                                \
+        break;                                                                                           \
+    }                                                                                                    \
+    }
+
+/* start and end clamped as str.find clamps them: negative counts from the end. */
+static int
+bounds(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t length, Py_ssize_t *start, Py_ssize_t *end)
+{
+    *start = 0;
+    *end = length;
+    if (nargs > 3 && args[3] != Py_None) {
+        *start = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
+        if (*start == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    if (nargs > 4 && args[4] != Py_None) {
+        *end = PyNumber_AsSsize_t(args[4], PyExc_OverflowError);
+        if (*end == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    if (*start < 0) {
+        *start = *start + length < 0 ? 0 : *start + length;
+    }
+    if (*end < 0) {
+        *end = *end + length < 0 ? 0 : *end + length;
+    }
+    if (*end > length) {
+        *end = length;
+    }
+    return 0;
+}
+
+static int
+mask_of(PyObject *value, unsigned int *mask)
+{
+    long bits = PyLong_AsLong(value);
+    if (bits == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (bits <= 0 || bits > 0xFF) {
+        PyErr_SetString(PyExc_ValueError, "mask must be between 1 and 255");
+        return -1;
+    }
+    *mask = (unsigned int)bits;
+    return 0;
+}
+
+PyDoc_STRVAR(class_counts_doc,
+             "class_counts(text, table, /) -> tuple of 8 ints\n\n"
+             "How many characters of text are in each of the table's eight classes (bit 0 first).");
+
+static PyObject *
+class_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *table;
+    if (unpack(args, nargs, 2, 2, "class_counts", &table) < 0) {
+        return NULL;
+    }
+    PyObject *text = args[0];
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+    /* One increment per character into a histogram of the table's bytes, folded into the classes after. */
+    Py_ssize_t histogram[256] = {0};
+    FOR_EACH_CHARACTER(kind, data, table, 0, index < length, 1, { histogram[bits]++; })
+    Py_ssize_t counts[CLASS_BITS] = {0};
+    for (unsigned int bits = 1; bits < 256; bits++) {
+        if (histogram[bits]) {
+            for (int bit = 0; bit < CLASS_BITS; bit++) {
+                if (bits & (1u << bit)) {
+                    counts[bit] += histogram[bits];
+                }
+            }
+        }
+    }
+    return Py_BuildValue("(nnnnnnnn)", counts[0], counts[1], counts[2], counts[3], counts[4], counts[5],
+                         counts[6], counts[7]);
+}
+
+PyDoc_STRVAR(find_class_doc,
+             "find_class(text, table, mask, start=None, end=None, /) -> int\n\n"
+             "The lowest index in text[start:end] of a character in one of mask's classes, or -1.");
+
+static PyObject *
+find_class(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *table;
+    unsigned int mask;
+    Py_ssize_t start, end;
+    if (unpack(args, nargs, 3, 5, "find_class", &table) < 0 || mask_of(args[2], &mask) < 0) {
+        return NULL;
+    }
+    PyObject *text = args[0];
+    if (bounds(args, nargs, PyUnicode_GET_LENGTH(text), &start, &end) < 0) {
+        return NULL;
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    FOR_EACH_CHARACTER(kind, data, table, start, index < end, 1, {
+        if (bits & mask) {
+            return PyLong_FromSsize_t(index);
+        }
+    })
+    return PyLong_FromLong(-1);
+}
+
+PyDoc_STRVAR(rfind_class_doc,
+             "rfind_class(text, table, mask, start=None, end=None, /) -> int\n\n"
+             "The highest index in text[start:end] of a character in one of mask's classes, or -1.");
+
+static PyObject *
+rfind_class(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *table;
+    unsigned int mask;
+    Py_ssize_t start, end;
+    if (unpack(args, nargs, 3, 5, "rfind_class", &table) < 0 || mask_of(args[2], &mask) < 0) {
+        return NULL;
+    }
+    PyObject *text = args[0];
+    if (bounds(args, nargs, PyUnicode_GET_LENGTH(text), &start, &end) < 0) {
+        return NULL;
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    FOR_EACH_CHARACTER(kind, data, table, end - 1, index >= start, -1, {
+        if (bits & mask) {
+            return PyLong_FromSsize_t(index);
+        }
+    })
+    return PyLong_FromLong(-1);
+}
+
+static PyMethodDef scan_methods[] = {
+    {"class_counts", (PyCFunction)(void (*)(void))class_counts, METH_FASTCALL, class_counts_doc},
+    {"find_class", (PyCFunction)(void (*)(void))find_class, METH_FASTCALL, find_class_doc},
+    {"rfind_class", (PyCFunction)(void (*)(void))rfind_class, METH_FASTCALL, rfind_class_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyModuleDef_Slot scan_slots[] = {
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef scan_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "tallyspan._scan",
+    .m_doc = "Character-class scans for the language checks (optional; tallyspan/_scripts.py has the "
+             "pure-Python equivalents).",
+    .m_size = 0,
+    .m_methods = scan_methods,
+    .m_slots = scan_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__scan(void)
+{
+    return PyModuleDef_Init(&scan_module);
+}

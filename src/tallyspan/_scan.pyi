@@ -1,0 +1,9 @@
+# The optional C module (src/tallyspan/_scan.c); tallyspan/_scripts.py falls back to pure Python without it.
+
+def class_counts(text: str, table: bytes, /) -> tuple[int, int, int, int, int, int, int, int]: ...
+def find_class(
+    text: str, table: bytes, mask: int, start: int | None = None, end: int | None = None, /
+) -> int: ...
+def rfind_class(
+    text: str, table: bytes, mask: int, start: int | None = None, end: int | None = None, /
+) -> int: ...

@@ -1,0 +1,278 @@
+"""The optional C module ``tallyspan._scan`` agrees with the pure-Python scans it stands in for.
+
+``tallyspan._scripts`` runs the language checks' character scans in C where the module was built (the
+build hook, hatch_build.py, compiles it when a compiler is there) and in pure Python where it was not
+or ``TALLYSPAN_NO_EXTENSIONS`` is set. Both must give the same results on every input: the class
+table against the regex classes for every BMP code point, each scan against its Python equivalent on
+every storage kind of str, and the whole engine's verdicts on real and synthetic outputs in two
+processes, one with the module and one without. A wrong argument is an exception, never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tallyspan import _scripts
+from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
+from tallyspan._scripts import (
+    _CLASS_DIGIT,
+    _CLASS_HAN,
+    _CLASS_HANGUL,
+    _CLASS_HINT,
+    _CLASS_KANA,
+    _CLASS_LETTER,
+    _FUNCTION_CHARS,
+    ACCELERATED,
+    HAN,
+    KANA,
+    _bigram_firsts,
+    _class_table,
+    _hints,
+    _next_hint,
+    latin_bounds,
+    python_latin_bounds,
+    python_script_counts,
+    script_counts,
+)
+
+needs_module = pytest.mark.skipif(
+    not ACCELERATED, reason="the optional C module tallyspan._scan is not built here"
+)
+
+_HANGUL = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xAC00, 0xD7FF))
+# Characters of every kind the scans tell apart, and of each storage kind of str (Latin-1, UCS-2, UCS-4).
+_ALPHABET = (
+    "aZ09 é.,\n"
+    "かなカナｶﾅㇰ々ー・「」。、漢字日本語的了在是我你可以但所如一個"
+    + "".join(sorted(CHINESE_ONLY)[:40])
+    + "".join(sorted(RARE_IN_JAPANESE)[:20])
+    + "한글ㄱ"
+    + "𠀀😀"
+    + "\ud800\udfff"
+)
+
+
+def _compiler_available() -> bool:
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(compiler) is not None
+
+
+def test_the_module_is_built_where_a_compiler_is() -> None:
+    if os.environ.get("TALLYSPAN_NO_EXTENSIONS"):
+        pytest.skip("TALLYSPAN_NO_EXTENSIONS is set: the pure-Python scans are in use")
+    if not ACCELERATED and not _compiler_available():
+        pytest.skip("no C compiler here: the pure-Python scans are in use")
+    assert ACCELERATED, "a C compiler is here but tallyspan._scan is not built: reinstall (pip install -e .)"
+
+
+def test_the_class_table_holds_each_code_points_classes() -> None:
+    table = _class_table()
+    hint_class = _hints().pattern.split("](?:", 1)[0] + "]"  # the regex's leading character class
+    hint = __import__("re").compile(hint_class)
+    for point in range(0x10000):
+        char = chr(point)
+        bits = table[point]
+        assert bool(bits & _CLASS_KANA) == bool(KANA.match(char)), hex(point)
+        assert bool(bits & _CLASS_HAN) == bool(HAN.match(char)), hex(point)
+        assert bool(bits & _CLASS_HANGUL) == any(first <= point <= last for first, last in _HANGUL), hex(
+            point
+        )
+        assert bool(bits & _CLASS_HINT) == bool(hint.match(char)), hex(point)
+        assert bool(bits & _CLASS_LETTER) == (char.isascii() and char.isalpha()), hex(point)
+        assert bool(bits & _CLASS_DIGIT) == (char.isascii() and char.isdigit()), hex(point)
+        assert bits & 0xC0 == 0, hex(point)
+
+
+@needs_module
+def test_every_code_point_is_counted_like_the_pure_python_counts() -> None:
+    for point in [*range(0xD800), *range(0xE000, 0x10000), 0xD800, 0xDFFF, 0x10000, 0x20000, 0x10FFFF]:
+        char = chr(point)
+        assert script_counts(f"a{char}") == python_script_counts(f"a{char}"), hex(point)
+
+
+@needs_module
+def test_random_texts_of_each_storage_kind_count_alike() -> None:
+    rng = random.Random(6)
+    for size in (1, 2, 7, 64, 1000, 9000):
+        for alphabet in ("aé\n", _ALPHABET[:60], _ALPHABET):
+            text = "".join(rng.choices(alphabet, k=size))
+            assert script_counts(text) == python_script_counts(text), (size, alphabet[:8])
+
+
+def _python_find(text: str, bits: int, start: int | None, end: int | None, last: bool) -> int:
+    table = _class_table()
+    positions = range(len(text))[slice(start, end)]
+    found = [index for index in positions if ord(text[index]) < 0x10000 and table[ord(text[index])] & bits]
+    if not found:
+        return -1
+    return found[-1] if last else found[0]
+
+
+@needs_module
+def test_find_and_rfind_agree_with_a_python_scan_within_any_bounds() -> None:
+    from tallyspan import _scan
+
+    rng = random.Random(13)
+    table = _class_table()
+    for _ in range(400):
+        text = "".join(rng.choices(rng.choice(("aé 1", _ALPHABET[:60], _ALPHABET)), k=rng.randint(0, 40)))
+        bits = rng.choice((_CLASS_KANA, _CLASS_HAN, _CLASS_HINT, _CLASS_LETTER | _CLASS_DIGIT, 0xFF))
+        start = rng.choice((None, 0, 3, -5, -100, 100))
+        end = rng.choice((None, 0, 5, -2, -100, 100))
+        expected_first = _python_find(text, bits, start, end, last=False)
+        expected_last = _python_find(text, bits, start, end, last=True)
+        assert _scan.find_class(text, table, bits, start, end) == expected_first, (text, bits, start, end)
+        assert _scan.rfind_class(text, table, bits, start, end) == expected_last, (text, bits, start, end)
+
+
+def test_the_signs_of_chinese_are_found_where_the_regex_finds_them() -> None:
+    rng = random.Random(21)
+    firsts = "".join(_bigram_firsts())
+    seconds = "".join("".join(_bigram_firsts().values()))
+    alphabet = (
+        firsts * 4
+        + seconds * 4
+        + _FUNCTION_CHARS
+        + "的かなカナ漢字日本語。、\n a"
+        + "".join(sorted(CHINESE_ONLY)[:10])
+    )
+    texts = ["", "可", "可以", "以可", "如有可以", "可a以", "一個", "一", *(f"{first}" for first in firsts)]
+    texts += ["".join(rng.choices(alphabet, k=rng.randint(1, 60))) for _ in range(500)]
+    for text in texts:
+        expected = [match.start() for match in _hints().finditer(text)]
+        found: list[int] = []
+        position = _next_hint(text, 0)
+        while position >= 0:
+            found.append(position)
+            position = _next_hint(text, position + 1)
+        assert found == expected, text
+
+
+def test_latin_bounds_agree_with_the_pure_python_view() -> None:
+    rng = random.Random(34)
+    texts = ["", "漢字", "a", "1", "漢a字1", "1a", "é", "𠀀a😀9", "ｆｕｌｌ"]
+    texts += ["".join(rng.choices(_ALPHABET, k=rng.randint(0, 50))) for _ in range(300)]
+    for text in texts:
+        assert latin_bounds(text) == python_latin_bounds(text), text
+    assert python_latin_bounds("漢a字1。") == (1, 3)
+    assert python_latin_bounds("123") is None
+
+
+@needs_module
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda scan, table: scan.class_counts(b"bytes", table), TypeError),
+        (lambda scan, table: scan.class_counts("text", table[:-1]), ValueError),
+        (lambda scan, table: scan.class_counts("text", bytearray(table)), ValueError),
+        (lambda scan, table: scan.class_counts("text"), TypeError),
+        (lambda scan, table: scan.find_class("text", table, 0), ValueError),
+        (lambda scan, table: scan.find_class("text", table, 256), ValueError),
+        (lambda scan, table: scan.find_class("text", table, "1"), TypeError),
+        (lambda scan, table: scan.find_class("text", table, 1, "0"), TypeError),
+        (lambda scan, table: scan.rfind_class("text", table, 1, 0, 10**30), OverflowError),
+        (lambda scan, table: scan.rfind_class("text", table, 1, 0, 1, 2), TypeError),
+    ],
+)
+def test_a_wrong_argument_is_an_exception(call: object, error: type[Exception]) -> None:
+    from tallyspan import _scan
+
+    with pytest.raises(error):
+        call(_scan, _class_table())  # type: ignore[operator]
+
+
+_VERDICTS = textwrap.dedent(
+    """
+    import json, sys
+    from tallyspan import _scripts
+    from tallyspan._checks import check
+    from tallyspan._contracts import Contract
+    from tallyspan._language import profile
+    contracts = [Contract.model_validate({"language": language}) for language in ("ja", "zh", "en", "ko")]
+    out = {"accelerated": _scripts.ACCELERATED, "results": []}
+    for text in json.load(sys.stdin):
+        out["results"].append(
+            [repr(profile(text))] + [[v.type.value for v in check(text, c).violations] for c in contracts]
+        )
+    print(json.dumps(out))
+    """
+)
+
+
+def _verdicts(texts: list[str], *, without_module: bool) -> dict[str, object]:
+    env = {key: value for key, value in os.environ.items() if key != "TALLYSPAN_NO_EXTENSIONS"}
+    if without_module:
+        env["TALLYSPAN_NO_EXTENSIONS"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", _VERDICTS],
+        input=json.dumps(texts),
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def _assert_same_verdicts(texts: list[str]) -> None:
+    with_module = _verdicts(texts, without_module=False)
+    without = _verdicts(texts, without_module=True)
+    assert without["accelerated"] is False
+    assert with_module["accelerated"] is ACCELERATED
+    for text, one, other in zip(texts, with_module["results"], without["results"], strict=True):  # type: ignore[call-overload]
+        assert one == other, text[:200]
+
+
+@needs_module
+def test_the_engine_gives_the_same_verdicts_with_and_without_the_module_on_synthetic_outputs() -> None:
+    rng = random.Random(55)
+    pieces = [
+        "これは日本語の文章です。",
+        "我们可以使用这个方法。",
+        "This is an English sentence with the words.",
+        "한국어 문장입니다.",
+        "「引用された日本語」と書いた。",
+        "可以但是所以如果",
+        "`code` and ```\nfenced code\n```",
+        "価格は1,000円（税込）です。",
+        "𠀀😀",
+        "\n",
+    ]
+    texts = ["".join(rng.choices(pieces, k=rng.randint(1, 12))) for _ in range(300)]
+    _assert_same_verdicts(texts)
+
+
+@needs_module
+@pytest.mark.data
+def test_the_engine_gives_the_same_verdicts_with_and_without_the_module_on_real_outputs(
+    shared_data: Path,
+) -> None:
+    texts: list[str] = []
+    for path in sorted((shared_data / "japanese-mt-bench" / "model_answer").glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            for choice in json.loads(line).get("choices", []):
+                texts.extend(turn for turn in choice.get("turns", []) if isinstance(turn, str))
+    for line in (shared_data / "lang-cases" / "cases.jsonl").read_text(encoding="utf-8").splitlines():
+        case = json.loads(line)
+        texts.extend(value for value in case.values() if isinstance(value, str))
+    assert len(texts) > 1000
+    _assert_same_verdicts(texts)
+
+
+def test_the_module_can_be_turned_off() -> None:
+    code = "from tallyspan import _scripts; print(_scripts.ACCELERATED)"
+    env = {**os.environ, "TALLYSPAN_NO_EXTENSIONS": "1"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert done.stdout.strip() == "False"
+    assert _scripts.ACCELERATED is ("tallyspan._scan" in sys.modules)
