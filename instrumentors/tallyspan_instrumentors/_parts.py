@@ -14,7 +14,7 @@ from typing import Any
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan.plugin import ToolCallContent
+from tallyspan.plugin import ToolCallContent, json_encoder
 
 __all__ = [
     "field_of",
@@ -106,9 +106,12 @@ def output_message(parts: list[dict[str, Any]], finish_reason: str | None) -> di
     return message
 
 
+_MESSAGES_TEXT = json_encoder()
+
+
 def messages_json(messages: Iterable[Mapping[str, Any]] | list[Any]) -> str:
     """Serialise messages or parts for a span attribute (non-JSON values as their ``str``)."""
-    return json.dumps(list(messages), ensure_ascii=False, default=str)
+    return _MESSAGES_TEXT(list(messages))
 
 
 def server_attributes(resource: Any) -> dict[str, AttributeValue]:

@@ -24,7 +24,7 @@ from tallyspan import _store_schema, semconv
 from tallyspan._config import Settings
 from tallyspan._store_queries import LedgerRun, ledger_runs
 from tallyspan._store_schema import MIGRATIONS, applied_migrations, connect, migrate
-from tallyspan_exporters import SQLiteSpanExporter, _store, store_component
+from tallyspan_exporters import SQLiteSpanExporter, store_component
 from tallyspan_processors._worker import DEFAULT_MAX_QUEUE_SIZE
 
 ALL_MIGRATIONS = ["m001_initial", "m002_run_balance_only_in_reconciliations", "m003_self_stats"]
@@ -548,19 +548,6 @@ _TRICKY_ATTRIBUTES: dict[str, Any] = {
     "m.object": Path("/tmp/x"),  # not an attribute type: written as its str, like the default encoder's
     "é.key": 3.5,
 }
-
-
-@pytest.mark.parametrize("c_encoder", [True, False], ids=["c-encoder", "fallback"])
-def test_the_attributes_json_is_exactly_what_json_dumps_writes(
-    c_encoder: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if not c_encoder:
-        monkeypatch.setattr(json.encoder, "c_make_encoder", None)
-    encode = _store._attributes_encoder()
-    expected = json.dumps(_TRICKY_ATTRIBUTES, ensure_ascii=False, sort_keys=True, default=str)
-    assert encode(_TRICKY_ATTRIBUTES) == expected
-    assert encode({}) == "{}"
-    assert expected.startswith('{"a.first": ["stop", "length"], "m.bools": [true, false]')
 
 
 def test_the_stored_attributes_are_the_sorted_json_of_the_span_attributes(
