@@ -63,6 +63,9 @@ def _prometheus_names(defined: Iterable[str]) -> set[str]:
 def _python_references() -> set[str]:
     """API references (``tallyspan.instrument``), package and entry point names, the store file: not telemetry."""
     api = {f"tallyspan.{name}" for name in dir(tallyspan) if not name.startswith("_")}
+    # Modules named in the docs (tallyspan._scan, the optional C module, has a stub whether built or not).
+    source = Path(tallyspan.__file__).parent
+    modules = {f"tallyspan.{path.stem}" for pattern in ("*.py", "*.pyi") for path in source.glob(pattern)}
     packages = {
         name
         for name in ("tallyspan_instrumentors", "tallyspan_processors", "tallyspan_exporters")
@@ -73,7 +76,7 @@ def _python_references() -> set[str]:
         for entry_point in importlib.metadata.entry_points(group="opentelemetry_instrumentor")
         if entry_point.value.startswith("tallyspan_instrumentors")
     }
-    return api | packages | instrumentors | {DEFAULT_DB_PATH.name}
+    return api | modules | packages | instrumentors | {DEFAULT_DB_PATH.name}
 
 
 def undefined_names(text: str) -> set[str]:
