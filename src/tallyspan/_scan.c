@@ -154,17 +154,15 @@ class_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          counts[6], counts[7]);
 }
 
-PyDoc_STRVAR(find_class_doc,
-             "find_class(text, table, mask, start=None, end=None, /) -> int\n\n"
-             "The lowest index in text[start:end] of a character in one of mask's classes, or -1.");
-
+/* find_class and rfind_class: the first (or, with ``reverse``, the last) index in text[start:end] of a
+ * character in one of mask's classes, or -1. */
 static PyObject *
-find_class(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+find_in_class(PyObject *const *args, Py_ssize_t nargs, const char *name, int reverse)
 {
     const unsigned char *table;
     unsigned int mask;
     Py_ssize_t start, end;
-    if (unpack(args, nargs, 3, 5, "find_class", &table) < 0 || mask_of(args[2], &mask) < 0) {
+    if (unpack(args, nargs, 3, 5, name, &table) < 0 || mask_of(args[2], &mask) < 0) {
         return NULL;
     }
     PyObject *text = args[0];
@@ -173,12 +171,31 @@ find_class(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
-    FOR_EACH_CHARACTER(kind, data, table, start, index < end, 1, {
-        if (bits & mask) {
-            return PyLong_FromSsize_t(index);
-        }
-    })
+    if (reverse) {
+        FOR_EACH_CHARACTER(kind, data, table, end - 1, index >= start, -1, {
+            if (bits & mask) {
+                return PyLong_FromSsize_t(index);
+            }
+        })
+    }
+    else {
+        FOR_EACH_CHARACTER(kind, data, table, start, index < end, 1, {
+            if (bits & mask) {
+                return PyLong_FromSsize_t(index);
+            }
+        })
+    }
     return PyLong_FromLong(-1);
+}
+
+PyDoc_STRVAR(find_class_doc,
+             "find_class(text, table, mask, start=None, end=None, /) -> int\n\n"
+             "The lowest index in text[start:end] of a character in one of mask's classes, or -1.");
+
+static PyObject *
+find_class(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return find_in_class(args, nargs, "find_class", 0);
 }
 
 PyDoc_STRVAR(rfind_class_doc,
@@ -188,24 +205,7 @@ PyDoc_STRVAR(rfind_class_doc,
 static PyObject *
 rfind_class(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    const unsigned char *table;
-    unsigned int mask;
-    Py_ssize_t start, end;
-    if (unpack(args, nargs, 3, 5, "rfind_class", &table) < 0 || mask_of(args[2], &mask) < 0) {
-        return NULL;
-    }
-    PyObject *text = args[0];
-    if (bounds(args, nargs, PyUnicode_GET_LENGTH(text), &start, &end) < 0) {
-        return NULL;
-    }
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    FOR_EACH_CHARACTER(kind, data, table, end - 1, index >= start, -1, {
-        if (bits & mask) {
-            return PyLong_FromSsize_t(index);
-        }
-    })
-    return PyLong_FromLong(-1);
+    return find_in_class(args, nargs, "rfind_class", 1);
 }
 
 static PyMethodDef scan_methods[] = {

@@ -14,16 +14,20 @@ import pytest
 
 from tallyspan.plugin import json_encoder
 
-_TRICKY: dict[str, Any] = {
+#: Values of every attribute type, and strings that need escaping (the store's test writes them too).
+TRICKY_ATTRIBUTES: dict[str, Any] = {
     "z.last": '週次報告 "quoted" \\ back\nslash \u2028 \x00',
     "a.first": ("stop", "length"),
     "m.ints": (1, -2, 2**70),
     "m.floats": (0.1, 1e300, float("inf"), float("-inf"), float("nan")),
     "m.bools": (True, False),
     "m.empty": (),
+    "é.key": 3.5,
+}
+_TRICKY: dict[str, Any] = {
+    **TRICKY_ATTRIBUTES,
     "m.none": None,
     "m.object": Path("/tmp/x"),  # not JSON: written as its str
-    "é.key": 3.5,
     "m.messages": [{"role": "assistant", "parts": [{"type": "text", "content": "判定：合格"}]}],
 }
 

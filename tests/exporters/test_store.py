@@ -9,7 +9,6 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -18,6 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
+from tests.core.test_json_encoding import TRICKY_ATTRIBUTES
 
 import tallyspan
 from tallyspan import _store_schema, semconv
@@ -538,23 +538,10 @@ def test_the_store_keeps_a_whole_worker_queue_of_spans_written_in_one_burst(
     assert "dropped.spans" not in tallyspan.stats()
 
 
-_TRICKY_ATTRIBUTES: dict[str, Any] = {
-    "z.last": '週次報告 "quoted" \\ back\nslash \u2028 \x00',
-    "a.first": ("stop", "length"),
-    "m.ints": (1, -2, 2**70),
-    "m.floats": (0.1, 1e300, float("inf"), float("-inf"), float("nan")),
-    "m.bools": (True, False),
-    "m.empty": (),
-    "m.object": Path("/tmp/x"),  # not an attribute type: written as its str, like the default encoder's
-    "é.key": 3.5,
-}
-
-
 def test_the_stored_attributes_are_the_sorted_json_of_the_span_attributes(
     exporter: SQLiteSpanExporter, db_path: Path
 ) -> None:
-    # Every value an attribute type (the SDK would drop the Path).
-    attributes = {key: value for key, value in _TRICKY_ATTRIBUTES.items() if key != "m.object"}
+    attributes = TRICKY_ATTRIBUTES  # every value an attribute type
     spans = _finished_spans(lambda p: p.get_tracer("test").start_span("chat m", attributes=attributes).end())
     assert exporter.export(spans) is SpanExportResult.SUCCESS
     assert _rows(db_path, "SELECT attributes FROM spans") == [
