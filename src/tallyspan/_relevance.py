@@ -110,6 +110,19 @@ def _bigrams(text: str) -> frozenset[str]:
     )
 
 
+def _has_bigrams(text: str, count: int) -> bool:
+    """``len(_bigrams(text)) >= count``, stopping at the ``count``-th distinct bigram: an answer has
+    hundreds, and building the set of all of them cost more than the rest of the rule."""
+    seen: set[str] = set()
+    for run in _CJK_RUN.finditer(text):
+        run_text = run.group()
+        for index in range(len(run_text) - 1):
+            seen.add(run_text[index : index + 2])
+            if len(seen) >= count:
+                return True
+    return count <= 0
+
+
 @lru_cache(maxsize=4096)
 def _topic(prompt: str) -> _Topic:
     return _Topic(
@@ -256,7 +269,7 @@ def off_topic_detail(output: str, prompt: str | None) -> str | None:
         return None  # the common case: an answer repeats its question's terms
     same_script = answer.script != "en" and answer.script == topic.script
     if same_script:
-        if len(_bigrams(answer.text)) < _MIN_ANSWER_FEATURES:
+        if not _has_bigrams(answer.text, _MIN_ANSWER_FEATURES):
             return None
     elif shared or (len(answer.text.split()) < _MIN_ANSWER_WORDS and answer.script == "en"):
         return None

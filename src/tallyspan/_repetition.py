@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from tallyspan._scripts import has_fence
+from tallyspan._scripts import SCAN_MODULE, has_fence
 
 __all__ = ["DEFAULT_MAX_REPEATED_SHARE", "MAX_UNIT_CHARS", "MIN_COPIES", "repeated_share"]
 
@@ -48,6 +48,14 @@ def _primitive(unit: str) -> str:
 
 def _candidate_units(text: str) -> set[str]:
     """Units that repeat back to back at one of the probes."""
+    if SCAN_MODULE is not None:  # the same probes in C (tallyspan/_scan.c)
+        found = SCAN_MODULE.repeat_units(text, _PROBES, _PROBE_CHARS, MAX_UNIT_CHARS, _TRIES_PER_PROBE)
+        return {_primitive(text[start:end]) for start, end in found}
+    return python_candidate_units(text)
+
+
+def python_candidate_units(text: str) -> set[str]:
+    """``_candidate_units`` without the C module (the same units)."""
     units: set[str] = set()
     length = len(text)
     find, startswith = text.find, text.startswith

@@ -6,6 +6,9 @@
  * regex character class of thousands of han costs tens and the pure-Python counts about ninety.
  * Code points above the BMP are in no class (the pure-Python scans agree: tallyspan/_scripts.py).
  *
+ * repeat_units runs the repetition check's probes (tallyspan/_repetition.py) the same way: comparisons
+ * of stretches of the text, without a slice or a call per try.
+ *
  * Pure functions of their arguments: no state, no allocation but the result, no callbacks into
  * Python, so they cannot be re-entered or leak. Everything the Python side needs is checked here
  * (types, table length, indices), since a wrong argument must be an exception, never a crash of
@@ -14,6 +17,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
 
 #define TABLE_SIZE 0x10000
 #define CLASS_BITS 8
@@ -208,10 +212,106 @@ rfind_class(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return find_in_class(args, nargs, "rfind_class", 1);
 }
 
+/* The probes of tallyspan/_repetition.py: at each of ``probes`` evenly spaced positions, the next occurrence
+ * of the ``probe_chars`` characters there within ``max_unit`` characters (``tries`` of them at most) that
+ * begins a back-to-back repeat of the text from the probe to it. */
+#define PROBE_UNITS(TYPE)                                                                                \
+    {                                                                                                    \
+        const TYPE *units = (const TYPE *)data;                                                          \
+        const size_t gram_bytes = (size_t)probe_chars * sizeof(TYPE);                                    \
+        for (Py_ssize_t probe = 0; probe < probes; probe++) {                                            \
+            Py_ssize_t start = (2 * probe + 1) * length / (2 * probes);                                  \
+            if (start + probe_chars > length) {                                                          \
+                continue;                                                                                \
+            }                                                                                            \
+            Py_ssize_t reach = start + probe_chars + max_unit;                                           \
+            if (reach > length) {                                                                        \
+                reach = length;                                                                          \
+            }                                                                                            \
+            Py_ssize_t tries_left = tries;                                                               \
+            for (Py_ssize_t found = start + 1; found + probe_chars <= reach; found++) {                  \
+                if (units[found] != units[start] || memcmp(units + found, units + start, gram_bytes)) {  \
+                    continue;                                                                            \
+                }                                                                                        \
+                Py_ssize_t size = found - start;                                                         \
+                if (found + size <= length                                                               \
+                    && memcmp(units + found, units + start, (size_t)size * sizeof(TYPE)) == 0) {         \
+                    PyObject *pair = Py_BuildValue("(nn)", start, found);                                \
+                    if (pair == NULL || PyList_Append(result, pair) < 0) {                               \
+                        Py_XDECREF(pair);                                                                \
+                        Py_DECREF(result);                                                               \
+                        return NULL;                                                                     \
+                    }                                                                                    \
+                    Py_DECREF(pair);                                                                     \
+                    break;                                                                               \
+                }                                                                                        \
+                if (--tries_left <= 0) {                                                                 \
+                    break;                                                                               \
+                }                                                                                        \
+            }                                                                                            \
+        }                                                                                                \
+    }
+
+PyDoc_STRVAR(repeat_units_doc,
+             "repeat_units(text, probes, probe_chars, max_unit, tries, /) -> list of (start, end)\n\n"
+             "For each probe that starts a back-to-back repeat, the repeated unit's bounds "
+             "(tallyspan/_repetition.py's probes).");
+
+static PyObject *
+repeat_units(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "repeat_units() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!PyUnicode_Check(args[0])) {
+        PyErr_Format(PyExc_TypeError, "repeat_units() argument 1 must be str, not %.80s",
+                     Py_TYPE(args[0])->tp_name);
+        return NULL;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(args[0]) < 0) {
+        return NULL;
+    }
+#endif
+    Py_ssize_t numbers[4];
+    for (int position = 0; position < 4; position++) {
+        numbers[position] = PyNumber_AsSsize_t(args[position + 1], PyExc_OverflowError);
+        if (numbers[position] == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (numbers[position] < 1 || numbers[position] > 0xFFFF) {
+            PyErr_SetString(PyExc_ValueError, "probes, probe_chars, max_unit and tries must be 1 to 65535");
+            return NULL;
+        }
+    }
+    Py_ssize_t probes = numbers[0], probe_chars = numbers[1], max_unit = numbers[2], tries = numbers[3];
+    PyObject *text = args[0];
+    Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+    const void *data = PyUnicode_DATA(text);
+    PyObject *result = PyList_New(0);
+    if (result == NULL) {
+        return NULL;
+    }
+    switch (PyUnicode_KIND(text)) {
+    case PyUnicode_1BYTE_KIND:
+        PROBE_UNITS(Py_UCS1)
+        break;
+    case PyUnicode_2BYTE_KIND:
+        PROBE_UNITS(Py_UCS2)
+        break;
+    default:
+        PROBE_UNITS(Py_UCS4)
+        break;
+    }
+    return result;
+}
+
 static PyMethodDef scan_methods[] = {
     {"class_counts", (PyCFunction)(void (*)(void))class_counts, METH_FASTCALL, class_counts_doc},
     {"find_class", (PyCFunction)(void (*)(void))find_class, METH_FASTCALL, find_class_doc},
     {"rfind_class", (PyCFunction)(void (*)(void))rfind_class, METH_FASTCALL, rfind_class_doc},
+    {"repeat_units", (PyCFunction)(void (*)(void))repeat_units, METH_FASTCALL, repeat_units_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,3 +7,6 @@ def find_class(
 def rfind_class(
     text: str, table: bytes, mask: int, start: int | None = None, end: int | None = None, /
 ) -> int: ...
+def repeat_units(
+    text: str, probes: int, probe_chars: int, max_unit: int, tries: int, /
+) -> list[tuple[int, int]]: ...

@@ -35,6 +35,7 @@ from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
 __all__ = [
     "ACCELERATED",
     "KANA",
+    "SCAN_MODULE",
     "ChineseEvidence",
     "ScriptCounts",
     "chinese_evidence",
@@ -54,6 +55,8 @@ except ImportError:  # not built (no compiler when it was installed), or turned 
     _scan = None  # type: ignore[assignment]
 ACCELERATED: Final = _scan is not None
 """True when the scans run in the C module ``tallyspan._scan``."""
+SCAN_MODULE: Final = _scan
+"""``tallyspan._scan`` where it is in use, else None (other checks' scans use it too)."""
 
 # The scripts by code point ranges (inclusive); astral characters are in none.
 _KANA_RANGES = (

@@ -486,3 +486,22 @@ def test_the_same_refusal_for_many_prompts_is_a_refusal_each_time_not_another_ta
     answer = "The verdict is APPROVE, with all the required fields."
     repeated = check(answer, contract, prompt=OWN, other_answers=[(OTHER, answer)])
     assert repeated.violation_types == ("answer_to_other_question",)
+
+
+def test_an_answer_has_enough_bigrams_exactly_when_the_set_of_all_of_them_is_large_enough() -> None:
+    import random
+
+    from tallyspan._relevance import _bigrams, _has_bigrams
+
+    rng = random.Random(7)
+    alphabet = "漢字日本語カタカナかなabc 。\n𠀀々ｶﾅ"
+    texts = [
+        "",
+        "漢",
+        "漢字",
+        "漢字漢字漢字",
+        *("".join(rng.choices(alphabet, k=rng.randint(0, 80))) for _ in range(300)),
+    ]
+    for text in texts:
+        for count in (-1, 0, 1, 2, 5, 20, 200):
+            assert _has_bigrams(text, count) == (len(_bigrams(text)) >= count), (text, count)

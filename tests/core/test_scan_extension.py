@@ -191,6 +191,42 @@ def test_a_wrong_argument_is_an_exception(call: object, error: type[Exception]) 
         call(_scan, _class_table())  # type: ignore[operator]
 
 
+@needs_module
+def test_the_repetition_probes_find_the_units_the_pure_python_probes_find() -> None:
+    from tallyspan._repetition import _candidate_units, python_candidate_units
+
+    rng = random.Random(89)
+    pieces = ["ab", "abc", "今週", "問題ありません。", "x" * 7, "漢字", "ｶﾅ", "😀", "\n", " ", "é"]
+    texts = ["", "a", "abcd" * 3, "ありがとう" * 60, "😀" * 50, "aé" * 40, "\ud800x" * 30]
+    for _ in range(400):
+        unit = "".join(rng.choices(pieces, k=rng.randint(1, 6)))
+        loop = unit * rng.randint(1, 40)
+        noise = "".join(rng.choices("aé漢字かなカナ😀 。\n", k=rng.randint(0, 300)))
+        cut = rng.randint(0, len(noise))
+        texts.append(noise[:cut] + loop + noise[cut:])
+        texts.append("".join(rng.choices(pieces, k=rng.randint(0, 200))))
+    for text in texts:
+        assert _candidate_units(text) == python_candidate_units(text), text[:80]
+
+
+@needs_module
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        (b"text", 16, 4, 256, 4),
+        ("text", 0, 4, 256, 4),
+        ("text", 16, 4, 10**6, 4),
+        ("text", 16, 4, 256),
+        ("text", "16", 4, 256, 4),
+    ],
+)
+def test_wrong_repetition_probe_arguments_are_an_exception(arguments: tuple[object, ...]) -> None:
+    from tallyspan import _scan
+
+    with pytest.raises((TypeError, ValueError)):
+        _scan.repeat_units(*arguments)  # type: ignore[arg-type]
+
+
 _VERDICTS = textwrap.dedent(
     """
     import json, sys
