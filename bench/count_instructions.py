@@ -13,12 +13,15 @@ threads of the instrumentation (tallyspan's worker and store writer; a peer's ba
 Instructions are not time (a cache miss costs more than an add), so this complements the timed
 figures of ``compare_peers.py``; it does not replace them.
 
+``--stream`` counts streaming calls instead (51 chunks each) and prints instructions per chunk.
+
 Needs ``valgrind`` on the PATH (``apt-get install valgrind``); a case takes about a minute.
 
 Usage::
 
     python bench/count_instructions.py --python /tmp/peers-venv/bin/python
     python bench/count_instructions.py --cases tallyspan_chain --calls 100,500
+    python bench/count_instructions.py --cases tallyspan_chain --stream --calls 20,100
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare_peers import (
     CASES,
     MESSAGES,
+    STREAM_CHUNKS,
     _client,
     _Toggle,
     _version,
@@ -49,20 +53,28 @@ from compare_peers import (
 WARM_UP_CALLS = 50
 
 
-def run_calls(case: str, instrumented: bool, calls: int) -> None:
-    """In this process: warm up, then ``calls`` non-streaming calls (the counted part), then flush."""
+def run_calls(case: str, instrumented: bool, calls: int, stream: bool = False) -> None:
+    """In this process: warm up, then ``calls`` calls (the counted part), then flush."""
     capture_content_by_default()
     with tempfile.TemporaryDirectory() as store_dir:
         toggle = _Toggle(case, store_dir)
         if instrumented:
             toggle.on()
         client = _client()
+
+        def call() -> object:
+            if stream:  # read to the end, as an app does
+                return list(
+                    client.chat.completions.create(model="bench-model", messages=MESSAGES, stream=True)
+                )
+            return client.chat.completions.create(model="bench-model", messages=MESSAGES)
+
         for _ in range(WARM_UP_CALLS):
-            client.chat.completions.create(model="bench-model", messages=MESSAGES)
+            call()
         toggle.flush()
         gc.collect()  # both sides start the counted calls with the same collector state
         for _ in range(calls):
-            client.chat.completions.create(model="bench-model", messages=MESSAGES)
+            call()
         toggle.flush()
         if instrumented:
             toggle.off()
@@ -82,10 +94,11 @@ def _thread_totals(prefix: str) -> dict[int, int]:
 
 
 def count(
-    python: str, case: str, instrumented: bool, calls: tuple[int, int], work_dir: str
+    python: str, case: str, instrumented: bool, calls: tuple[int, int], work_dir: str, stream: bool = False
 ) -> dict[int, float]:
     """Instructions per call by thread: two callgrind runs (side by side), differenced."""
     side = "on" if instrumented else "off"
+    kind = "stream" if stream else "call"
 
     def one(n: int) -> dict[int, int]:
         prefix = os.path.join(work_dir, f"{case}.{side}.{n}")
@@ -97,7 +110,7 @@ def count(
             python,
             os.path.abspath(__file__),
             "--child",
-            f"{case}:{side}:{n}",
+            f"{case}:{side}:{n}:{kind}",
         ]
         env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same hashes, so the same dict and set orders
         done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -120,12 +133,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--python", default=sys.executable, help="interpreter for the peers (a venv that has them)"
     )
     parser.add_argument("--calls", default="100,500", help="the two counts of calls, N1,N2")
+    parser.add_argument("--stream", action="store_true", help="streaming calls, counted per chunk")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    if args.child:  # under valgrind: case:on|off:calls
-        case, side, calls = args.child.split(":")
-        run_calls(case, side == "on", int(calls))
+    if args.child:  # under valgrind: case:on|off:calls[:stream|call]
+        case, side, calls, *kind = args.child.split(":")
+        run_calls(case, side == "on", int(calls), stream=kind == ["stream"])
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind is not on the PATH: install it (apt-get install valgrind) to count instructions")
@@ -144,15 +158,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             label = f"{CASES[case][1]} {_version(python, case)}"
             print(f"counting {label} ...", flush=True)
             if python not in plain:
-                plain[python] = count(python, case, False, (low, high), work_dir)
-            rows.append((label, plain[python], count(python, case, True, (low, high), work_dir)))
+                plain[python] = count(python, case, False, (low, high), work_dir, args.stream)
+            rows.append((label, plain[python], count(python, case, True, (low, high), work_dir, args.stream)))
 
-    print(f"\nInstructions per non-streaming call (callgrind, {high} - {low} calls), thousands")
+    per = STREAM_CHUNKS if args.stream else 1
+    what = f"streamed chunk ({STREAM_CHUNKS} a call, " if args.stream else "non-streaming call ("
+    print(f"\nInstructions per {what}callgrind, {high} - {low} calls), thousands")
     print(f"{'':<48} {'plain':>8} {'calling thread':>15} {'other threads':>14} {'added':>8} {'ratio':>6}")
     for label, base, traced in rows:
-        base_total = sum(base.values())
-        added = sum(traced.values()) - base_total
-        calling = traced.get(1, 0.0) - base.get(1, 0.0)
+        base_total = sum(base.values()) / per
+        added = sum(traced.values()) / per - base_total
+        calling = (traced.get(1, 0.0) - base.get(1, 0.0)) / per
         others = added - calling
         print(
             f"{label:<48} {base_total / 1000:8.0f} {calling / 1000:+15.0f} {others / 1000:+14.0f} "

@@ -20,9 +20,10 @@ def test_the_per_thread_totals_are_read_from_callgrinds_files(tmp_path: Path) ->
     assert load_script(SCRIPT)._thread_totals(str(tmp_path / "case.on.5")) == {1: 1200, 2: 34}
 
 
-def test_the_child_makes_its_calls_without_valgrind() -> None:
+@pytest.mark.parametrize("child", ["tallyspan_chain:on:3", "tallyspan_chain:on:3:stream"])
+def test_the_child_makes_its_calls_without_valgrind(child: str) -> None:
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--child", "tallyspan_chain:on:3"],
+        [sys.executable, str(SCRIPT), "--child", child],
         capture_output=True,
         text=True,
         timeout=120,
