@@ -82,9 +82,9 @@ ENV_DB = "TALLYSPAN_DB"
 """Path of the embedded SQLite store; default ``./.tallyspan/tallyspan.db``."""
 
 ENV_NO_EXTENSIONS = "TALLYSPAN_NO_EXTENSIONS"
-"""Set (to anything but empty) to use the pure-Python character scans even where the optional C module
-``tallyspan._scan`` was built: the same verdicts, at about twice the checks' cost. For telling a fault
-of the module from one of the checks."""
+"""Set (to anything but empty) to use the pure-Python scans even where the optional C module
+``tallyspan._scan`` was built: the same verdicts, at about one and a half times the checks' cost. For
+telling a fault of the module from one of the checks."""
 
 ENV_CONTRACTS = "TALLYSPAN_CONTRACTS"
 """Path of the contracts file (YAML or TOML) used when ``instrument()`` is given no ``contracts``: how
