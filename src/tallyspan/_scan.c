@@ -10,7 +10,7 @@
  * of stretches of the text, without a slice or a call per try.
  *
  * Pure functions of their arguments: no state, no allocation but the result, no callbacks into
- * Python, so they cannot be re-entered or leak. Everything the Python side needs is checked here
+ * Python (numbers must be int objects, so no __index__ runs), so they cannot be re-entered or leak. Everything the Python side needs is checked here
  * (types, table length, indices), since a wrong argument must be an exception, never a crash of
  * the app the checks run in. tallyspan/_scripts.py holds the pure-Python equivalents, used where
  * this module was not built; tests/core/test_scan_extension.py keeps the two in agreement.
@@ -22,7 +22,8 @@
 #define TABLE_SIZE 0x10000
 #define CLASS_BITS 8
 
-/* The text's buffer, kind and length, and the table's bytes; 0 on success, -1 with an exception. */
+/* Checks the argument count, the text (a ready str) and the table (bytes of TABLE_SIZE), and gives the
+ * table's bytes; 0 on success, -1 with an exception. */
 static int
 unpack(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t min_args, Py_ssize_t max_args,
        const char *name, const unsigned char **table)
@@ -81,23 +82,30 @@ unpack(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t min_args, Py_ssize_t 
     }                                                                                                    \
     }
 
+/* An int argument as a Py_ssize_t. Only int objects: anything else could run Python code (__index__)
+ * in the middle of a scan. 0 on success, -1 with an exception. */
+static int
+integer_of(PyObject *value, const char *what, Py_ssize_t *result)
+{
+    if (!PyLong_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "%s must be int, not %.80s", what, Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    *result = PyLong_AsSsize_t(value);
+    return *result == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 /* start and end clamped as str.find clamps them: negative counts from the end. */
 static int
 bounds(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t length, Py_ssize_t *start, Py_ssize_t *end)
 {
     *start = 0;
     *end = length;
-    if (nargs > 3 && args[3] != Py_None) {
-        *start = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
-        if (*start == -1 && PyErr_Occurred()) {
-            return -1;
-        }
+    if (nargs > 3 && args[3] != Py_None && integer_of(args[3], "start", start) < 0) {
+        return -1;
     }
-    if (nargs > 4 && args[4] != Py_None) {
-        *end = PyNumber_AsSsize_t(args[4], PyExc_OverflowError);
-        if (*end == -1 && PyErr_Occurred()) {
-            return -1;
-        }
+    if (nargs > 4 && args[4] != Py_None && integer_of(args[4], "end", end) < 0) {
+        return -1;
     }
     if (*start < 0) {
         *start = *start + length < 0 ? 0 : *start + length;
@@ -114,8 +122,8 @@ bounds(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t length, Py_ssize_t *s
 static int
 mask_of(PyObject *value, unsigned int *mask)
 {
-    long bits = PyLong_AsLong(value);
-    if (bits == -1 && PyErr_Occurred()) {
+    Py_ssize_t bits;
+    if (integer_of(value, "mask", &bits) < 0) {
         return -1;
     }
     if (bits <= 0 || bits > 0xFF) {
@@ -274,10 +282,10 @@ repeat_units(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
 #endif
+    static const char *const names[4] = {"probes", "probe_chars", "max_unit", "tries"};
     Py_ssize_t numbers[4];
     for (int position = 0; position < 4; position++) {
-        numbers[position] = PyNumber_AsSsize_t(args[position + 1], PyExc_OverflowError);
-        if (numbers[position] == -1 && PyErr_Occurred()) {
+        if (integer_of(args[position + 1], names[position], &numbers[position]) < 0) {
             return NULL;
         }
         if (numbers[position] < 1 || numbers[position] > 0xFFFF) {

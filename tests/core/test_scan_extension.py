@@ -168,6 +168,14 @@ def test_latin_bounds_agree_with_the_pure_python_view() -> None:
     assert python_latin_bounds("123") is None
 
 
+class _Index:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
 @needs_module
 @pytest.mark.parametrize(
     ("call", "error"),
@@ -182,6 +190,10 @@ def test_latin_bounds_agree_with_the_pure_python_view() -> None:
         (lambda scan, table: scan.find_class("text", table, 1, "0"), TypeError),
         (lambda scan, table: scan.rfind_class("text", table, 1, 0, 10**30), OverflowError),
         (lambda scan, table: scan.rfind_class("text", table, 1, 0, 1, 2), TypeError),
+        # An object that only converts to an int would run Python code (its __index__) mid-scan.
+        (lambda scan, table: scan.find_class("text", table, _Index(1)), TypeError),
+        (lambda scan, table: scan.find_class("text", table, 1, _Index(0)), TypeError),
+        (lambda scan, table: scan.repeat_units("text", _Index(16), 4, 256, 4), TypeError),
     ],
 )
 def test_a_wrong_argument_is_an_exception(call: object, error: type[Exception]) -> None:
