@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -103,24 +103,30 @@ class _Topic:
         return frozenset(token for token in self.tokens if not token.isdigit() or len(token) >= 3)
 
 
+def _each_bigram(text: str) -> Iterator[str]:
+    """Content bigrams in text order, repeats included: adjacent kanji or katakana (which have no case)."""
+    for run in _CJK_RUN.finditer(text):
+        run_text = run.group()
+        for index in range(len(run_text) - 1):
+            yield run_text[index : index + 2]
+
+
 def _bigrams(text: str) -> frozenset[str]:
-    """Content bigrams: adjacent kanji or katakana (which have no case)."""
-    return frozenset(
-        run[index : index + 2] for run in _CJK_RUN.findall(text) for index in range(len(run) - 1)
-    )
+    """The distinct content bigrams of ``text``."""
+    return frozenset(_each_bigram(text))
 
 
 def _has_bigrams(text: str, count: int) -> bool:
     """``len(_bigrams(text)) >= count``, stopping at the ``count``-th distinct bigram: an answer has
     hundreds, and building the set of all of them cost more than the rest of the rule."""
+    if count <= 0:
+        return True
     seen: set[str] = set()
-    for run in _CJK_RUN.finditer(text):
-        run_text = run.group()
-        for index in range(len(run_text) - 1):
-            seen.add(run_text[index : index + 2])
-            if len(seen) >= count:
-                return True
-    return count <= 0
+    for bigram in _each_bigram(text):
+        seen.add(bigram)
+        if len(seen) >= count:
+            return True
+    return False
 
 
 @lru_cache(maxsize=4096)

@@ -52,34 +52,28 @@ unpack(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t min_args, Py_ssize_t 
 }
 
 /* Runs BODY for each index from FIRST while CONDITION holds, stepping by STEP, with ``bits`` set to the
- * class bits of the character there (0 above the BMP). One loop per storage kind: the kind is tested
- * once, not per character. */
-#define FOR_EACH_CHARACTER(kind, data, table, FIRST, CONDITION, STEP, BODY)                              \
-    switch (kind) {                                                                                      \
-    case PyUnicode_1BYTE_KIND: {                                                                         \
-        const Py_UCS1 *units = (const Py_UCS1 *)(data);                                                 \
-        for (Py_ssize_t index = (FIRST); CONDITION; index += (STEP)) {                                   \
-            unsigned int bits = (table)[units[index]];                                                   \
-            BODY                                                                                         \
-        }                                                                                                \
-        break;                                                                                           \
-    }                                                                                                    \
-    case PyUnicode_2BYTE_KIND: {                                                                         \
-        const Py_UCS2 *units = (const Py_UCS2 *)(data);                                                 \
-        for (Py_ssize_t index = (FIRST); CONDITION; index += (STEP)) {                                   \
-            unsigned int bits = (table)[units[index]];                                                   \
-            BODY                                                                                         \
-        }                                                                                                \
-        break;                                                                                           \
-    }                                                                                                    \
-    default: {                                                                                           \
-        const Py_UCS4 *units = (const Py_UCS4 *)(data);                                                 \
+ * class bits of the character there (0 above the BMP). One loop per storage kind, so the kind is tested
+ * once, not per character; for Latin-1 and UCS-2 the compiler drops the BMP test, always true there. */
+#define FOR_EACH_UNIT(TYPE, data, table, FIRST, CONDITION, STEP, BODY)                                   \
+    {                                                                                                    \
+        const TYPE *units = (const TYPE *)(data);                                                        \
         for (Py_ssize_t index = (FIRST); CONDITION; index += (STEP)) {                                   \
             unsigned int bits = units[index] < TABLE_SIZE ? (table)[units[index]] : 0;                   \
             BODY                                                                                         \
         }                                                                                                \
+    }
+
+#define FOR_EACH_CHARACTER(kind, data, table, FIRST, CONDITION, STEP, BODY)                              \
+    switch (kind) {                                                                                      \
+    case PyUnicode_1BYTE_KIND:                                                                           \
+        FOR_EACH_UNIT(Py_UCS1, data, table, FIRST, CONDITION, STEP, BODY)                                \
         break;                                                                                           \
-    }                                                                                                    \
+    case PyUnicode_2BYTE_KIND:                                                                           \
+        FOR_EACH_UNIT(Py_UCS2, data, table, FIRST, CONDITION, STEP, BODY)                                \
+        break;                                                                                           \
+    default:                                                                                             \
+        FOR_EACH_UNIT(Py_UCS4, data, table, FIRST, CONDITION, STEP, BODY)                                \
+        break;                                                                                           \
     }
 
 /* An int argument as a Py_ssize_t. Only int objects: anything else could run Python code (__index__)
