@@ -40,7 +40,7 @@ from tallyspan.plugin import (
     ViolationType,
     count,
     is_run_span,
-    json_encoder,
+    json_bytes_encoder,
     renew_lock_after_fork,
     resolve_db_path,
     stats,
@@ -67,6 +67,8 @@ MAX_PENDING_SPANS: Final = DEFAULT_MAX_PENDING
 #: The counter of the spans the store lost, by any cause.
 LOST_SPANS: Final = "dropped.store_spans"
 
+#: The span columns written as JSON in UTF-8 bytes (``json_bytes_encoder``) and stored as TEXT.
+_JSON_BYTES_COLUMNS: Final = frozenset({"violation_types", "attributes"})
 _SPAN_COLUMNS: Final = (
     "trace_id", "span_id", "parent_span_id", "name", "kind", "operation", "provider", "request_model",
     "response_model", "stage", "start_unix_nano", "end_unix_nano", "duration_ns", "status_code",
@@ -94,7 +96,7 @@ def _insert_without(table: str, columns: tuple[str, ...], absent: tuple[int, ...
     """
     absent_set = set(absent)
     kept = [column for index, column in enumerate(columns) if index not in absent_set]
-    return insert_sql(table, kept, verb="INSERT OR REPLACE")
+    return insert_sql(table, kept, verb="INSERT OR REPLACE", text_bytes=_JSON_BYTES_COLUMNS)
 
 
 def _add_rows_without_none(
@@ -357,16 +359,19 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _json_list(value: object) -> str:
+#: The store's JSON columns: compact UTF-8 bytes; for the attributes, sorted keys, so equal attributes
+#: make equal text.
+_json_bytes: Final = json_bytes_encoder()
+_json_attributes: Final = json_bytes_encoder(sort_keys=True)
+_EMPTY_LIST: Final = b"[]"
+
+
+def _json_list(value: object) -> bytes:
     if isinstance(value, str):
-        return json.dumps([value])
+        return _json_bytes([value])
     if isinstance(value, Sequence):
-        return json.dumps([str(item) for item in value], ensure_ascii=False)
-    return "[]"
-
-
-#: The attributes column: sorted keys, so equal attributes make equal text.
-_json_attributes: Final = json_encoder(sort_keys=True)
+        return _json_bytes([str(item) for item in value]) if value else _EMPTY_LIST
+    return _EMPTY_LIST
 
 
 class _Batch:

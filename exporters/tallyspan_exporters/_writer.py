@@ -32,7 +32,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
@@ -124,7 +124,9 @@ MAX_VARIABLES_PER_STATEMENT: Final = 999
 within it on any SQLite."""
 MAX_ROWS_PER_STATEMENT: Final = 64
 """Rows one multi-row statement writes at most: beyond it the steps saved no longer matter."""
-_ONE_ROW_OF_PLACEHOLDERS: Final = re.compile(r"\bVALUES (\((?:\?, )*\?\))\)*$")
+#: A placeholder of ``insert_sql``: ``?``, or ``CAST(? AS TEXT)`` for UTF-8 bytes into a TEXT column.
+_PLACEHOLDER: Final = r"(?:\?|CAST\(\? AS TEXT\))"
+_ONE_ROW_OF_PLACEHOLDERS: Final = re.compile(rf"\bVALUES (\((?:{_PLACEHOLDER}, )*{_PLACEHOLDER}\))\)*$")
 
 
 @functools.lru_cache(maxsize=256)
@@ -168,9 +170,14 @@ def delete_sql(table: str, columns: Sequence[str]) -> str:
     return f"DELETE FROM {table} WHERE ({names}) IN (SELECT {selected} FROM (VALUES ({placeholders})))"
 
 
-def insert_sql(table: str, columns: Sequence[str], verb: str = "INSERT") -> str:
-    """``{verb} INTO table (columns) VALUES (?, ...)``."""
-    return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+def insert_sql(
+    table: str, columns: Sequence[str], verb: str = "INSERT", text_bytes: Collection[str] = ()
+) -> str:
+    """``{verb} INTO table (columns) VALUES (?, ...)``; the columns in ``text_bytes`` are bound as UTF-8
+    bytes and stored as TEXT (``CAST(? AS TEXT)``): SQLite takes bytes as they are, where a ``str`` is
+    encoded again while it is bound."""
+    placeholders = ", ".join("CAST(? AS TEXT)" if column in text_bytes else "?" for column in columns)
+    return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({placeholders})"
 
 
 def trace_hex(trace_id: int) -> str:

@@ -16,8 +16,8 @@ Groups:
   process-wide :func:`content_buffer` instrumentors put them in (the chain's worker takes them out);
 - **tool spans**: :func:`end_tool_span`, the one way an ``execute_tool`` span ends (outcome, error,
   content for the ledger), and :func:`json_text` for tool arguments and results as attributes;
-- **JSON attributes**: :func:`json_encoder`, ``json.dumps`` for values we build (messages, the
-  store's attribute column) with its encoder made once;
+- **JSON attributes**: :func:`json_encoder`, ``json.dumps`` for values we build (messages) with its
+  encoder made once; :func:`json_bytes_encoder`, compact JSON in UTF-8 for the store's JSON columns;
 - **runs**: :func:`is_run_span`, :func:`declares_run`, :func:`is_local_root`, :func:`is_run_container`;
 - **checks**: :func:`check`, :class:`CheckResult`, :class:`Contract`, :class:`ContractSet`;
 - **components**: :class:`Settings` (what a ``tallyspan.components`` factory is given), with its
@@ -60,7 +60,7 @@ from tallyspan._content import (
 )
 from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
-from tallyspan._json_encoding import json_encoder
+from tallyspan._json_encoding import json_bytes_encoder, json_encoder
 from tallyspan._memory import release_free_memory
 from tallyspan._metrics import record_run, record_violations
 from tallyspan._requirements import UnmetRequirements, dependency_conflict
@@ -148,6 +148,7 @@ __all__ = [
     "is_locked",
     "is_run_container",
     "is_run_span",
+    "json_bytes_encoder",
     "json_encoder",
     "json_text",
     "migration",

@@ -1,7 +1,9 @@
-"""``json_encoder`` writes exactly what ``json.dumps(..., ensure_ascii=False, default=str)`` writes.
+"""``json_encoder`` writes exactly what ``json.dumps(..., ensure_ascii=False, default=str)`` writes;
+``json_bytes_encoder`` the same compact (no spaces), in UTF-8.
 
-The instrumentors' message attributes and the store's attributes column use it; with the C encoder and
-without it (a Python without ``c_make_encoder``), sorted and in the given order.
+The instrumentors' message attributes use the first, with the C encoder and without it (a Python without
+``c_make_encoder``), sorted and in the given order; the store's JSON columns the second, with orjson and
+without it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tallyspan.plugin import json_encoder
+from tallyspan import _json_encoding
+from tallyspan.plugin import json_bytes_encoder, json_encoder
 
 #: Values of every attribute type, and strings that need escaping (the store's test writes them too).
 TRICKY_ATTRIBUTES: dict[str, Any] = {
@@ -54,3 +57,44 @@ def test_the_same_encoder_serves_many_values() -> None:
     encode = json_encoder()
     for value in ([1, "a"], {"b": [{"c": None}]}, "text", 3):
         assert encode(value) == json.dumps(value, ensure_ascii=False, default=str)
+
+
+_COMPACT: dict[str, Any] = {"ensure_ascii": False, "separators": (",", ":"), "default": str}
+
+
+@pytest.fixture(params=["orjson", "standard"])
+def bytes_encoder_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways ``json_bytes_encoder`` writes: orjson where installed, the standard library without it."""
+    if request.param == "orjson":
+        pytest.importorskip("orjson", reason="orjson has no wheel for this Python (PyPy)")
+    else:
+        monkeypatch.setattr(_json_encoding, "_orjson", None)
+    return str(request.param)
+
+
+@pytest.mark.parametrize("sort_keys", [True, False], ids=["sorted", "in-order"])
+def test_json_bytes_are_the_compact_json_of_the_value_in_utf8(bytes_encoder_kind: str, sort_keys: bool) -> None:
+    encode = json_bytes_encoder(sort_keys=sort_keys)
+    finite = {**_TRICKY, "m.ints": (1, -2, 2**63 - 1), "m.floats": (0.1, 1e300, -0.0, 5e-324)}
+    expected = json.dumps(finite, sort_keys=sort_keys, **_COMPACT).encode()
+    assert encode(finite) == expected
+    assert encode({}) == b"{}"
+    assert encode(["判定"]) == '["判定"]'.encode()
+    assert json.loads(expected)["m.object"] == "/tmp/x"  # not JSON: its str
+
+
+def test_json_bytes_of_what_orjson_refuses_come_from_the_standard_library(bytes_encoder_kind: str) -> None:
+    encode = json_bytes_encoder(sort_keys=True)
+    huge = {"b": 2**70, "a": "判定"}
+    assert encode(huge) == json.dumps(huge, sort_keys=True, **_COMPACT).encode()
+    surrogate = {"answer": "判\ud800定"}  # only escaped is it UTF-8
+    assert encode(surrogate) == b'{"answer":"\\u5224\\ud800\\u5b9a"}'
+    assert json.loads(encode(surrogate)) == surrogate
+
+
+def test_json_bytes_write_floats_that_are_not_finite_as_null_with_orjson() -> None:
+    pytest.importorskip("orjson", reason="orjson has no wheel for this Python (PyPy)")
+    encode = json_bytes_encoder()
+    assert encode([float("nan"), float("inf"), 1.5]) == b"[null,null,1.5]"
+    # Without orjson, the standard library's NaN (which SQLite's JSON functions reject).
+    assert json.dumps([float("nan")], **_COMPACT) == "[NaN]"

@@ -9,6 +9,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -54,6 +55,9 @@ def provider(exporter: SQLiteSpanExporter) -> Iterator[TracerProvider]:
 
 def _columns(db: sqlite3.Connection, table: str) -> list[str]:
     return [row["name"] for row in db.execute(f"PRAGMA table_info({table})")]
+
+
+_COMPACT_SORTED: dict[str, Any] = {"ensure_ascii": False, "sort_keys": True, "separators": (",", ":")}
 
 
 def _rows(db_path: Path, sql: str) -> list[dict[str, object]]:
@@ -326,7 +330,7 @@ def test_exports_real_spans_with_their_runs_and_violations(provider: TracerProvi
         "input_tokens": 120,
         "output_tokens": 7,
         "violation_count": 2,
-        "violation_types": '["missing_required", "too_short"]',
+        "violation_types": '["missing_required","too_short"]',
         "failure_class": "contract_violation",
         "service_name": "weekly-reports",
         "attributes": row["attributes"],
@@ -541,9 +545,44 @@ def test_the_store_keeps_a_whole_worker_queue_of_spans_written_in_one_burst(
 def test_the_stored_attributes_are_the_sorted_json_of_the_span_attributes(
     exporter: SQLiteSpanExporter, db_path: Path
 ) -> None:
-    attributes = TRICKY_ATTRIBUTES  # every value an attribute type
-    spans = _finished_spans(lambda p: p.get_tracer("test").start_span("chat m", attributes=attributes).end())
+    finite = {key: value for key, value in TRICKY_ATTRIBUTES.items() if key not in ("m.ints", "m.floats")}
+    finite["m.ints"] = (1, -2, 2**63 - 1)
+    finite["m.floats"] = (0.1, 1e300, -0.0)
+    beyond = {"m.huge": 2**70, "m.nan": float("nan"), "m.text": "判定"}  # beyond orjson: the standard library
+    spans = _finished_spans(
+        lambda p: [
+            p.get_tracer("test").start_span(f"chat {index}", attributes=a).end()
+            for index, a in enumerate([TRICKY_ATTRIBUTES, finite, beyond])
+        ]
+    )
     assert exporter.export(spans) is SpanExportResult.SUCCESS
-    assert _rows(db_path, "SELECT attributes FROM spans") == [
-        {"attributes": json.dumps(attributes, ensure_ascii=False, sort_keys=True)}
+    rows = _rows(db_path, "SELECT name, typeof(attributes) AS type, attributes FROM spans ORDER BY name")
+    assert rows == [
+        {"name": f"chat {index}", "type": "text", "attributes": json.dumps(a, **_COMPACT_SORTED)}
+        for index, a in enumerate([TRICKY_ATTRIBUTES, finite, beyond])
     ]
+    assert str(rows[1]["attributes"]).startswith('{"a.first":["stop","length"],"m.bools":[true,false]')
+    # SQLite reads the column as JSON text, so the queries that look inside it work
+    assert _rows(
+        db_path, "SELECT json_extract(attributes, '$.\"m.ints\"[2]') AS n FROM spans WHERE name = 'chat 1'"
+    ) == [{"n": 2**63 - 1}]
+
+
+def test_a_lone_surrogate_in_an_attribute_is_stored_escaped_and_costs_no_span(
+    exporter: SQLiteSpanExporter, db_path: Path
+) -> None:
+    """A provider's broken escape (``\\ud800``) decodes to a lone surrogate, which UTF-8 cannot hold: it
+    used to fail the whole batch's transaction."""
+    broken = "判定\ud800合格"
+    spans = _finished_spans(
+        lambda p: [
+            p.get_tracer("test").start_span(name, attributes=attributes).end()
+            for name, attributes in [("before", {}), ("broken", {"answer": broken}), ("after", {})]
+        ]
+    )
+    assert exporter.export(spans) is SpanExportResult.SUCCESS
+    rows = _rows(db_path, "SELECT name, attributes FROM spans ORDER BY start_unix_nano")
+    assert [row["name"] for row in rows] == ["before", "broken", "after"]
+    assert rows[1]["attributes"] == '{"answer":"\\u5224\\u5b9a\\ud800\\u5408\\u683c"}'
+    assert json.loads(str(rows[1]["attributes"])) == {"answer": broken}
+    assert "dropped.store_spans" not in tallyspan.stats()
