@@ -62,7 +62,8 @@ def json_bytes_encoder(*, sort_keys: bool = False) -> Callable[[Any], bytes]:
 
     if _orjson is None:
         return standard
-    dumps, error = _orjson.dumps, _orjson.JSONEncodeError
+    dumps: Callable[..., bytes] = _orjson.dumps
+    error: type[Exception] = _orjson.JSONEncodeError
     option = _orjson.OPT_SORT_KEYS if sort_keys else 0
 
     def encode(value: Any) -> bytes:

@@ -73,7 +73,9 @@ def bytes_encoder_kind(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize("sort_keys", [True, False], ids=["sorted", "in-order"])
-def test_json_bytes_are_the_compact_json_of_the_value_in_utf8(bytes_encoder_kind: str, sort_keys: bool) -> None:
+def test_json_bytes_are_the_compact_json_of_the_value_in_utf8(
+    bytes_encoder_kind: str, sort_keys: bool
+) -> None:
     encode = json_bytes_encoder(sort_keys=sort_keys)
     finite = {**_TRICKY, "m.ints": (1, -2, 2**63 - 1), "m.floats": (0.1, 1e300, -0.0, 5e-324)}
     expected = json.dumps(finite, sort_keys=sort_keys, **_COMPACT).encode()
