@@ -27,7 +27,7 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from tallyspan._jsonschema import parse_json_output
-from tallyspan._scripts import KANA, chinese_evidence, has_fence, latin_bounds, script_counts
+from tallyspan._scripts import KANA, MARKS, chinese_evidence, has_fence, latin_bounds, script_counts
 from tallyspan._taxonomy import SUPPORTED_LANGUAGES, ViolationType
 
 __all__ = ["SUPPORTED_LANGUAGES", "ScriptProfile", "language_violations", "profile"]
@@ -157,7 +157,7 @@ def _set_aside_code(text: str) -> tuple[str, str]:
     if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]") and _is_json(stripped):
         return "", text
     prose = _CODE_FENCE.sub(keep, text) if has_fence(text) else text
-    if "`" in prose:
+    if "`" in MARKS(prose):
         prose = _INLINE_CODE.sub(keep, prose)
     prose = _strip_markup(prose)
     if _has_code_signs(prose):
@@ -167,11 +167,12 @@ def _set_aside_code(text: str) -> tuple[str, str]:
 
 def _has_code_signs(prose: str) -> bool:
     # One-character tests first: a longer ASCII needle in CJK text is searched far more slowly.
-    if any(char in prose for char in ";{}=$"):
+    found = MARKS(prose)
+    if any(char in found for char in ";{}=$"):
         return True
-    if "/" in prose and ("//" in prose or "/*" in prose):
+    if "/" in found and ("//" in prose or "/*" in prose):
         return True
-    return ("#" in prose and "#include" in prose) or (" " in prose and "import " in prose)
+    return ("#" in found and "#include" in prose) or (" " in found and "import " in prose)
 
 
 def _is_json(text: str) -> bool:
@@ -326,11 +327,14 @@ def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
 
 def _strip_markup(prose: str) -> str:
     # Cheap substring tests first: most outputs have no URL, TeX or markup to set aside.
-    if ("/" in prose and "://" in prose) or ("w" in prose and "www." in prose) or "@" in prose:
+    found = MARKS(prose)
+    if ("/" in found and "://" in prose) or ("w" in found and "www." in prose) or "@" in found:
         prose = _URL.sub(" ", prose)
-    if "\\" in prose or "$" in prose:
+        found = MARKS(prose)
+    if "\\" in found or "$" in found:
         prose = _MATH.sub(" ", prose)
-    if "<" in prose:
+        found = MARKS(prose)
+    if "<" in found:
         prose = _MARKUP.sub(" ", prose)
     return prose
 
@@ -345,7 +349,8 @@ def profile(text: str) -> ScriptProfile:
     prose, code = _set_aside_code(text)
     unquoted, quoted_kana = prose, 0
     # Each scan only where its opening mark occurs: substring tests cost far less than the scans.
-    if any(mark in prose for mark in _QUOTE_MARKS):
+    found = MARKS(prose)
+    if any(mark in found for mark in _QUOTE_MARKS):
         quotes: list[str] = []
 
         def set_aside(match: re.Match[str]) -> str:
@@ -354,7 +359,8 @@ def profile(text: str) -> ScriptProfile:
 
         unquoted = _QUOTED.sub(set_aside, prose)
         quoted_kana = sum(len(KANA.findall(quote)) for quote in quotes)
-    if "(" in unquoted or "（" in unquoted:
+    marks_left = MARKS(unquoted)
+    if "(" in marks_left or "（" in marks_left:
         unquoted = _GLOSS.sub(" ", unquoted)
     result = _profile_of(unquoted, quoted_kana)
     if result.primary != "none":

@@ -11,6 +11,7 @@ import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 
 from tallyspan._literals import literal_alternation
+from tallyspan._scripts import MARKS
 
 __all__ = ["find_claims", "find_reasoning_leak", "first_turn", "is_refusal", "strip_reasoning"]
 
@@ -109,7 +110,8 @@ def _length(compact: str) -> int:
 
 def first_turn(text: str) -> str:
     """The text up to the first end-of-turn token that follows some content (one linear pass)."""
-    if "<" not in text and "[" not in text:  # a substring test is far cheaper than the search
+    found = MARKS(text)
+    if "<" not in found and "[" not in found:  # a substring test is far cheaper than the search
         return text
     start = _LEADING_MARKUP.match(text)
     end = _END_OF_TURN.search(text, start.end() if start else 0)
@@ -125,7 +127,8 @@ def is_refusal(text: str, compact: str | None = None) -> bool:
     """
     given = text
     text = first_turn(text)
-    if "<" in text or "[" in text:
+    marks = MARKS(text)
+    if "<" in marks or "[" in marks:
         text = _TEMPLATE.sub("", text)
     if not text:
         return False
@@ -187,7 +190,7 @@ _HARMONY_HEADER = re.compile(
 def strip_reasoning(text: str) -> str:
     """Return ``text`` without think blocks, anything before a lone closing tag, and harmony analysis
     messages (the final channel's message is kept, without its header)."""
-    if "<" not in text:  # every tag and harmony token opens with "<"
+    if "<" not in MARKS(text):  # every tag and harmony token opens with "<"
         return text
     text = _THINK_BLOCK.sub("", text)
     closing = list(_LONE_CLOSE.finditer(text))
@@ -206,7 +209,7 @@ def find_reasoning_leak(text: str, reasoning_text: str = "") -> str | None:
         reasoning_text: reasoning the provider returned in its own field; seeing it repeated in the
             answer is a leak too.
     """
-    if "<" in text:  # every tag and harmony token opens with "<"
+    if "<" in MARKS(text):  # every tag and harmony token opens with "<"
         if _THINK_BLOCK.search(text):
             return "think block in the output"
         if _LONE_CLOSE.search(text):
@@ -317,6 +320,8 @@ def _trigger_prefilter(
 # text's ASCII characters (lowercased) hold no ASCII trigger, and each other trigger misses a character
 # (when it has them all, a substring search, ~1 µs, tells). ~70k -> ~25k on the report.
 _ASCII_TRIGGERS, _TRIGGER_GROUPS = _trigger_prefilter(_KIND_OF_CASED_TRIGGER)
+# Which characters of the non-ASCII triggers a text holds: found with the other checks' marks, in one scan.
+MARKS.add(char for _, rests in _TRIGGER_GROUPS for _, trigger in rests for char in trigger)
 #: A claim pattern runs this far either side of its trigger word (a claim is a phrase, not a paragraph).
 _CLAIM_REACH = 120
 # A percentage is a claim only beside what it claims: satisfaction, share, a comparison, an improvement,
@@ -373,11 +378,12 @@ def _may_hold_trigger(text: str) -> bool:
     """False only when no cased trigger can occur in ``text`` (a text that is not all ASCII)."""
     if _ASCII_TRIGGERS.search(text.encode("ascii", "ignore").lower()):
         return True  # an ASCII trigger's characters are a run of the text's ASCII characters
+    found = MARKS(text)
     for lead, rests in _TRIGGER_GROUPS:
-        if lead in text:
+        if lead in found:
             for chars, trigger in rests:
                 for char in chars:
-                    if char not in text:
+                    if char not in found:
                         break
                 else:
                     if trigger in text:

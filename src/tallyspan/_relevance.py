@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from tallyspan._refusal import first_turn
-from tallyspan._scripts import script_counts
+from tallyspan._scripts import MARKS, script_counts
 
 __all__ = ["off_topic_detail", "other_question_detail", "web_text_mark"]
 
@@ -180,7 +180,8 @@ def _answer(output: str) -> _Answer:
 
 def _first_turn(output: str) -> str:
     """The answer up to the end of the model's turn, without chat-template markup, first chars only."""
-    if "<" in output or "[" in output:
+    found = MARKS(output)
+    if "<" in found or "[" in found:
         output = _MARKUP.sub(" ", first_turn(output))
     return output.strip()[:_ANSWER_WINDOW]
 

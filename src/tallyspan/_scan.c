@@ -6,10 +6,13 @@
  * regex character class of thousands of han costs tens and the pure-Python counts about ninety.
  * Code points above the BMP are in no class (the pure-Python scans agree: tallyspan/_scripts.py).
  *
+ * distinct_in_class gives the characters of a class that a text holds, each once: many ``char in text``
+ * tests on one text (the checks' cheap gates) then cost one scan and lookups in a short str.
+ *
  * repeat_units runs the repetition check's probes (tallyspan/_repetition.py) the same way: comparisons
  * of stretches of the text, without a slice or a call per try.
  *
- * Pure functions of their arguments: no state, no allocation but the result, no callbacks into
+ * Pure functions of their arguments: no state, no allocation but the result (and its buffer), no callbacks into
  * Python (numbers must be int objects, so no __index__ runs), so they cannot be re-entered or leak. Everything the Python side needs is checked here
  * (types, table length, indices), since a wrong argument must be an exception, never a crash of
  * the app the checks run in. tallyspan/_scripts.py holds the pure-Python equivalents, used where
@@ -214,6 +217,75 @@ rfind_class(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return find_in_class(args, nargs, "rfind_class", 1);
 }
 
+/* The characters distinct_in_class found: a bit per BMP code point seen, and the characters in order. */
+typedef struct {
+    unsigned char seen[TABLE_SIZE / 8];
+    Py_UCS4 *found;
+    Py_ssize_t count;
+    Py_ssize_t capacity;
+    Py_UCS4 first[256]; /* found, until more than 256 */
+} Distinct;
+
+/* Notes ``unit`` (a BMP code point in the class) once; 0, or -1 with an exception. */
+static int
+note_distinct(Distinct *distinct, Py_UCS4 unit)
+{
+    unsigned char bit = (unsigned char)(1u << (unit & 7));
+    if (distinct->seen[unit >> 3] & bit) {
+        return 0;
+    }
+    distinct->seen[unit >> 3] |= bit;
+    if (distinct->count == distinct->capacity) {
+        Py_UCS4 *grown = PyMem_New(Py_UCS4, (size_t)distinct->capacity * 2);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(grown, distinct->found, (size_t)distinct->count * sizeof(Py_UCS4));
+        if (distinct->found != distinct->first) {
+            PyMem_Free(distinct->found);
+        }
+        distinct->found = grown;
+        distinct->capacity *= 2;
+    }
+    distinct->found[distinct->count++] = unit;
+    return 0;
+}
+
+PyDoc_STRVAR(distinct_in_class_doc,
+             "distinct_in_class(text, table, mask, /) -> str\n\n"
+             "Each character of text in one of mask's classes, once, in the order of its first occurrence.");
+
+static PyObject *
+distinct_in_class(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *table;
+    unsigned int mask;
+    if (unpack(args, nargs, 3, 3, "distinct_in_class", &table) < 0 || mask_of(args[2], &mask) < 0) {
+        return NULL;
+    }
+    PyObject *text = args[0];
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+    Distinct distinct;
+    memset(distinct.seen, 0, sizeof distinct.seen);
+    distinct.found = distinct.first;
+    distinct.count = 0;
+    distinct.capacity = (Py_ssize_t)(sizeof distinct.first / sizeof distinct.first[0]);
+    PyObject *result = NULL;
+    FOR_EACH_CHARACTER(PyUnicode_KIND(text), data, table, 0, index < length, 1, {
+        if ((bits & mask) && note_distinct(&distinct, units[index]) < 0) {
+            goto failed;
+        }
+    })
+    result = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, distinct.found, distinct.count);
+failed:
+    if (distinct.found != distinct.first) {
+        PyMem_Free(distinct.found);
+    }
+    return result;
+}
+
 /* The probes of tallyspan/_repetition.py: at each of ``probes`` evenly spaced positions, the next occurrence
  * of the ``probe_chars`` characters there within ``max_unit`` characters (``tries`` of them at most) that
  * begins a back-to-back repeat of the text from the probe to it. */
@@ -314,6 +386,8 @@ static PyMethodDef scan_methods[] = {
     {"find_class", (PyCFunction)(void (*)(void))find_class, METH_FASTCALL, find_class_doc},
     {"rfind_class", (PyCFunction)(void (*)(void))rfind_class, METH_FASTCALL, rfind_class_doc},
     {"repeat_units", (PyCFunction)(void (*)(void))repeat_units, METH_FASTCALL, repeat_units_doc},
+    {"distinct_in_class", (PyCFunction)(void (*)(void))distinct_in_class, METH_FASTCALL,
+     distinct_in_class_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,6 +35,8 @@ from tallyspan._scripts import (
     ACCELERATED,
     HAN,
     KANA,
+    MARKS,
+    CharacterFinder,
     _bigram_firsts,
     _class_table,
     _hints,
@@ -194,6 +196,10 @@ class _Index:
         (lambda scan, table: scan.find_class("text", table, _Index(1)), TypeError),
         (lambda scan, table: scan.find_class("text", table, 1, _Index(0)), TypeError),
         (lambda scan, table: scan.repeat_units("text", _Index(16), 4, 256, 4), TypeError),
+        (lambda scan, table: scan.distinct_in_class("text", table), TypeError),
+        (lambda scan, table: scan.distinct_in_class("text", table[:5], 1), ValueError),
+        (lambda scan, table: scan.distinct_in_class("text", table, 0), ValueError),
+        (lambda scan, table: scan.distinct_in_class(b"text", table, 1), TypeError),
     ],
 )
 def test_a_wrong_argument_is_an_exception(call: object, error: type[Exception]) -> None:
@@ -201,6 +207,61 @@ def test_a_wrong_argument_is_an_exception(call: object, error: type[Exception]) 
 
     with pytest.raises(error):
         call(_scan, _class_table())  # type: ignore[operator]
+
+
+@needs_module
+def test_distinct_in_class_gives_each_character_of_the_class_once_in_order() -> None:
+    from tallyspan import _scan
+
+    rng = random.Random(21)
+    table = _class_table()
+    for _ in range(400):
+        text = "".join(rng.choices(rng.choice(("aé 1", _ALPHABET[:60], _ALPHABET)), k=rng.randint(0, 600)))
+        bits = rng.choice((_CLASS_KANA, _CLASS_HAN, _CLASS_HINT, _CLASS_LETTER | _CLASS_DIGIT, 0xFF))
+        expected = "".join(dict.fromkeys(c for c in text if ord(c) < 0x10000 and table[ord(c)] & bits))
+        assert _scan.distinct_in_class(text, table, bits) == expected, (text[:40], bits)
+    # More distinct characters than the first buffer holds (256): the result grows past it.
+    every_han = "".join(chr(point) for point in range(0x4E00, 0x4E00 + 3000))
+    assert _scan.distinct_in_class(every_han * 2, table, _CLASS_HAN) == every_han
+
+
+@pytest.mark.parametrize("module", [True, False], ids=["C", "pure-python"])
+def test_a_character_finder_answers_every_one_character_test_as_the_text_would(
+    module: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if module and not ACCELERATED:
+        pytest.skip("the optional C module tallyspan._scan is not built here")
+    if not module:
+        monkeypatch.setattr(_scripts, "_scan", None)
+    rng = random.Random(34)
+    characters = "<[/`~「（。日用満ア"
+    finder = CharacterFinder(characters, ranges=((0x30, 0x39),))
+    tested = characters + "0123456789"
+    for _ in range(300):
+        text = "".join(rng.choices(_ALPHABET + "<[/`~（。用満0a9", k=rng.randint(0, 300)))
+        found = finder(text)
+        assert finder(text) is found  # the same text again: remembered
+        for char in tested[: len(characters) + 10]:
+            assert (char in found) == (char in text), (text[:40], char)
+        if module:  # each character of the set that the text holds, once: a short str to test in
+            assert found == "".join(
+                dict.fromkeys(c for c in text if c in characters or (c.isdigit() and c.isascii()))
+            )
+    marks = "".join(chr(point) for point in range(0x80)) + "「」『』（）。、“”＃％\u3000"
+    for text in ("判定：合格 <br>", "今週の報告です。「完了」（済）", "plain ascii {x: 1} // c"):
+        for mark in marks:
+            assert (mark in MARKS(text)) == (mark in text), (text, mark)
+    with pytest.raises(ValueError, match="BMP"):
+        CharacterFinder("😀")
+
+
+def test_characters_added_to_a_finder_are_found_from_then_on() -> None:
+    finder = CharacterFinder("<")
+    text = "日本語の<報告>"
+    assert "<" in finder(text)
+    finder.add("本")
+    assert "本" in finder(text)  # the remembered answer for this text was dropped with the addition
+    assert "語" not in finder(text) or not ACCELERATED
 
 
 @needs_module
