@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -359,18 +359,21 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-#: The store's JSON columns: compact UTF-8 bytes; for the attributes, sorted keys, so equal attributes
-#: make equal text.
-_json_bytes: Final = json_bytes_encoder()
-_json_attributes: Final = json_bytes_encoder(sort_keys=True)
 _EMPTY_LIST: Final = b"[]"
+
+
+@functools.cache
+def _json_encoders() -> tuple[Callable[[Any], bytes], Callable[[Any], bytes]]:
+    """The store's JSON columns, as compact UTF-8 bytes: (lists, attributes with sorted keys, so equal
+    attributes make equal text). Made with the first rows, on the writer's thread (orjson loads then)."""
+    return json_bytes_encoder(), json_bytes_encoder(sort_keys=True)
 
 
 def _json_list(value: object) -> bytes:
     if isinstance(value, str):
-        return _json_bytes([value])
+        return _json_encoders()[0]([value])
     if isinstance(value, Sequence):
-        return _json_bytes([str(item) for item in value]) if value else _EMPTY_LIST
+        return _json_encoders()[0]([str(item) for item in value]) if value else _EMPTY_LIST
     return _EMPTY_LIST
 
 
@@ -385,6 +388,7 @@ class _Batch:
         self.runs: list[tuple[tuple[int, ...], tuple[Any, ...]]] = []
         """(the columns left out, the row without them)"""
         self.service_name: str | None = None
+        self._json_attributes = _json_encoders()[1]
 
     def rows(self) -> Rows:
         rows = Rows(items=len(self.spans))
@@ -446,7 +450,7 @@ class _Batch:
                 _json_list(violation_types),
                 failure_class,
                 _text(service),
-                _json_attributes(attributes),
+                self._json_attributes(attributes),
             )
         )
         self.span_keys.append((trace_id, span_id))

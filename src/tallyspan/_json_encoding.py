@@ -13,12 +13,6 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-_orjson: ModuleType | None
-try:
-    import orjson as _orjson
-except ImportError:  # PyPy, or a platform orjson has no wheel for: the standard library writes it
-    _orjson = None
-
 __all__ = ["json_bytes_encoder", "json_encoder"]
 
 
@@ -60,11 +54,12 @@ def json_bytes_encoder(*, sort_keys: bool = False) -> Callable[[Any], bytes]:
         except UnicodeEncodeError:  # a lone surrogate: only the escaped form is UTF-8
             return ascii_text(value).encode()
 
-    if _orjson is None:
+    orjson = _orjson()
+    if orjson is None:
         return standard
-    dumps: Callable[..., bytes] = _orjson.dumps
-    error: type[Exception] = _orjson.JSONEncodeError
-    option = _orjson.OPT_SORT_KEYS if sort_keys else 0
+    dumps: Callable[..., bytes] = orjson.dumps
+    error: type[Exception] = orjson.JSONEncodeError
+    option = orjson.OPT_SORT_KEYS if sort_keys else 0
 
     def encode(value: Any) -> bytes:
         try:
@@ -73,6 +68,16 @@ def json_bytes_encoder(*, sort_keys: bool = False) -> Callable[[Any], bytes]:
             return standard(value)
 
     return encode
+
+
+def _orjson() -> ModuleType | None:
+    """orjson, imported by the first encoder that wants it (the store's, on its writer thread): with what
+    it imports, it costs milliseconds that ``instrument()`` need not wait for."""
+    try:
+        import orjson
+    except ImportError:  # PyPy, or a platform orjson has no wheel for: the standard library writes it
+        return None
+    return orjson
 
 
 def _standard_encoder(*, sort_keys: bool, ensure_ascii: bool) -> Callable[[Any], str]:

@@ -68,7 +68,7 @@ def bytes_encoder_kind(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
     if request.param == "orjson":
         pytest.importorskip("orjson", reason="orjson has no wheel for this Python (PyPy)")
     else:
-        monkeypatch.setattr(_json_encoding, "_orjson", None)
+        monkeypatch.setattr(_json_encoding, "_orjson", lambda: None)
     return str(request.param)
 
 

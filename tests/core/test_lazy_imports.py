@@ -20,8 +20,9 @@ from pathlib import Path
 ENGINE = ("tallyspan._checks", "tallyspan._language", "tallyspan._jsonschema", "jsonschema")
 OTLP = ("opentelemetry.sdk._logs", "requests", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
 HEAVY = (*ENGINE, *OTLP, "tallyspan._contracts", "yaml", "regex")
-#: Loaded by the store's writer thread with its first write, and by nothing before it.
-STORE = ("sqlite3",)
+#: Loaded by the store's writer thread with its first write (the database, the JSON of its rows), and by
+#: nothing before it.
+STORE = ("sqlite3", "orjson")
 #: The semantic-conventions package: tallyspan.semconv spells its names out (tests/core/test_semconv.py).
 CONVENTIONS = ("opentelemetry.semconv._incubating.attributes.gen_ai_attributes",)
 #: How the OpenAI instrumentor reads each kind of call: loaded with the first call of that kind.
