@@ -27,6 +27,7 @@ from tallyspan._patterns import PatternBudget
 from tallyspan._refusal import find_claims, find_reasoning_leak, is_refusal, strip_reasoning
 from tallyspan._relevance import off_topic_detail, other_question_detail
 from tallyspan._repetition import repeated_share
+from tallyspan._scripts import without_whitespace
 from tallyspan._selfstats import swallowed
 from tallyspan._taxonomy import FAILURE_CLASS_OF, FailureClass, ViolationType, most_severe
 
@@ -332,9 +333,9 @@ def _output_violations(
         swallowed(_logger, "check_rule.strip_reasoning", "stripping reasoning from an output failed")
         errors.append("strip_reasoning")
         answer = output
-    # One split of the answer for the rules that measure it without whitespace (a split costs ~20
-    # instructions a character): made here, since every default contract runs the refusal rule.
-    compact = "".join(answer.split())
+    # The answer without whitespace, once, for the rules that measure it: made here, since every default
+    # contract runs the refusal rule.
+    compact = without_whitespace(answer)
     given = _Output(
         output, answer, compact, contract, prompt, other_prompts, other_answers, reasoning_text, budget
     )

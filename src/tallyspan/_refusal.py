@@ -11,7 +11,7 @@ import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 
 from tallyspan._literals import literal_alternation
-from tallyspan._scripts import MARKS
+from tallyspan._scripts import MARKS, without_whitespace
 
 __all__ = ["find_claims", "find_reasoning_leak", "first_turn", "is_refusal", "strip_reasoning"]
 
@@ -133,7 +133,7 @@ def is_refusal(text: str, compact: str | None = None) -> bool:
     if not text:
         return False
     if compact is None or text is not given:  # no compact, or not of this text: end of turn, template
-        compact = "".join(text.split())
+        compact = without_whitespace(text)
     if _length(compact) > _REFUSAL_MAX_CHARS:
         return False
     head = text.lstrip()[:_REFUSAL_WINDOW]
@@ -141,7 +141,7 @@ def is_refusal(text: str, compact: str | None = None) -> bool:
     if found is None:
         premise = _PREMISE_REJECTED.search(head)
         if premise is not None and not _LEAD_SENTENCE_END.search(head[: premise.start()].rstrip()):
-            return len("".join(text.lstrip()[premise.end() :].split())) <= _NOTHING_REAL_CHARS
+            return len(without_whitespace(text.lstrip()[premise.end() :])) <= _NOTHING_REAL_CHARS
         first = _JA_TASK_REFUSAL.match(head)
         if first is None or _JA_REASON.search(first.group(0)):
             return False
@@ -218,8 +218,8 @@ def find_reasoning_leak(text: str, reasoning_text: str = "") -> str | None:
             return "harmony channel token in the output"
     if _OPENERS.search(text[:200]):
         return "output opens with reasoning"
-    probe = "".join(reasoning_text.split())[:60]
-    if len(probe) >= 30 and probe in "".join(text.split()):
+    probe = without_whitespace(reasoning_text)[:60]
+    if len(probe) >= 30 and probe in without_whitespace(text):
         return "the provider's reasoning is repeated in the output"
     return None
 

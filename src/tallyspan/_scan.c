@@ -9,6 +9,8 @@
  * distinct_in_class gives the characters of a class that a text holds, each once: many ``char in text``
  * tests on one text (the checks' cheap gates) then cost one scan and lookups in a short str.
  *
+ * without_whitespace is "".join(text.split()) without the list of words in between.
+ *
  * repeat_units runs the repetition check's probes (tallyspan/_repetition.py) the same way: comparisons
  * of stretches of the text, without a slice or a call per try.
  *
@@ -286,6 +288,71 @@ failed:
     return result;
 }
 
+/* Whitespace as str.split() and str.isspace() see it. Every whitespace character is at or below U+3000
+ * (tests/core/test_scan_extension.py holds this to str.split for every code point), so most CJK text is
+ * told apart by one comparison, without a lookup in the Unicode database. */
+#define IS_WHITESPACE(unit) ((unit) <= 0x3000 && Py_UNICODE_ISSPACE(unit))
+
+#define COPY_WITHOUT_WHITESPACE(TYPE)                                                                    \
+    {                                                                                                    \
+        const TYPE *units = (const TYPE *)data;                                                          \
+        TYPE *copy = (TYPE *)kept;                                                                       \
+        for (Py_ssize_t index = 0; index < length; index++) {                                            \
+            copy[count] = units[index];                                                                  \
+            count += !IS_WHITESPACE(units[index]);                                                       \
+        }                                                                                                \
+    }
+
+PyDoc_STRVAR(without_whitespace_doc,
+             "without_whitespace(text, /) -> str\n\n"
+             "text without its whitespace characters: \"\".join(text.split()).");
+
+static PyObject *
+without_whitespace(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "without_whitespace() takes one str");
+        return NULL;
+    }
+    PyObject *text = args[0];
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(text) < 0) {
+        return NULL;
+    }
+#endif
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+    /* The kept characters in a buffer of the text's width; the str made of them is of the narrowest width
+     * they need (a text whose only wide character was a U+3000 gives a Latin-1 str). */
+    void *kept = PyMem_Malloc(length > 0 ? (size_t)length * (size_t)kind : 1);
+    if (kept == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t count = 0;
+    switch (kind) {
+    case PyUnicode_1BYTE_KIND:
+        COPY_WITHOUT_WHITESPACE(Py_UCS1)
+        break;
+    case PyUnicode_2BYTE_KIND:
+        COPY_WITHOUT_WHITESPACE(Py_UCS2)
+        break;
+    default:
+        COPY_WITHOUT_WHITESPACE(Py_UCS4)
+        break;
+    }
+    PyObject *result;
+    if (count == length && PyUnicode_CheckExact(text)) {
+        Py_INCREF(text);
+        result = text;
+    }
+    else {
+        result = PyUnicode_FromKindAndData(kind, kept, count);
+    }
+    PyMem_Free(kept);
+    return result;
+}
+
 /* The probes of tallyspan/_repetition.py: at each of ``probes`` evenly spaced positions, the next occurrence
  * of the ``probe_chars`` characters there within ``max_unit`` characters (``tries`` of them at most) that
  * begins a back-to-back repeat of the text from the probe to it. */
@@ -388,6 +455,8 @@ static PyMethodDef scan_methods[] = {
     {"repeat_units", (PyCFunction)(void (*)(void))repeat_units, METH_FASTCALL, repeat_units_doc},
     {"distinct_in_class", (PyCFunction)(void (*)(void))distinct_in_class, METH_FASTCALL,
      distinct_in_class_doc},
+    {"without_whitespace", (PyCFunction)(void (*)(void))without_whitespace, METH_FASTCALL,
+     without_whitespace_doc},
     {NULL, NULL, 0, NULL},
 };
 

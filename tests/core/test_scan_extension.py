@@ -225,6 +225,36 @@ def test_distinct_in_class_gives_each_character_of_the_class_once_in_order() -> 
     assert _scan.distinct_in_class(every_han * 2, table, _CLASS_HAN) == every_han
 
 
+@needs_module
+def test_without_whitespace_is_the_join_of_the_split_for_every_code_point() -> None:
+    from tallyspan import _scan
+
+    every = "".join(chr(point) for point in range(0x110000))  # lone surrogates included
+    assert _scan.without_whitespace(every) == "".join(every.split())
+    rng = random.Random(55)
+    spaces = " \t\n\r\x0b\x0c\x1c\x85\xa0\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000"
+    for _ in range(500):
+        text = "".join(
+            rng.choices(rng.choice(("aé", _ALPHABET[:60], _ALPHABET)) + spaces, k=rng.randint(0, 80))
+        )
+        compact = _scan.without_whitespace(text)
+        assert compact == "".join(text.split()), text
+        # the narrowest width its characters need, as every str: a wide U+3000 alone must not widen it
+        assert sys.getsizeof(compact) == sys.getsizeof("".join(text.split())), text
+    text = "判定：合格"
+    assert _scan.without_whitespace(text) is text  # nothing to take out: the text itself
+
+    class Text(str):
+        pass
+
+    assert type(_scan.without_whitespace(Text("a b"))) is str
+    assert type(_scan.without_whitespace(Text("ab"))) is str
+    with pytest.raises(TypeError):
+        _scan.without_whitespace(b"a b")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        _scan.without_whitespace("a", "b")  # type: ignore[call-arg]
+
+
 @pytest.mark.parametrize("module", [True, False], ids=["C", "pure-python"])
 def test_a_character_finder_answers_every_one_character_test_as_the_text_would(
     module: bool, monkeypatch: pytest.MonkeyPatch
