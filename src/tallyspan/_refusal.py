@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
+from functools import lru_cache
 
 from tallyspan._literals import literal_alternation
 from tallyspan._scripts import MARKS, without_whitespace
@@ -363,15 +364,23 @@ def find_claims(text: str, allowed: Sequence[str]) -> list[str]:
     percentage counts only in a sentence that says what it claims (satisfaction, share, a comparison,
     an improvement, customers): a progress or utilisation figure is the report's own subject.
     """
-    allowed_normalized = [_normalize(phrase) for phrase in allowed if phrase.strip()]
+    allowed_normalized: tuple[str, ...] | None = None  # with the first claim: most answers make none
     found: list[str] = []
     for kind, match in _claim_matches(text):
         sentence = _normalize(_sentence_around(text, match.start(), match.end()))
         if kind == "percentage" and not any(cue in sentence for cue in _PERCENTAGE_CLAIM_CUES):
             continue
+        if allowed_normalized is None:
+            allowed_normalized = _normalized_phrases(tuple(allowed))
         if not any(phrase in sentence for phrase in allowed_normalized):
             found.append(kind)
     return found
+
+
+@lru_cache(maxsize=64)
+def _normalized_phrases(allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """A contract's allowed phrases as claims are compared (NFKC, case-folded), once per contract."""
+    return tuple(_normalize(phrase) for phrase in allowed if phrase.strip())
 
 
 def _may_hold_trigger(text: str) -> bool:
