@@ -102,8 +102,10 @@ _LINEAR_NODES: Final = frozenset(
         "EndOfStringLine", "EndOfStringLineU", "SearchAnchor",
     }
 )  # fmt: skip
-#: Linear patterns compiled so far, with their node counts (weakly: a contract set let go frees them).
-_LINEAR_NODE_COUNTS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+#: Linear patterns compiled so far, with their node counts, by ``id``: a pattern let go (with its contract
+#: set) takes its entry with it (``weakref.finalize``), before its id can be another object's. A
+#: ``WeakKeyDictionary`` costs a Python-level call and a new weak reference per lookup, four per check.
+_LINEAR_NODE_COUNTS: dict[int, int] = {}
 _CHILD_ATTRIBUTES = ("subpattern", "items", "branches", "yes_item", "no_item")
 _SHOWN_CHARS = 60
 
@@ -209,8 +211,9 @@ def compile_pattern(pattern: str, flags: int, budget: PatternLoadBudget | None =
         compiled = regex.compile(pattern, flags)
     except (regex.error, ValueError, RecursionError) as exc:
         raise PatternError(f"invalid regex {_shown(pattern)}: {exc}") from exc
-    if linear:
-        _LINEAR_NODE_COUNTS[compiled] = expansion
+    if linear and id(compiled) not in _LINEAR_NODE_COUNTS:  # regex's own cache can return one compiled before
+        _LINEAR_NODE_COUNTS[id(compiled)] = expansion
+        weakref.finalize(compiled, _LINEAR_NODE_COUNTS.pop, id(compiled), None)
     if budget is not None:
         budget.compiled[(pattern, flags)] = compiled
         budget._spend(time.perf_counter() - started)
@@ -220,7 +223,7 @@ def compile_pattern(pattern: str, flags: int, budget: PatternLoadBudget | None =
 def linear_nodes(pattern: regex.Pattern[str]) -> int | None:
     """The node count of a linear pattern :func:`compile_pattern` made (see the module's docstring), else
     None: the pattern can backtrack, or was not compiled here."""
-    return _LINEAR_NODE_COUNTS.get(pattern)
+    return _LINEAR_NODE_COUNTS.get(id(pattern))
 
 
 def _shown(pattern: str) -> str:
@@ -397,24 +400,25 @@ class PatternBudget:
         if self._exhausted or self._total_s <= 0:
             self._exhaust()
             return None
-        nodes = _LINEAR_NODE_COUNTS.get(pattern)
+        nodes = _LINEAR_NODE_COUNTS.get(id(pattern))
         steps = nodes * len(text) if nodes is not None else UNTIMED_STEPS + 1
+        # concurrent=False (the fourth argument): ``regex`` would otherwise let go of the GIL for the search,
+        # and getting it back behind a busy app thread takes up to the switch interval (5 ms) each time; the
+        # timeout, which counts that wait, then expires on patterns that match in microseconds. By position:
+        # ``regex`` matches keywords by name, a few thousand instructions a search.
         if steps <= UNTIMED_STEPS and self._unclocked_steps + steps <= UNTIMED_STEPS:
             # It cannot backtrack, and its steps (with those of the untimed searches before it) are bounded
             # well inside the timeout: no clock to read.
             self._unclocked_steps += steps
-            return pattern.search(text, concurrent=False) is not None
+            return pattern.search(text, None, None, False) is not None
         remaining = self._remaining()
         if remaining <= 0:
             self._exhaust()
             return None
         if steps <= UNTIMED_STEPS:
             self._unclocked_steps = steps
-            return pattern.search(text, concurrent=False) is not None
+            return pattern.search(text, None, None, False) is not None
         try:
-            # concurrent=False: ``regex`` would otherwise let go of the GIL for the search, and getting it
-            # back behind a busy app thread takes up to the switch interval (5 ms) each time; the timeout,
-            # which counts that wait, then expires on patterns that match in microseconds.
             timeout = min(self._per_pattern_s, remaining)
             return pattern.search(text, timeout=timeout, concurrent=False) is not None
         except TimeoutError:

@@ -141,3 +141,20 @@ def test_a_spent_budget_runs_no_pattern_linear_or_not() -> None:
     assert budget.search(_compiled("毎週"), "毎週") is None
     assert budget.exhausted
     assert budget.check_errors == ("pattern_budget",)
+
+
+def test_a_pattern_let_go_takes_its_linear_verdict_with_it() -> None:
+    import gc
+
+    import regex
+
+    from tallyspan import _patterns
+
+    regex.purge()  # regex's own cache holds compiled patterns too
+    pattern = compile_pattern("let-go-before-its-id-is-reused", contract_flags())
+    key = id(pattern)
+    assert _patterns._LINEAR_NODE_COUNTS[key] == 1 + len("let-go-before-its-id-is-reused")
+    regex.purge()
+    del pattern
+    gc.collect()
+    assert key not in _patterns._LINEAR_NODE_COUNTS
