@@ -22,6 +22,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 #define TABLE_SIZE 0x10000
@@ -353,10 +354,57 @@ without_whitespace(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* The first index in [from, to) of ``value``, or ``to``: the probes' scan for the next occurrence of a
+ * probe's first character. Several characters a step where the width allows: libc's memchr for Latin-1,
+ * four UCS-2 units per 64-bit word for UCS-2 (a unit of word ^ value that is zero is a match; the test
+ * below is exact as to whether there is one, and the units of that word are then looked at one by one). */
+static inline Py_ssize_t
+next_unit_1(const Py_UCS1 *units, Py_ssize_t from, Py_ssize_t to, Py_UCS1 value)
+{
+    if (from >= to) {
+        return to;
+    }
+    const Py_UCS1 *found = memchr(units + from, value, (size_t)(to - from));
+    return found == NULL ? to : found - units;
+}
+
+static inline Py_ssize_t
+next_unit_2(const Py_UCS2 *units, Py_ssize_t from, Py_ssize_t to, Py_UCS2 value)
+{
+    const uint64_t lows = 0x0001000100010001ULL, highs = 0x8000800080008000ULL;
+    const uint64_t repeated = lows * value;
+    Py_ssize_t index = from;
+    for (; index + 4 <= to; index += 4) {
+        uint64_t word;
+        memcpy(&word, units + index, sizeof word);
+        word ^= repeated;
+        if ((word - lows) & ~word & highs) {
+            break;
+        }
+    }
+    for (; index < to; index++) {
+        if (units[index] == value) {
+            return index;
+        }
+    }
+    return to;
+}
+
+static inline Py_ssize_t
+next_unit_4(const Py_UCS4 *units, Py_ssize_t from, Py_ssize_t to, Py_UCS4 value)
+{
+    for (Py_ssize_t index = from; index < to; index++) {
+        if (units[index] == value) {
+            return index;
+        }
+    }
+    return to;
+}
+
 /* The probes of tallyspan/_repetition.py: at each of ``probes`` evenly spaced positions, the next occurrence
  * of the ``probe_chars`` characters there within ``max_unit`` characters (``tries`` of them at most) that
  * begins a back-to-back repeat of the text from the probe to it. */
-#define PROBE_UNITS(TYPE)                                                                                \
+#define PROBE_UNITS(TYPE, NEXT_UNIT)                                                                     \
     {                                                                                                    \
         const TYPE *units = (const TYPE *)data;                                                          \
         const size_t gram_bytes = (size_t)probe_chars * sizeof(TYPE);                                    \
@@ -369,9 +417,11 @@ without_whitespace(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             if (reach > length) {                                                                        \
                 reach = length;                                                                          \
             }                                                                                            \
+            const Py_ssize_t last_start = reach - probe_chars + 1; /* past the last place a gram fits */ \
             Py_ssize_t tries_left = tries;                                                               \
-            for (Py_ssize_t found = start + 1; found + probe_chars <= reach; found++) {                  \
-                if (units[found] != units[start] || memcmp(units + found, units + start, gram_bytes)) {  \
+            for (Py_ssize_t found = NEXT_UNIT(units, start + 1, last_start, units[start]);               \
+                 found < last_start; found = NEXT_UNIT(units, found + 1, last_start, units[start])) {    \
+                if (memcmp(units + found, units + start, gram_bytes)) {                                  \
                     continue;                                                                            \
                 }                                                                                        \
                 Py_ssize_t size = found - start;                                                         \
@@ -436,13 +486,13 @@ repeat_units(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     switch (PyUnicode_KIND(text)) {
     case PyUnicode_1BYTE_KIND:
-        PROBE_UNITS(Py_UCS1)
+        PROBE_UNITS(Py_UCS1, next_unit_1)
         break;
     case PyUnicode_2BYTE_KIND:
-        PROBE_UNITS(Py_UCS2)
+        PROBE_UNITS(Py_UCS2, next_unit_2)
         break;
     default:
-        PROBE_UNITS(Py_UCS4)
+        PROBE_UNITS(Py_UCS4, next_unit_4)
         break;
     }
     return result;
