@@ -134,6 +134,45 @@ mask_of(PyObject *value, unsigned int *mask)
     return 0;
 }
 
+PyDoc_STRVAR(find_sign_doc,
+             "find_sign(text, table, mask, first_mask, second_mask, start=None, /) -> int\n\n"
+             "The lowest index in text[start:] of a character in one of mask's classes, or of one in "
+             "first_mask's classes followed by one in second_mask's classes; -1 if there is none.");
+
+static PyObject *
+find_sign(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *table;
+    unsigned int mask, first_mask, second_mask;
+    Py_ssize_t start, end;
+    if (unpack(args, nargs, 5, 6, "find_sign", &table) < 0 || mask_of(args[2], &mask) < 0
+        || mask_of(args[3], &first_mask) < 0 || mask_of(args[4], &second_mask) < 0) {
+        return NULL;
+    }
+    PyObject *text = args[0];
+    Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+    start = 0;
+    if (nargs > 5 && args[5] != Py_None && integer_of(args[5], "start", &start) < 0) {
+        return NULL;
+    }
+    if (start < 0) {
+        start = start + length < 0 ? 0 : start + length;
+    }
+    end = length;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    FOR_EACH_CHARACTER(kind, data, table, start, index < end, 1, {
+        if (bits & mask) {
+            return PyLong_FromSsize_t(index);
+        }
+        if ((bits & first_mask) && index + 1 < end && units[index + 1] < TABLE_SIZE
+            && (table[units[index + 1]] & second_mask)) {
+            return PyLong_FromSsize_t(index);
+        }
+    })
+    return PyLong_FromLong(-1);
+}
+
 PyDoc_STRVAR(class_counts_doc,
              "class_counts(text, table, /) -> tuple of 8 ints\n\n"
              "How many characters of text are in each of the table's eight classes (bit 0 first).");
@@ -502,6 +541,7 @@ static PyMethodDef scan_methods[] = {
     {"class_counts", (PyCFunction)(void (*)(void))class_counts, METH_FASTCALL, class_counts_doc},
     {"find_class", (PyCFunction)(void (*)(void))find_class, METH_FASTCALL, find_class_doc},
     {"rfind_class", (PyCFunction)(void (*)(void))rfind_class, METH_FASTCALL, rfind_class_doc},
+    {"find_sign", (PyCFunction)(void (*)(void))find_sign, METH_FASTCALL, find_sign_doc},
     {"repeat_units", (PyCFunction)(void (*)(void))repeat_units, METH_FASTCALL, repeat_units_doc},
     {"distinct_in_class", (PyCFunction)(void (*)(void))distinct_in_class, METH_FASTCALL,
      distinct_in_class_doc},

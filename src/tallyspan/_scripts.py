@@ -281,20 +281,24 @@ def _next_hint(prose: str, start: int) -> int:
     if _scan is None:
         found = _hints().search(prose, start)
         return found.start() if found else -1
+    # A sign, or a bigram's first character before any bigram's second (then checked for its own).
     table = _class_table()
     firsts = _bigram_firsts()
-    position: int = _scan.find_class(prose, table, _CLASS_HINT, start)
+    sign, first, second = _CLASS_HINT, _CLASS_BIGRAM_FIRST, _CLASS_BIGRAM_SECOND
+    position: int = _scan.find_sign(prose, table, sign, first, second, start)
     while position >= 0:
         seconds = firsts.get(prose[position])
-        following = prose[position + 1 : position + 2]
-        if seconds is None or (following and following in seconds):
+        if seconds is None or prose[position + 1] in seconds:
             return position
-        position = _scan.find_class(prose, table, _CLASS_HINT, position + 1)
+        position = _scan.find_sign(prose, table, sign, first, second, position + 1)
     return -1
 
 
 # --- the C scans' table ----------------------------------------------------------------------------
 _CLASS_KANA, _CLASS_HAN, _CLASS_HANGUL, _CLASS_HINT, _CLASS_LETTER, _CLASS_DIGIT = 1, 2, 4, 8, 16, 32
+# The function bigrams' first characters that are no sign by themselves (一 of 一個, 所 of 所以: common in
+# Japanese), and the bigrams' second characters: a first counts only before a second.
+_CLASS_BIGRAM_FIRST, _CLASS_BIGRAM_SECOND = 64, 128
 
 
 @cache
@@ -308,8 +312,12 @@ def _class_table() -> bytes:
     ):
         for first, last in ranges:
             table[first : last + 1] = bytes([bit]) * (last + 1 - first)  # the scripts do not overlap
-    for char in [*_hint_signs(), *_bigram_firsts()]:
+    for char in _hint_signs():
         table[ord(char)] |= _CLASS_HINT  # all in the BMP: the table is generated from BMP codecs
+    for lead, seconds in _bigram_firsts().items():
+        table[ord(lead)] |= _CLASS_BIGRAM_FIRST
+        for second in seconds:
+            table[ord(second)] |= _CLASS_BIGRAM_SECOND
     for char in string.ascii_letters:
         table[ord(char)] |= _CLASS_LETTER
     for char in string.digits:

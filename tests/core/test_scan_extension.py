@@ -25,6 +25,8 @@ import pytest
 from tallyspan import _scripts
 from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
 from tallyspan._scripts import (
+    _CLASS_BIGRAM_FIRST,
+    _CLASS_BIGRAM_SECOND,
     _CLASS_DIGIT,
     _CLASS_HAN,
     _CLASS_HANGUL,
@@ -89,10 +91,11 @@ def test_the_class_table_holds_each_code_points_classes() -> None:
         assert bool(bits & _CLASS_HANGUL) == any(first <= point <= last for first, last in _HANGUL), hex(
             point
         )
-        assert bool(bits & _CLASS_HINT) == bool(hint.match(char)), hex(point)
+        assert bool(bits & (_CLASS_HINT | _CLASS_BIGRAM_FIRST)) == bool(hint.match(char)), hex(point)
+        assert bool(bits & _CLASS_BIGRAM_FIRST) == (char in _bigram_firsts()), hex(point)
+        assert bool(bits & _CLASS_BIGRAM_SECOND) == (char in "".join(_bigram_firsts().values())), hex(point)
         assert bool(bits & _CLASS_LETTER) == (char.isascii() and char.isalpha()), hex(point)
         assert bool(bits & _CLASS_DIGIT) == (char.isascii() and char.isdigit()), hex(point)
-        assert bits & 0xC0 == 0, hex(point)
 
 
 @needs_module
@@ -197,6 +200,10 @@ class _Index:
         (lambda scan, table: scan.find_class("text", table, 1, _Index(0)), TypeError),
         (lambda scan, table: scan.repeat_units("text", _Index(16), 4, 256, 4), TypeError),
         (lambda scan, table: scan.distinct_in_class("text", table), TypeError),
+        (lambda scan, table: scan.find_sign("text", table, 8, 64), TypeError),
+        (lambda scan, table: scan.find_sign("text", table, 8, 64, 0), ValueError),
+        (lambda scan, table: scan.find_sign("text", table, 8, 64, 128, "0"), TypeError),
+        (lambda scan, table: scan.find_sign("text", table, 8, 64, 128, _Index(0)), TypeError),
         (lambda scan, table: scan.distinct_in_class("text", table[:5], 1), ValueError),
         (lambda scan, table: scan.distinct_in_class("text", table, 0), ValueError),
         (lambda scan, table: scan.distinct_in_class(b"text", table, 1), TypeError),
@@ -207,6 +214,39 @@ def test_a_wrong_argument_is_an_exception(call: object, error: type[Exception]) 
 
     with pytest.raises(error):
         call(_scan, _class_table())  # type: ignore[operator]
+
+
+@needs_module
+def test_find_sign_agrees_with_a_python_scan_from_any_start() -> None:
+    from tallyspan import _scan
+
+    rng = random.Random(8)
+    table = _class_table()
+    pieces = "".join(_bigram_firsts()) + "".join(_bigram_firsts().values()) + _ALPHABET
+
+    def expected(text: str, start: int, mask: int, first: int, second: int) -> int:
+        for index in range(len(text))[start:]:
+            bits = table[ord(text[index])] if ord(text[index]) < 0x10000 else 0
+            if bits & mask:
+                return index
+            following = text[index + 1 : index + 2]
+            if bits & first and following and ord(following) < 0x10000 and table[ord(following)] & second:
+                return index
+        return -1
+
+    for _ in range(600):
+        text = "".join(rng.choices(pieces, k=rng.randint(0, 50)))
+        start = rng.choice((0, 1, 5, -3, -100, 100))
+        masks = rng.choice(
+            ((_CLASS_HINT, _CLASS_BIGRAM_FIRST, _CLASS_BIGRAM_SECOND), (_CLASS_KANA, _CLASS_HAN, 0xFF))
+        )
+        assert _scan.find_sign(text, table, *masks, start) == expected(text, start, *masks), (
+            text,
+            start,
+            masks,
+        )
+    assert _scan.find_sign("一個", table, _CLASS_HINT, _CLASS_BIGRAM_FIRST, _CLASS_BIGRAM_SECOND) == 0
+    assert _scan.find_sign("一", table, _CLASS_HINT, _CLASS_BIGRAM_FIRST, _CLASS_BIGRAM_SECOND) == -1
 
 
 @needs_module
