@@ -81,6 +81,7 @@ _BUT_I_CAN = re.compile(
     r"|\bif I were\b|\bimagin|\bhypothetical|假设|假如)"
 )
 _NOT_ASCII_LETTER = bytes(byte for byte in range(128) if not chr(byte).isalpha())
+_ASCII_LETTER = re.compile("[A-Za-z]")
 #: A refusal is a short answer that says no at its start; a long answer with a caveat is an answer.
 _REFUSAL_WINDOW = 240
 #: The refusal is in the first sentence (after a greeting or thanks): at most this much of it before.
@@ -103,8 +104,10 @@ _LEADING_MARKUP = re.compile(
 _REFUSAL_MAX_CHARS = 400
 
 
-def _length(compact: str) -> int:
-    """The length of ``compact`` (a text without whitespace), Latin letters counted a third."""
+def _length(compact: str, text: str) -> int:
+    """The length of ``compact`` (``text`` without whitespace), Latin letters counted a third."""
+    if _ASCII_LETTER.search(MARKS(text)) is None:  # no Latin letter: a search of a handful of marks
+        return len(compact)
     letters = len(compact.encode("ascii", "ignore").translate(None, _NOT_ASCII_LETTER))
     return len(compact) - letters + letters // 3
 
@@ -135,7 +138,7 @@ def is_refusal(text: str, compact: str | None = None) -> bool:
         return False
     if compact is None or text is not given:  # no compact, or not of this text: end of turn, template
         compact = without_whitespace(text)
-    if _length(compact) > _REFUSAL_MAX_CHARS:
+    if _length(compact, text) > _REFUSAL_MAX_CHARS:
         return False
     head = text.lstrip()[:_REFUSAL_WINDOW]
     found = _REFUSAL.search(head) if _REFUSAL_ANCHORS.search(head.lower()) else None
@@ -321,6 +324,13 @@ def _trigger_prefilter(
 # text's ASCII characters (lowercased) hold no ASCII trigger, and each other trigger misses a character
 # (when it has them all, a substring search, ~1 µs, tells). ~70k -> ~25k on the report.
 _ASCII_TRIGGERS, _TRIGGER_GROUPS = _trigger_prefilter(_KIND_OF_CASED_TRIGGER)
+#: A character an ASCII trigger begins with, in either case.
+_ASCII_TRIGGER_START = re.compile(
+    "["
+    + re.escape("".join(sorted({trigger[0] for trigger in _KIND_OF_CASED_TRIGGER if trigger.isascii()})))
+    + "]",
+    re.IGNORECASE,
+)
 # Which characters of the non-ASCII triggers a text holds: found with the other checks' marks, in one scan.
 MARKS.add(char for _, rests in _TRIGGER_GROUPS for _, trigger in rests for char in trigger)
 #: A claim pattern runs this far either side of its trigger word (a claim is a phrase, not a paragraph).
@@ -385,9 +395,10 @@ def _normalized_phrases(allowed: tuple[str, ...]) -> tuple[str, ...]:
 
 def _may_hold_trigger(text: str) -> bool:
     """False only when no cased trigger can occur in ``text`` (a text that is not all ASCII)."""
-    if _ASCII_TRIGGERS.search(text.encode("ascii", "ignore").lower()):
-        return True  # an ASCII trigger's characters are a run of the text's ASCII characters
     found = MARKS(text)
+    # The text's ASCII characters, lowercased, only where one can begin an ASCII trigger.
+    if _ASCII_TRIGGER_START.search(found) and _ASCII_TRIGGERS.search(text.encode("ascii", "ignore").lower()):
+        return True  # an ASCII trigger's characters are a run of the text's ASCII characters
     for lead, rests in _TRIGGER_GROUPS:
         if lead in found:
             for chars, trigger in rests:
