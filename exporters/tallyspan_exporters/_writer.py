@@ -477,6 +477,7 @@ class WriterThread(Generic[T]):
         self._queued_items = 0
         self._flushes: list[_Flush] = []
         self._thread: threading.Thread | None = None
+        self._running = False  # set before the thread starts, cleared when it returns
         self._stopping = False
         self._pid = os.getpid()
         self._turn_at = turn_threshold(self._max_queued)
@@ -547,15 +548,28 @@ class WriterThread(Generic[T]):
 
     def _ensure_thread(self) -> None:
         """Start the thread if it is not running (first submit, or a forked child); under the condition."""
-        if self._thread is not None and self._thread.is_alive():
+        # The flag the thread clears on its way out, not Thread.is_alive() (Python-level calls and a lock,
+        # on every submit): a forked child starts with it cleared (_reset_after_fork).
+        if self._running:
             return
         if self._thread is not None and self._pid == os.getpid():
             count(f"errors.{self._writer.name}.restarted")  # it died: a bug of ours; the rows still go out
         self._pid = os.getpid()
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-        self._thread.start()
+        self._running = True
+        try:
+            self._thread.start()
+        except BaseException:
+            self._running = False
+            raise
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self._running = False
+
+    def _serve(self) -> None:
         # Our own SQL must not be traced by a database instrumentation the app installed.
         self._turns.consumer_started()
         with suppress_instrumentation():
@@ -658,3 +672,4 @@ class WriterThread(Generic[T]):
         self._idle, self._unreleased = threading.Event(), 0
         self._turns.reset_after_fork()
         self._thread = None
+        self._running = False
