@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -86,23 +86,27 @@ class _RecentCalls:
     Not thread-safe: the processor holds its lock around every use.
     """
 
-    __slots__ = ("_added", "_arrived", "_by_answer", "_ended", "_size")
+    __slots__ = ("_arrived", "_by_answer", "_ended", "_ends", "_size")
 
     def __init__(self, size: int) -> None:
         self._size = max(0, size)
-        self._added = 0  # orders the calls that ended at the same time
         self._arrived: deque[_Call] = deque()  # the order they were remembered in: the oldest goes first
-        self._ended: list[tuple[int, int, _Call]] = []  # (end, sequence, call), sorted
+        # The calls by end time (those that ended together in the order they came), and their end times
+        # apart: bisecting a list of ints compares ints, not tuples.
+        self._ended: list[_Call] = []
+        self._ends: list[int] = []
         # (output hash, stage) -> prompt key -> [calls remembered, the latest of them]
         self._by_answer: dict[tuple[int, str | None], dict[str, list[Any]]] = {}
 
     def in_flight(self, start: int, end: int, prompt_key: str) -> list[str]:
         """The distinct prompts, other than ``prompt_key``'s, of the calls that overlapped ``start``-``end``."""
-        first = bisect_right(self._ended, (start, _AFTER_ALL))  # the calls that ended after it started
+        first = bisect_right(self._ends, start)  # the calls that ended after it started
+        if first == len(self._ends):
+            return []  # calls one after the other: none
         return list(
             dict.fromkeys(
                 call.prompt
-                for _, _, call in self._ended[first:]
+                for call in self._ended[first:]
                 if call.start < end and call.prompt_key != prompt_key
             )
         )
@@ -119,9 +123,10 @@ class _RecentCalls:
         """Remember ``call``; forget the oldest beyond the size."""
         if not self._size:
             return
-        self._added += 1
         self._arrived.append(call)
-        insort(self._ended, (call.end, self._added, call))
+        index = bisect_right(self._ends, call.end)  # after the calls that ended at the same time
+        self._ends.insert(index, call.end)
+        self._ended.insert(index, call)
         entry = self._by_answer.setdefault((call.output_key, call.stage), {}).setdefault(
             call.prompt_key, [0, call]
         )
@@ -131,10 +136,11 @@ class _RecentCalls:
             self._forget(self._arrived.popleft())
 
     def _forget(self, call: _Call) -> None:
-        index = bisect_left(self._ended, (call.end, -1))
-        while self._ended[index][2] is not call:
+        index = bisect_left(self._ends, call.end)
+        while self._ended[index] is not call:
             index += 1
         del self._ended[index]
+        del self._ends[index]
         answer = (call.output_key, call.stage)
         prompts = self._by_answer[answer]
         entry = prompts[call.prompt_key]
@@ -143,10 +149,6 @@ class _RecentCalls:
             del prompts[call.prompt_key]
             if not prompts:
                 del self._by_answer[answer]
-
-
-#: Sorts after every sequence number: bisecting with it finds the first call that ended later.
-_AFTER_ALL: Final = float("inf")
 
 
 class ChecksProcessor(WrappingProcessor):
