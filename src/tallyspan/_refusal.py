@@ -106,10 +106,7 @@ _REFUSAL_MAX_CHARS = 400
 
 def _length(compact: str, text: str) -> int:
     """The length of ``compact`` (``text`` without whitespace), Latin letters counted a third."""
-    marks = MARKS(text)
-    # No Latin letter: told by a search of the text's marks where they are a handful of characters (the C
-    # module), not of the text itself (the marks without it).
-    if marks is not text and _ASCII_LETTER.search(marks) is None:
+    if not MARKS.may_hold(text, _ASCII_LETTER):  # no Latin letter to count
         return len(compact)
     letters = len(compact.encode("ascii", "ignore").translate(None, _NOT_ASCII_LETTER))
     return len(compact) - letters + letters // 3
@@ -330,19 +327,9 @@ _ASCII_TRIGGERS, _TRIGGER_GROUPS = _trigger_prefilter(_KIND_OF_CASED_TRIGGER)
 #: A character an ASCII trigger begins with, in either case.
 _ASCII_TRIGGER_START = re.compile(
     "["
-    + re.escape(
-        "".join(
-            sorted(
-                {
-                    case(trigger[0])
-                    for trigger in _KIND_OF_CASED_TRIGGER
-                    if trigger.isascii()
-                    for case in (str.lower, str.upper)
-                }
-            )
-        )
-    )
-    + "]"
+    + re.escape("".join(sorted({trigger[0] for trigger in _KIND_OF_CASED_TRIGGER if trigger.isascii()})))
+    + "]",
+    re.IGNORECASE,
 )
 # Which characters of the non-ASCII triggers a text holds: found with the other checks' marks, in one scan.
 MARKS.add(char for _, rests in _TRIGGER_GROUPS for _, trigger in rests for char in trigger)
@@ -408,12 +395,12 @@ def _normalized_phrases(allowed: tuple[str, ...]) -> tuple[str, ...]:
 
 def _may_hold_trigger(text: str) -> bool:
     """False only when no cased trigger can occur in ``text`` (a text that is not all ASCII)."""
-    found = MARKS(text)
-    # The text's ASCII characters, lowercased, only where one can begin an ASCII trigger (told by the marks
-    # where they are a handful of characters, as for _length).
-    can_begin = found is text or _ASCII_TRIGGER_START.search(found) is not None
-    if can_begin and _ASCII_TRIGGERS.search(text.encode("ascii", "ignore").lower()):
+    # The text's ASCII characters, lowercased, only where one can begin an ASCII trigger.
+    if MARKS.may_hold(text, _ASCII_TRIGGER_START) and _ASCII_TRIGGERS.search(
+        text.encode("ascii", "ignore").lower()
+    ):
         return True  # an ASCII trigger's characters are a run of the text's ASCII characters
+    found = MARKS(text)
     for lead, rests in _TRIGGER_GROUPS:
         if lead in found:
             for chars, trigger in rests:

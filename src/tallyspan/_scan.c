@@ -28,11 +28,11 @@
 #define TABLE_SIZE 0x10000
 #define CLASS_BITS 8
 
-/* Checks the argument count, the text (a ready str) and the table (bytes of TABLE_SIZE), and gives the
- * table's bytes; 0 on success, -1 with an exception. */
+/* Checks the argument count and the text (the first argument, a ready str); 0 on success, -1 with an
+ * exception. */
 static int
-unpack(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t min_args, Py_ssize_t max_args,
-       const char *name, const unsigned char **table)
+unpack_text(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t min_args, Py_ssize_t max_args,
+            const char *name)
 {
     if (nargs < min_args || nargs > max_args) {
         PyErr_Format(PyExc_TypeError, "%s() takes %zd to %zd arguments (%zd given)", name, min_args,
@@ -49,6 +49,17 @@ unpack(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t min_args, Py_ssize_t 
         return -1;
     }
 #endif
+    return 0;
+}
+
+/* unpack_text, and the table (the second argument, bytes of TABLE_SIZE): gives the table's bytes. */
+static int
+unpack(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t min_args, Py_ssize_t max_args,
+       const char *name, const unsigned char **table)
+{
+    if (unpack_text(args, nargs, min_args, max_args, name) < 0) {
+        return -1;
+    }
     if (!PyBytes_Check(args[1]) || PyBytes_GET_SIZE(args[1]) != TABLE_SIZE) {
         PyErr_Format(PyExc_ValueError, "%s() argument 2 must be bytes of length %d", name, TABLE_SIZE);
         return -1;
@@ -95,16 +106,19 @@ integer_of(PyObject *value, const char *what, Py_ssize_t *result)
     return *result == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
-/* start and end clamped as str.find clamps them: negative counts from the end. */
+/* start and end, the optional arguments at ``position`` and after it, clamped as str.find clamps them:
+ * negative counts from the end. */
 static int
-bounds(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t length, Py_ssize_t *start, Py_ssize_t *end)
+bounds(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t position, Py_ssize_t length, Py_ssize_t *start,
+       Py_ssize_t *end)
 {
     *start = 0;
     *end = length;
-    if (nargs > 3 && args[3] != Py_None && integer_of(args[3], "start", start) < 0) {
+    if (nargs > position && args[position] != Py_None && integer_of(args[position], "start", start) < 0) {
         return -1;
     }
-    if (nargs > 4 && args[4] != Py_None && integer_of(args[4], "end", end) < 0) {
+    if (nargs > position + 1 && args[position + 1] != Py_None
+        && integer_of(args[position + 1], "end", end) < 0) {
         return -1;
     }
     if (*start < 0) {
@@ -150,15 +164,9 @@ find_sign(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *text = args[0];
-    Py_ssize_t length = PyUnicode_GET_LENGTH(text);
-    start = 0;
-    if (nargs > 5 && args[5] != Py_None && integer_of(args[5], "start", &start) < 0) {
+    if (bounds(args, nargs, 5, PyUnicode_GET_LENGTH(text), &start, &end) < 0) { /* no end: at most 6 */
         return NULL;
     }
-    if (start < 0) {
-        start = start + length < 0 ? 0 : start + length;
-    }
-    end = length;
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
     FOR_EACH_CHARACTER(kind, data, table, start, index < end, 1, {
@@ -217,7 +225,7 @@ find_in_class(PyObject *const *args, Py_ssize_t nargs, const char *name, int rev
         return NULL;
     }
     PyObject *text = args[0];
-    if (bounds(args, nargs, PyUnicode_GET_LENGTH(text), &start, &end) < 0) {
+    if (bounds(args, nargs, 3, PyUnicode_GET_LENGTH(text), &start, &end) < 0) {
         return NULL;
     }
     int kind = PyUnicode_KIND(text);
@@ -350,16 +358,10 @@ PyDoc_STRVAR(without_whitespace_doc,
 static PyObject *
 without_whitespace(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 1 || !PyUnicode_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "without_whitespace() takes one str");
+    if (unpack_text(args, nargs, 1, 1, "without_whitespace") < 0) {
         return NULL;
     }
     PyObject *text = args[0];
-#if PY_VERSION_HEX < 0x030C0000
-    if (PyUnicode_READY(text) < 0) {
-        return NULL;
-    }
-#endif
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
     Py_ssize_t length = PyUnicode_GET_LENGTH(text);
@@ -490,20 +492,9 @@ PyDoc_STRVAR(repeat_units_doc,
 static PyObject *
 repeat_units(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "repeat_units() takes 5 arguments (%zd given)", nargs);
+    if (unpack_text(args, nargs, 5, 5, "repeat_units") < 0) {
         return NULL;
     }
-    if (!PyUnicode_Check(args[0])) {
-        PyErr_Format(PyExc_TypeError, "repeat_units() argument 1 must be str, not %.80s",
-                     Py_TYPE(args[0])->tp_name);
-        return NULL;
-    }
-#if PY_VERSION_HEX < 0x030C0000
-    if (PyUnicode_READY(args[0]) < 0) {
-        return NULL;
-    }
-#endif
     static const char *const names[4] = {"probes", "probe_chars", "max_unit", "tries"};
     Py_ssize_t numbers[4];
     for (int position = 0; position < 4; position++) {

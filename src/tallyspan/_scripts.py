@@ -481,6 +481,12 @@ class CharacterFinder:
         self._last = (text, found)  # one assignment: a thread reading it sees the old pair or the new
         return found
 
+    def may_hold(self, text: str, characters: re.Pattern[str]) -> bool:
+        """False only when ``text`` holds no character that ``characters`` (a class of the set's
+        characters) matches. Told by searching the handful of characters found; without the C module
+        always True, since searching the text itself would cost what the caller's own test costs."""
+        return _scan is None or characters.search(self(text)) is not None
+
 
 MARKS: Final = CharacterFinder(ranges=((0x00, 0x7F), (0x2000, 0x206F), (0x3000, 0x303F), (0xFF00, 0xFFEF)))
 """The ASCII characters, the punctuation marks (general punctuation, CJK symbols and punctuation,

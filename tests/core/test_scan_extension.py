@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -307,6 +308,7 @@ def test_a_character_finder_answers_every_one_character_test_as_the_text_would(
     characters = "<[/`~「（。日用満ア"
     finder = CharacterFinder(characters, ranges=((0x30, 0x39),))
     tested = characters + "0123456789"
+    digit = re.compile("[0-9]")
     for _ in range(300):
         text = "".join(rng.choices(_ALPHABET + "<[/`~（。用満0a9", k=rng.randint(0, 300)))
         found = finder(text)
@@ -317,6 +319,9 @@ def test_a_character_finder_answers_every_one_character_test_as_the_text_would(
             assert found == "".join(
                 dict.fromkeys(c for c in text if c in characters or (c.isdigit() and c.isascii()))
             )
+        holds_digit = digit.search(text) is not None
+        # Never False where the text holds one; with the module exactly whether it does.
+        assert finder.may_hold(text, digit) is (holds_digit or not module), text[:40]
     marks = "".join(chr(point) for point in range(0x80)) + "「」『』（）。、“”＃％\u3000"
     for text in ("判定：合格 <br>", "今週の報告です。「完了」（済）", "plain ascii {x: 1} // c"):
         for mark in marks:
