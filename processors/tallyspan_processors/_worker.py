@@ -7,11 +7,13 @@ ContentBuffer entry, the ledger's note of its run), so a burst cannot leave stat
 and ``shutdown`` drain the queue first, so no span leaves the process without its violations; both
 give up at their deadline, and what shutdown gave up is counted (``dropped.spans_at_shutdown``).
 
-Backpressure: behind an app thread that is busy and often lets go of the GIL for a moment, CPython can
-starve the worker for seconds (``tallyspan.plugin.Turns`` says why). Once ``max_queue_size // 16`` spans
-wait, the app's thread lets go of the GIL until the worker runs (at most 10 ms; while a turn is not
-taken, again each time the backlog grew by another sixteenth of the queue), counted as
-``tallyspan.stats()["backpressure.worker_turns"]``.
+Turns: behind an app thread that is busy and often lets go of the GIL for a moment, CPython can starve
+the worker for seconds (``tallyspan.plugin.Turns`` says why). While it works, the worker looks for spans
+again after each batch delay instead of being woken by the next span; once that delay is over, the
+app's next span hands it the GIL (a hand-over). Once ``max_queue_size // 16`` spans wait, the app's
+thread lets go of the GIL until the worker runs (at most 10 ms; while a turn is not taken, again each
+time the backlog grew by another sixteenth of the queue). Those waits, and hand-overs the worker did not
+take within 10 ms, are counted as ``tallyspan.stats()["backpressure.worker_turns"]``.
 
 A worker that is gone (it did not survive ``fork()``) is started again on the next span or flush.
 """
@@ -19,6 +21,7 @@ A worker that is gone (it did not survive ``fork()``) is started again on the ne
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -28,6 +31,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach,
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from tallyspan.plugin import (
+    TURN_SLICE_S,
     Content,
     Settings,
     ShutdownBudget,
@@ -121,6 +125,10 @@ class OffThreadProcessor(WrappingProcessor):
         self._drained_at_shutdown = False
         self._batch_delay_s = max(0.0, batch_delay_millis / 1000)
         self._wake = threading.Event()
+        # The worker's state as the app's thread reads it: waiting for work (a span wakes it), and the
+        # time from which it is due to run (it waits for the GIL then; infinite while it waits for work).
+        self._sleeping = False
+        self._due = math.inf
         self._memory_releases = 0
         self._turn_at = turn_threshold(max_queue_size)
         self._turns = Turns("backpressure.worker_turns")
@@ -160,6 +168,16 @@ class OffThreadProcessor(WrappingProcessor):
         if queued >= self._turn_at:
             self._wake.set()  # a batch delay must not hold the turn up
             self._turns.give(queued)
+        elif self._sleeping:
+            # This span wakes the worker from its wait for work: it is due as soon as it is awake.
+            self._sleeping = False
+            self._due = 0.0
+        elif time.monotonic() >= self._due:
+            # The worker's wait is over and it waits for the GIL: hand it over now. Left to CPython,
+            # a thread waiting for the GIL behind a busy app wakes at each of the app's short releases
+            # (a socket call, os.urandom) and loses the race for it again, a futile wake-up (and two
+            # system calls) per app call, until it wins one by chance.
+            self._turns.hand_over()
 
     def _forget(self, span: ReadableSpan) -> None:
         """Free what the chain holds for a span it will never see end (a burst must leave nothing behind)."""
@@ -256,31 +274,40 @@ class OffThreadProcessor(WrappingProcessor):
         turns.consumer_started()
         try:
             handled = 0  # spans since the queue was last empty
+            slice_ends = time.monotonic() + TURN_SLICE_S
             while True:
-                if self._stopping:
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    if self._stopping:
                         return
-                else:
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        # A backlog was worked off: give its pages back.
-                        if handled >= _RELEASE_AFTER_SPANS and release_free_memory():
-                            self._memory_releases += 1
+                    turns.taken()  # worked off: an app thread that gave us its turn may go on
+                    # A backlog was worked off: give its pages back.
+                    if handled >= _RELEASE_AFTER_SPANS and release_free_memory():
+                        self._memory_releases += 1
+                    if handled and self._batch_delay_s:
+                        # Busy: look again after the batch delay, rather than be woken by the next span
+                        # and then wait for the GIL behind the app (see _enqueue); a pause with no span
+                        # in it sends the worker to sleep below.
                         handled = 0
-                        item = self._queue.get()
+                        self._gather()
+                        slice_ends = time.monotonic() + TURN_SLICE_S
+                        continue
+                    handled = 0
+                    self._sleeping = True
+                    self._due = math.inf
+                    item = self._queue.get()
+                    self._sleeping = False
+                    if item is not _STOP and self._batch_delay_s and not isinstance(item, _Flush):
+                        self._gather()  # the first span after a pause: let the next ones gather
+                    slice_ends = time.monotonic() + TURN_SLICE_S
                 if item is _STOP:
                     return
-                turns.taken()  # we hold the GIL now: an app thread waiting for our turn may go on
-                if not handled and self._batch_delay_s and not isinstance(item, _Flush):
-                    # The first span after a pause: let the next ones gather for a moment. Meanwhile the
-                    # app runs without contending for the GIL, and the checks then run back to back on
-                    # warm caches (per span, interleaved with the app, they cost about twice the CPU).
-                    # A flush or shutdown cuts the wait short.
-                    self._wake.wait(self._batch_delay_s)
-                    self._wake.clear()
+                if time.monotonic() >= slice_ends:
+                    # A turn lasts a slice: the app's thread that gave it may go on (and take the GIL
+                    # back at its next switch interval, to hand it over again at its next span).
+                    turns.taken()
+                    slice_ends = time.monotonic() + TURN_SLICE_S
                 handled += 1
                 if isinstance(item, _Flush):
                     item.done.set()
@@ -293,8 +320,18 @@ class OffThreadProcessor(WrappingProcessor):
                 else:
                     count("dropped.spans_not_readable")  # on_end was handed something else
         finally:
+            self._turns.taken()  # nobody waits for a worker that is gone
             self._worker_running = False
             detach(token)
+
+    def _gather(self) -> None:
+        """Let spans gather for the batch delay: meanwhile the app runs without contending for the GIL,
+        and the checks then run back to back on warm caches (per span, interleaved with the app, they
+        cost about twice the CPU). A flush, shutdown or a turn cuts the wait short."""
+        self._turns.taken()  # the GIL is not ours to keep while we wait
+        self._due = time.monotonic() + self._batch_delay_s
+        self._wake.wait(self._batch_delay_s)
+        self._wake.clear()
 
     def _take(self, span: ReadableSpan) -> Content | None:
         try:
@@ -313,6 +350,8 @@ class OffThreadProcessor(WrappingProcessor):
     def _reset_after_fork(self) -> None:
         self._queue = queue.SimpleQueue()
         self._worker_running = False
+        self._sleeping = False
+        self._due = math.inf
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._turns.reset_after_fork()

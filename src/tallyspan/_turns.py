@@ -15,6 +15,16 @@ the consumer then keeps the GIL for a switch interval, enough for dozens of item
     #   (a consumer whose item lets go of the GIL itself, as an SQLite write does at every statement,
     #   answers after each such step: a busy producer takes the GIL back at each one)
 
+A consumer that waits for more items between batches (the chain's worker, for its batch delay) is also
+due to run at a known time; from then on it waits for the GIL like a starved one, and each of the
+producer's short releases wakes it to lose the race again (measured: 0.7-0.9 futile wake-ups of the
+worker per app call). So the producer's next item hands the GIL over (``hand_over``): one wait, not
+counted unless the consumer does not run within ``TURN_TIMEOUT_S``, and none while the last turn is not
+taken. The consumer answers a turn once it has worked for ``TURN_SLICE_S`` or ran out of items::
+
+    # producer, after queueing:   if now >= consumer_due: turns.hand_over()
+    # consumer:                   turns.taken() when its queue is empty, and every TURN_SLICE_S
+
 ``give`` waits at most ``TURN_TIMEOUT_S``. While a turn is not taken (the consumer is stuck, or another
 thread took the GIL the producer let go of, or the OS did not run the consumer in time) it waits again
 each time the backlog has grown by as much as it was at the first turn not taken: with turns from a
@@ -32,10 +42,13 @@ from typing import Final
 
 from tallyspan._selfstats import count
 
-__all__ = ["TURN_AT_QUEUE_FRACTION", "TURN_TIMEOUT_S", "Turns", "turn_threshold"]
+__all__ = ["TURN_AT_QUEUE_FRACTION", "TURN_SLICE_S", "TURN_TIMEOUT_S", "Turns", "turn_threshold"]
 
 TURN_TIMEOUT_S: Final = 0.01
 """How long a producer waits at most for the consumer to take its turn."""
+TURN_SLICE_S: Final = 0.005
+"""How long a consumer works through a turn before the producer that gave it may go on: the producer
+then takes the GIL back after CPython's switch interval (also 5 ms), so a turn lasts twice as long."""
 TURN_AT_QUEUE_FRACTION: Final = 16
 """The share of a queue from which its producer gives the consumer turns: the worker's 8,192 then holds
 about 512 spans (a few MB of content) behind a busy app, instead of filling up and dropping."""
@@ -53,7 +66,7 @@ class Turns:
         key: the counter of ``tallyspan.stats()`` each wait is counted under.
     """
 
-    __slots__ = ("_consumer", "_key", "_ran", "_step", "_unanswered_at")
+    __slots__ = ("_consumer", "_handed_over", "_key", "_ran", "_step", "_unanswered_at")
 
     def __init__(self, key: str) -> None:
         self._key = key
@@ -62,6 +75,7 @@ class Turns:
         self._consumer: int | None = None
         self._unanswered_at = 0  # the backlog when the last turn was given
         self._step = 0  # the backlog when the first of the turns not taken since was given
+        self._handed_over = False  # the turn not taken yet (if any) was a hand-over, not backpressure
 
     def consumer_started(self) -> None:
         """Called on the consumer's thread when it starts: that thread never waits for itself."""
@@ -74,14 +88,28 @@ class Turns:
         ran = self._ran
         if threading.get_ident() == self._consumer:
             return
-        if ran.is_set():
+        if ran.is_set() or self._handed_over:
             self._step = queued  # a new series of turns: the next unanswered one after as many more
+            self._handed_over = False
         elif queued < self._unanswered_at + self._step:
             return
         ran.clear()
         self._unanswered_at = queued
         count(self._key)
         ran.wait(TURN_TIMEOUT_S)
+
+    def hand_over(self) -> None:
+        """On the producer's thread, when the consumer is due to run (its wait for more items is over):
+        let go of the GIL until it does, at most ``TURN_TIMEOUT_S``; nothing while a turn given before
+        is not taken. Not counted unless it times out: it is the consumer's regular turn, handed over
+        at once rather than fought for (see the module docstring), not a sign that it fell behind."""
+        ran = self._ran
+        if not ran.is_set() or threading.get_ident() == self._consumer:
+            return
+        ran.clear()
+        self._handed_over = True
+        if not ran.wait(TURN_TIMEOUT_S):
+            count(self._key)
 
     def taken(self) -> None:
         """On the consumer's thread, once it runs: the producer waiting for it may go on."""
@@ -94,3 +122,4 @@ class Turns:
         self._ran.set()
         self._consumer = None
         self._unanswered_at = 0
+        self._handed_over = False

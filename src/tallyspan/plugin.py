@@ -83,7 +83,7 @@ from tallyspan._store_schema import (
 )
 from tallyspan._taxonomy import FAILURE_CLASS_OF, ViolationType
 from tallyspan._tool_spans import end_tool_span, json_text
-from tallyspan._turns import Turns, turn_threshold
+from tallyspan._turns import TURN_SLICE_S, Turns, turn_threshold
 from tallyspan._version import __version__
 
 if TYPE_CHECKING:
@@ -115,6 +115,7 @@ __all__ = [
     "RUNS",
     "SELF_STATS",
     "SPANS",
+    "TURN_SLICE_S",
     "VIOLATIONS",
     "CheckResult",
     "ConfigError",

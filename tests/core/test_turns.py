@@ -65,3 +65,46 @@ def test_after_fork_no_turn_is_owed_and_no_thread_is_the_consumer() -> None:
     turns.reset_after_fork()
     turns.give(10)  # this thread is not the consumer any more, and the old turn is forgotten
     assert _turns() == 2
+
+
+def test_a_hand_over_waits_until_the_consumer_runs_and_only_one_that_times_out_is_counted() -> None:
+    turns = Turns("backpressure.test_turns")
+    consumer_ran = threading.Event()
+
+    def consumer() -> None:
+        turns.consumer_started()
+        consumer_ran.wait(10)  # runs once the producer let go of the GIL and handed over
+        turns.taken()
+
+    thread = threading.Thread(target=consumer)
+    thread.start()
+    consumer_ran.set()
+    turns.hand_over()  # taken in time: a regular turn, not counted
+    thread.join(10)
+    assert _turns() == 0
+    turns.hand_over()  # nobody takes it: waits the timeout once, counted
+    assert _turns() == 1
+    turns.hand_over()  # the last one is not taken yet: no second wait for a consumer that does not run
+    assert _turns() == 1
+
+
+def test_a_backlog_after_a_hand_over_not_taken_starts_a_new_series_of_turns() -> None:
+    turns = Turns("backpressure.test_turns")
+    turns.give(4)  # not taken: counted
+    turns.taken()
+    turns.hand_over()  # not taken either (counted): the turns' step must not stay 4 after it
+    assert _turns() == 2
+    turns.give(100)  # a new series: step 100
+    assert _turns() == 3
+    turns.give(150)
+    assert _turns() == 3
+    turns.give(200)
+    assert _turns() == 4
+
+
+def test_the_consumers_own_thread_never_hands_over_to_itself() -> None:
+    turns = Turns("backpressure.test_turns")
+    turns.consumer_started()
+    turns.hand_over()
+    turns.hand_over()
+    assert _turns() == 0

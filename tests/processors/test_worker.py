@@ -747,15 +747,25 @@ def test_a_stuck_worker_costs_the_app_one_turn_per_step_of_its_backlog_not_one_p
     provider.get_tracer("test").start_span("gate").end()  # 1 span waits, under 64 // 16 = 4: no turn
     assert gate.entered.wait(10)
     assert "backpressure.worker_turns" not in tallyspan.stats()
-    # The stuck worker takes no turn: one is given at 4 spans queued, then at 8, 12, 16 and 20 only.
+    # The next span hands the GIL over to the worker, woken and due: stuck, it does not take it, and
+    # that wait is counted. Then one turn is given at 4 spans queued, then at 8, 12, 16 and 20 only.
     _spans(provider, 22)
-    assert tallyspan.stats()["backpressure.worker_turns"] == 5
+    assert tallyspan.stats()["backpressure.worker_turns"] == 6
     gate.open()
     assert processor.force_flush(10000)
     assert len(gate.ended) == 23
-    _spans(provider, 4)  # the worker ran again since: the fourth queued span gives the next turn
+    # The worker ran again since: stuck again, it costs a new series of turns, from 4 spans queued.
+    provider.get_tracer("test").start_span("gate").end()
+    assert gate.entered.wait(10)
+    _spans(provider, 9)
+    assert tallyspan.stats()["backpressure.worker_turns"] == 6 + 3  # the hand-over, at 4 and at 8
+    gate.open()
     assert processor.force_flush(10000)
-    assert tallyspan.stats()["backpressure.worker_turns"] == 6
+    assert len(gate.ended) == 23 + 10
+    _spans(provider, 30)  # not stuck: handed over, forwarded, nothing dropped
+    assert processor.force_flush(10000)
+    assert len(gate.ended) == 23 + 10 + 30
+    assert "dropped.spans" not in tallyspan.stats()
     provider.shutdown()
 
 
@@ -777,4 +787,32 @@ def test_spans_ended_on_the_workers_own_thread_never_wait_for_its_turn() -> None
     assert processor.force_flush(10000)
     assert processor.force_flush(10000)  # the 40 the worker queued itself
     assert "backpressure.worker_turns" not in tallyspan.stats()
+    provider.shutdown()
+
+
+def test_behind_an_app_that_keeps_the_gil_busy_the_worker_is_handed_the_gil_and_never_falls_behind() -> None:
+    """A worker whose batch delay is over waits for the GIL; behind this app thread, which lets go of it
+    only for moments, CPython would let it starve until its backlog forced turns (512 spans). The app's
+    next span hands the GIL over instead, so the backlog stays at a batch delay's worth of spans."""
+    busy = _Busy()
+    processor = OffThreadProcessor([busy])  # the default queue (turns from 512) and batch delay
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("test")
+    backlog = 0
+    for _ in range(3000):
+        tracer.start_span("call").end()
+        backlog = max(backlog, processor._queue.qsize())
+        for _ in range(3):  # the app's own work between spans, with short releases of the GIL
+            total = 0
+            for number in range(1500):
+                total += number
+            os.urandom(16)
+    stats = tallyspan.stats()
+    # Left to fight for the GIL, the worker falls 511 behind here and takes 44 turns; handed it, at most
+    # about 160 spans wait, even with another such test running beside it on this machine's two cores.
+    assert backlog <= 8192 // 16 // 2
+    assert processor.force_flush(30000)
+    assert busy.ended == 3000
+    assert "dropped.spans" not in stats
     provider.shutdown()
