@@ -206,8 +206,8 @@ class SQLiteSpanExporter(SpanExporter):
 
 
 class StoreProcessor(SpanProcessor):
-    """The embedded store as a span processor: ``on_end`` queues the span, and a thread of its own
-    turns the queued spans into rows and writes them, one transaction per batch.
+    """The embedded store as a span processor: ``on_end`` turns the span into its rows and queues them,
+    and a thread of its own writes them, one transaction per batch.
 
     A batch writer, not a simple one, even though the chain already runs on a worker: SQLite pays per
     commit, so one transaction per batch keeps the store cheap under load, and disk latency or another
@@ -233,17 +233,30 @@ class StoreProcessor(SpanProcessor):
         self._budget = budget
         counters = _Counters()
         # None in the queue asks for the counters alone (a flush with no span to write).
-        self._thread: WriterThread[ReadableSpan | None] = WriterThread(
-            writer,
-            lambda items: span_rows([span for span in items if span is not None], writer, counters),
-            name="tallyspan-store",
+        self._thread: WriterThread[_SpanRows | None] = WriterThread(
+            writer, lambda items: _batch_rows(items, counters), name="tallyspan-store"
         )
 
     def on_end(self, span: ReadableSpan) -> None:
         context = span.context  # a property: read once
         if context is not None and not context.trace_flags.sampled:
             return  # recorded but not sampled: not exported, like the SDK's own batch processor
-        self._thread.submit(span)
+        # The span's rows are made here, on the thread that hands it over (the chain's worker, while it
+        # holds the GIL anyway); the writer's thread then needs the GIL only briefly around each SQLite
+        # statement. Made there, they took it for about 30 ms a batch, which a busy app cut into
+        # switch intervals, each won back only after futile wake-ups (0.8 a call of the app).
+        try:
+            rows_of_span = span_rows_of(span)
+        except Exception:  # a span we cannot read must not cost the spans behind it
+            swallowed(
+                _logger,
+                "store.export",
+                f"could not read a span for the tallyspan store at {self._writer.path}",
+            )
+            count(LOST_SPANS)
+            return
+        if rows_of_span is not None:
+            self._thread.submit(rows_of_span)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self._submit_counters()
@@ -270,6 +283,17 @@ def store_component(downstream: Sequence[SpanProcessor], settings: Settings) -> 
     if settings.db_path is None:
         return None
     return StoreProcessor(settings.db_path, budget=settings.shutdown_budget)
+
+
+def _batch_rows(items: Iterable[_SpanRows | None], counters: _Counters) -> Rows:
+    """The rows of spans' rows made before (None: none, the counters alone), and of the counters."""
+    batch = _Batch()
+    for rows_of_span in items:
+        if rows_of_span is not None:
+            batch.take(rows_of_span)
+    rows = batch.rows()
+    counters.add_to(rows, batch.service_name)
+    return rows
 
 
 def span_rows(spans: Iterable[ReadableSpan], writer: StoreWriter, counters: _Counters | None = None) -> Rows:
@@ -377,6 +401,27 @@ def _json_list(value: object) -> bytes:
     return _EMPTY_LIST
 
 
+class _SpanRows:
+    """One span's rows in the store: its row, its violations' rows and its run's row, if it is a run."""
+
+    __slots__ = ("key", "row", "run", "service_name", "violations")
+
+    def __init__(
+        self,
+        key: tuple[str, str],
+        row: tuple[Any, ...],
+        violations: list[tuple[Any, ...]],
+        run: tuple[tuple[int, ...], tuple[Any, ...]] | None,
+        service_name: str | None,
+    ) -> None:
+        self.key = key
+        self.row = row
+        self.violations = violations
+        self.run = run
+        """(the columns left out, the row without them)"""
+        self.service_name = service_name
+
+
 class _Batch:
     """The rows of a batch of spans, gathered per statement (one ``executemany`` each)."""
 
@@ -388,7 +433,6 @@ class _Batch:
         self.runs: list[tuple[tuple[int, ...], tuple[Any, ...]]] = []
         """(the columns left out, the row without them)"""
         self.service_name: str | None = None
-        self._json_attributes = _json_encoders()[1]
 
     def rows(self) -> Rows:
         rows = Rows(items=len(self.spans))
@@ -410,68 +454,70 @@ class _Batch:
         return rows
 
     def add(self, span: ReadableSpan) -> None:
-        context = span.get_span_context()
-        if context is None:
-            return
-        trace_id, span_id = trace_hex(context.trace_id), span_hex(context.span_id)
-        # A plain dict: the SDK's bounded attribute mapping is several times slower to read.
-        attributes: dict[str, Any] = dict(span.attributes or {})
-        (stage, operation, provider, request_model, response_model, error_type, failure_class, agent_name,
-         run_name) = _texts(attributes)  # fmt: skip
-        code, kind = span.status.status_code, span.kind
-        status_code = _STATUS_NAMES.get(code) or code.name
-        start, end = span.start_time, span.end_time
-        violation_types = attributes.get(semconv.VIOLATION_TYPES)
-        service = span.resource.attributes.get(SERVICE_NAME) if span.resource is not None else None
-        self.service_name = _text(service) or self.service_name
-        violations = _violation_rows(span, trace_id, span_id, stage, violation_types)
-        declared_count = _int(attributes.get(semconv.VIOLATION_COUNT))
-        self.spans.append(
-            (
-                trace_id,
-                span_id,
-                span_hex(span.parent.span_id) if span.parent is not None else None,
-                span.name,
-                _KIND_NAMES.get(kind) or kind.name.lower(),
-                operation,
-                provider,
-                request_model,
-                response_model,
-                stage,
-                start,
-                end,
-                end - start if start is not None and end is not None else None,
-                status_code,
-                span.status.description,
-                error_type,
-                _int(attributes.get(semconv.GEN_AI_USAGE_INPUT_TOKENS)),
-                _int(attributes.get(semconv.GEN_AI_USAGE_OUTPUT_TOKENS)),
-                declared_count if declared_count is not None else len(violations),
-                _json_list(violation_types),
-                failure_class,
-                _text(service),
-                self._json_attributes(attributes),
-            )
-        )
-        self.span_keys.append((trace_id, span_id))
-        self.violations.append(violations)
-        if is_run_span(attributes, span.parent):
-            if agent_name is None and run_name is None:
-                unnamed = (trace_id, span_id, span.name, operation, start, end, status_code)
-                self.runs.append((_UNNAMED_RUN, unnamed))
-            else:
-                named = (
-                    trace_id,
-                    span_id,
-                    span.name,
-                    operation,
-                    agent_name,
-                    run_name,
-                    start,
-                    end,
-                    status_code,
-                )
-                self.runs.append(((), named))
+        rows_of_span = span_rows_of(span)
+        if rows_of_span is not None:
+            self.take(rows_of_span)
+
+    def take(self, rows_of_span: _SpanRows) -> None:
+        """Add a span's rows, made before (``span_rows_of``)."""
+        self.spans.append(rows_of_span.row)
+        self.span_keys.append(rows_of_span.key)
+        self.violations.append(rows_of_span.violations)
+        if rows_of_span.run is not None:
+            self.runs.append(rows_of_span.run)
+        self.service_name = rows_of_span.service_name or self.service_name
+
+
+def span_rows_of(span: ReadableSpan) -> _SpanRows | None:
+    """A span's rows in the store (None for a span without a context); raises on a span it cannot read."""
+    context = span.get_span_context()
+    if context is None:
+        return None
+    trace_id, span_id = trace_hex(context.trace_id), span_hex(context.span_id)
+    # A plain dict: the SDK's bounded attribute mapping is several times slower to read.
+    attributes: dict[str, Any] = dict(span.attributes or {})
+    (stage, operation, provider, request_model, response_model, error_type, failure_class, agent_name,
+     run_name) = _texts(attributes)  # fmt: skip
+    code, kind = span.status.status_code, span.kind
+    status_code = _STATUS_NAMES.get(code) or code.name
+    start, end = span.start_time, span.end_time
+    violation_types = attributes.get(semconv.VIOLATION_TYPES)
+    service = _text(span.resource.attributes.get(SERVICE_NAME)) if span.resource is not None else None
+    violations = _violation_rows(span, trace_id, span_id, stage, violation_types)
+    declared_count = _int(attributes.get(semconv.VIOLATION_COUNT))
+    row = (
+        trace_id,
+        span_id,
+        span_hex(span.parent.span_id) if span.parent is not None else None,
+        span.name,
+        _KIND_NAMES.get(kind) or kind.name.lower(),
+        operation,
+        provider,
+        request_model,
+        response_model,
+        stage,
+        start,
+        end,
+        end - start if start is not None and end is not None else None,
+        status_code,
+        span.status.description,
+        error_type,
+        _int(attributes.get(semconv.GEN_AI_USAGE_INPUT_TOKENS)),
+        _int(attributes.get(semconv.GEN_AI_USAGE_OUTPUT_TOKENS)),
+        declared_count if declared_count is not None else len(violations),
+        _json_list(violation_types),
+        failure_class,
+        service,
+        _json_encoders()[1](attributes),
+    )
+    run: tuple[tuple[int, ...], tuple[Any, ...]] | None = None
+    if is_run_span(attributes, span.parent):
+        if agent_name is None and run_name is None:
+            run = (_UNNAMED_RUN, (trace_id, span_id, span.name, operation, start, end, status_code))
+        else:
+            named = (trace_id, span_id, span.name, operation, agent_name, run_name, start, end, status_code)
+            run = ((), named)
+    return _SpanRows((trace_id, span_id), row, violations, run, service)
 
 
 def _violation_rows(
