@@ -120,6 +120,23 @@ def server_attributes(resource: Any) -> dict[str, AttributeValue]:
     The SDK resources of openai and anthropic, and ollama's clients, all keep their HTTP client there.
     """
     url = getattr(getattr(resource, "_client", None), "base_url", None)
+    # httpx's URL reads its host and port through Python-level properties (about 15,000 instructions a
+    # call): the attributes of the last URL read are kept, and an httpx URL never changes.
+    global _last_server
+    last_url, last_attributes = _last_server  # one read: another thread may replace the pair meanwhile
+    if last_url is url and url is not None:
+        return dict(last_attributes)
+    attributes = _server_attributes(url)
+    if type(url).__name__ == "URL":  # httpx's (immutable); any other object is read every time
+        _last_server = (url, attributes)
+    return dict(attributes)
+
+
+#: (the last httpx URL read, its attributes), shared by every client: most apps have one base URL.
+_last_server: tuple[Any, dict[str, AttributeValue]] = (None, {})
+
+
+def _server_attributes(url: Any) -> dict[str, AttributeValue]:
     host = getattr(url, "host", None)
     if not isinstance(host, str) or not host:
         return {}

@@ -62,6 +62,28 @@ def test_chat_completion_span_has_exact_gen_ai_attributes(
     }
 
 
+def test_each_client_s_spans_name_its_own_server_when_calls_alternate(
+    openai_spans: InMemorySpanExporter, openai_server: OpenAICompatibleServer, client: openai.OpenAI
+) -> None:
+    """The server attributes of the last URL read are kept: a second client must not get the first's."""
+    with (
+        OpenAICompatibleServer() as other_server,
+        openai.OpenAI(
+            base_url=other_server.base_url.replace("127.0.0.1", "localhost"), api_key="sk-test", max_retries=0
+        ) as other,
+    ):
+        other_port = other_server.port
+        for _ in range(2):
+            client.chat.completions.create(model="gpt-4o-mini", messages=USER)
+            other.chat.completions.create(model="gpt-4o-mini", messages=USER)
+    servers = [
+        (span.attributes or {}).get(semconv.SERVER_ADDRESS) for span in openai_spans.get_finished_spans()
+    ]
+    ports = [(span.attributes or {}).get(semconv.SERVER_PORT) for span in openai_spans.get_finished_spans()]
+    assert servers == ["127.0.0.1", "localhost"] * 2
+    assert ports == [openai_server.port, other_port] * 2
+
+
 def test_request_parameters_become_request_attributes(
     openai_spans: InMemorySpanExporter, client: openai.OpenAI
 ) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.util.types import AttributeValue
@@ -118,24 +117,36 @@ def _content_part(part: Mapping[str, Any]) -> dict[str, Any]:
 # --- responses ------------------------------------------------------------------------------------------
 
 
-@dataclass
 class _Choice:
-    text: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    refusal: list[str] = field(default_factory=list)
-    tool_calls: dict[int, list[Any]] = field(default_factory=dict)  # index -> [id, name, argument pieces]
-    finish_reason: str | None = None
-    has_text: bool = False
+    # A plain class with slots: a dataclass's default factories cost a call each, for every response.
+    __slots__ = ("finish_reason", "has_text", "reasoning", "refusal", "text", "tool_calls")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.refusal: list[str] = []
+        self.tool_calls: dict[int, list[Any]] = {}  # index -> [id, name, argument pieces]
+        self.finish_reason: str | None = None
+        self.has_text = False
 
 
-@dataclass
 class _Completion:
-    response_id: Any = None
-    model: Any = None
-    system_fingerprint: Any = None
-    service_tier: Any = None
-    usage: Any = None
-    choices: dict[int, _Choice] = field(default_factory=dict)
+    __slots__ = ("choices", "model", "response_id", "service_tier", "system_fingerprint", "usage")
+
+    def __init__(
+        self,
+        response_id: Any = None,
+        model: Any = None,
+        system_fingerprint: Any = None,
+        service_tier: Any = None,
+        usage: Any = None,
+    ) -> None:
+        self.response_id = response_id
+        self.model = model
+        self.system_fingerprint = system_fingerprint
+        self.service_tier = service_tier
+        self.usage = usage
+        self.choices: dict[int, _Choice] = {}
 
 
 def _reasoning_of(message: Any) -> str | None:
@@ -194,12 +205,17 @@ def extract_chat_completion(completion: Any, call: GenAICall) -> Extraction:
 
 
 def _extraction(summary: _Completion, call: GenAICall) -> Extraction:
-    attributes: dict[str, AttributeValue] = {}
     # Strings only: an id or model sent as a number would give the attribute two types across spans.
-    set_if(attributes, semconv.GEN_AI_RESPONSE_ID, str_or_none(summary.response_id))
-    set_if(attributes, semconv.GEN_AI_RESPONSE_MODEL, str_or_none(summary.model))
-    set_if(attributes, semconv.OPENAI_RESPONSE_SYSTEM_FINGERPRINT, str_or_none(summary.system_fingerprint))
-    set_if(attributes, semconv.OPENAI_RESPONSE_SERVICE_TIER, str_or_none(summary.service_tier))
+    attributes: dict[str, AttributeValue] = {
+        key: value
+        for key, value in (
+            (semconv.GEN_AI_RESPONSE_ID, summary.response_id),
+            (semconv.GEN_AI_RESPONSE_MODEL, summary.model),
+            (semconv.OPENAI_RESPONSE_SYSTEM_FINGERPRINT, summary.system_fingerprint),
+            (semconv.OPENAI_RESPONSE_SERVICE_TIER, summary.service_tier),
+        )
+        if isinstance(value, str)
+    }
     ordered = [summary.choices[index] for index in sorted(summary.choices)]
     reasons = [choice.finish_reason for choice in ordered if isinstance(choice.finish_reason, str)]
     if reasons:

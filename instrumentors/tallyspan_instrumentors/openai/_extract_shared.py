@@ -117,9 +117,17 @@ def text_of_content(content: Any) -> str | None:
     return None
 
 
-def _int_at(obj: Any, *path: str) -> int | None:
+def _int_at(obj: Any, path: tuple[str, ...]) -> int | None:
     for name in path:
-        obj = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+        if type(obj) is dict:
+            obj = obj.get(name)
+        else:
+            # The attribute first: an SDK object is no Mapping, and asking the ABC costs about 2,000
+            # instructions a time (six a response); a Mapping that is no dict has no such attribute.
+            value = getattr(obj, name, None)
+            if value is None and isinstance(obj, Mapping):
+                value = obj.get(name)
+            obj = value
         if obj is None:
             return None
     return int_or_none(obj)
@@ -138,7 +146,7 @@ def usage_attributes(
         (semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, cached),
         (semconv.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, reasoning),
     ):
-        value = _int_at(usage, *path)
+        value = _int_at(usage, path)
         if value is not None:
             attributes[key] = value
     return attributes
