@@ -6,20 +6,18 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, Status
 from opentelemetry.util.types import AttributeValue
 
+from tallyspan.plugin import SDK_SPAN_TYPES, plain_attributes
+
 __all__ = ["enriched_copy", "plain_attributes"]
 
 #: The SDK's own span classes, whose ``events`` and ``links`` are tuples of their private lists as they
 #: are (no subclass of ours or of the app's overrides them).
-_SDK_SPAN_TYPES: Final = frozenset(
-    cls for cls in (ReadableSpan, sdk_trace.Span, getattr(sdk_trace, "_Span", None)) if cls is not None
-)
+_SDK_SPAN_TYPES: Final = SDK_SPAN_TYPES
 
 
 def enriched_copy(
@@ -78,19 +76,3 @@ def _items(sequence: Sequence[Any]) -> tuple[Any, ...]:
         if isinstance(items, deque):
             return tuple(items)
     return tuple(sequence)
-
-
-def plain_attributes(span: ReadableSpan) -> dict[str, Any]:
-    """``dict(span.attributes or {})``. A live span's ``BoundedAttributes`` is copied from its inner dict:
-    through the mapping protocol each key costs Python-level ``__iter__``, ``__len__`` and ``__getitem__``
-    calls."""
-    if type(span) in _SDK_SPAN_TYPES:
-        # Private fields: an SDK that renamed them gets the mapping protocol, not an error on every span.
-        raw = vars(span).get("_attributes")
-        if type(raw) is BoundedAttributes:
-            inner = getattr(raw, "_dict", None)
-            if type(inner) is dict:
-                return dict(inner)
-        elif type(raw) is dict:
-            return dict(raw)
-    return dict(span.attributes or {})

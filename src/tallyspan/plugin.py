@@ -66,6 +66,7 @@ from tallyspan._metrics import record_run, record_violations
 from tallyspan._requirements import UnmetRequirements, dependency_conflict
 from tallyspan._runs import declares_run, is_local_root, is_run_container, is_run_span
 from tallyspan._selfstats import count, stats, swallowed
+from tallyspan._span_reading import SDK_SPAN_TYPES, plain_attributes
 from tallyspan._stage import current_stage
 from tallyspan._state import RunningState, active
 from tallyspan._store_schema import (
@@ -113,6 +114,7 @@ __all__ = [
     "LEDGER_RECONCILIATIONS",
     "MIGRATIONS",
     "RUNS",
+    "SDK_SPAN_TYPES",
     "SELF_STATS",
     "SPANS",
     "TURN_SLICE_S",
@@ -155,6 +157,7 @@ __all__ = [
     "migration",
     "otlp_logs_protocol",
     "otlp_traces_protocol",
+    "plain_attributes",
     "record_run",
     "record_violations",
     "release_free_memory",

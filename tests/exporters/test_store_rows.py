@@ -286,3 +286,23 @@ def test_texts_reads_each_key_as_text_does() -> None:
         got = _texts(attributes)
         assert got == expected
         assert [type(value) for value in got] == [type(value) for value in expected]
+
+
+def test_spans_of_two_services_alternating_each_keep_their_own_service_name(db_path: Path) -> None:
+    """The store keeps the service name of the last resource read: another resource must not get it."""
+    exporter = SQLiteSpanExporter(db_path)
+    tracers = []
+    for service in ("billing", "search"):
+        provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service}))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracers.append(provider.get_tracer("test"))
+    for index in range(4):
+        tracers[index % 2].start_span(f"call {index}").end()
+    rows = _select(db_path, "SELECT name, service_name FROM spans ORDER BY name")
+    assert [(row["name"], row["service_name"]) for row in rows] == [
+        ("call 0", "billing"),
+        ("call 1", "search"),
+        ("call 2", "billing"),
+        ("call 3", "search"),
+    ]
+    exporter.shutdown()
