@@ -119,15 +119,19 @@ def server_attributes(resource: Any) -> dict[str, AttributeValue]:
 
     The SDK resources of openai and anthropic, and ollama's clients, all keep their HTTP client there.
     """
-    url = getattr(getattr(resource, "_client", None), "base_url", None)
-    # httpx's URL reads its host and port through Python-level properties (about 15,000 instructions a
-    # call): the attributes of the last URL read are kept, and an httpx URL never changes.
+    # Reading it costs about 15,000 instructions a call: openai's base_url property imports a module
+    # each time, and httpx's URL reads its host and port through Python-level properties. So the
+    # attributes of the last URL read are kept, where the property gave the client's own _base_url (an
+    # httpx URL, immutable), and given again while the client still holds that very object.
     global _last_server
+    client = getattr(resource, "_client", None)
+    own = getattr(client, "_base_url", None)
     last_url, last_attributes = _last_server  # one read: another thread may replace the pair meanwhile
-    if last_url is url and url is not None:
+    if own is not None and own is last_url:
         return dict(last_attributes)
+    url = getattr(client, "base_url", None)
     attributes = _server_attributes(url)
-    if type(url).__name__ == "URL":  # httpx's (immutable); any other object is read every time
+    if url is own and type(url).__name__ == "URL":
         _last_server = (url, attributes)
     return dict(attributes)
 

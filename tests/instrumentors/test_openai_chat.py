@@ -84,6 +84,24 @@ def test_each_client_s_spans_name_its_own_server_when_calls_alternate(
     assert ports == [openai_server.port, other_port] * 2
 
 
+def test_a_client_whose_base_url_the_app_changes_names_its_new_server(
+    openai_spans: InMemorySpanExporter, openai_server: OpenAICompatibleServer, client: openai.OpenAI
+) -> None:
+    client.chat.completions.create(model="gpt-4o-mini", messages=USER)
+    with OpenAICompatibleServer() as other_server:
+        client.base_url = other_server.base_url.replace("127.0.0.1", "localhost")
+        client.chat.completions.create(model="gpt-4o-mini", messages=USER)
+        other_port = other_server.port
+    found = [
+        (
+            (span.attributes or {}).get(semconv.SERVER_ADDRESS),
+            (span.attributes or {}).get(semconv.SERVER_PORT),
+        )
+        for span in openai_spans.get_finished_spans()
+    ]
+    assert found == [("127.0.0.1", openai_server.port), ("localhost", other_port)]
+
+
 def test_request_parameters_become_request_attributes(
     openai_spans: InMemorySpanExporter, client: openai.OpenAI
 ) -> None:
