@@ -246,16 +246,7 @@ class StoreProcessor(SpanProcessor):
         # holds the GIL anyway); the writer's thread then needs the GIL only briefly around each SQLite
         # statement. Made there, they took it for about 30 ms a batch, which a busy app cut into
         # switch intervals, each won back only after futile wake-ups (0.8 a call of the app).
-        try:
-            rows_of_span = span_rows_of(span)
-        except Exception:  # a span we cannot read must not cost the spans behind it
-            swallowed(
-                _logger,
-                "store.export",
-                f"could not read a span for the tallyspan store at {self._writer.path}",
-            )
-            count(LOST_SPANS)
-            return
+        rows_of_span = _readable_rows(span, self._writer)
         if rows_of_span is not None:
             self._thread.submit(rows_of_span)
 
@@ -286,33 +277,34 @@ def store_component(downstream: Sequence[SpanProcessor], settings: Settings) -> 
     return StoreProcessor(settings.db_path, budget=settings.shutdown_budget)
 
 
-def _batch_rows(items: Iterable[_SpanRows | None], counters: _Counters) -> Rows:
-    """The rows of spans' rows made before (None: none, the counters alone), and of the counters."""
+def _readable_rows(span: ReadableSpan, writer: StoreWriter) -> _SpanRows | None:
+    """``span_rows_of(span)``; a span that cannot be read is logged and counted (None), so it costs
+    no other span."""
+    try:
+        return span_rows_of(span)
+    except Exception:  # a span we cannot read must not cost the spans beside it
+        swallowed(_logger, "store.export", f"could not read a span for the tallyspan store at {writer.path}")
+        count(LOST_SPANS)
+        return None
+
+
+def _batch_rows(items: Iterable[_SpanRows | None], counters: _Counters | None) -> Rows:
+    """The rows of spans' rows made before (None: none, the counters alone), and of the counters if
+    they changed."""
     batch = _Batch()
     for rows_of_span in items:
         if rows_of_span is not None:
             batch.take(rows_of_span)
     rows = batch.rows()
-    counters.add_to(rows, batch.service_name)
+    if counters is not None:
+        counters.add_to(rows, batch.service_name)
     return rows
 
 
 def span_rows(spans: Iterable[ReadableSpan], writer: StoreWriter, counters: _Counters | None = None) -> Rows:
     """The rows of ``spans`` for one transaction, and of the counters if they changed; a span that
     cannot be read is logged and counted."""
-    batch = _Batch()
-    for span in spans:
-        try:
-            batch.add(span)
-        except Exception:  # a span we cannot read must not cost the rest of the batch
-            swallowed(
-                _logger, "store.export", f"could not read a span for the tallyspan store at {writer.path}"
-            )
-            count(LOST_SPANS)
-    rows = batch.rows()
-    if counters is not None:
-        counters.add_to(rows, batch.service_name)
-    return rows
+    return _batch_rows((_readable_rows(span, writer) for span in spans), counters)
 
 
 class _Counters:
