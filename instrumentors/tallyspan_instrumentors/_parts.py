@@ -38,10 +38,15 @@ _DEFAULT_PORTS = {"https": 443, "http": 80}
 
 
 def field_of(item: Any, name: str) -> Any:
-    """``item[name]`` for dicts, ``item.name`` for SDK objects, else None."""
-    if isinstance(item, Mapping):
+    """``item[name]`` for dicts and other mappings, ``item.name`` for SDK objects, else None."""
+    if type(item) is dict:
         return item.get(name)
-    return getattr(item, name, None)
+    # The attribute first: an SDK object is no Mapping, and asking the ABC costs about 2,000 instructions
+    # a time; a mapping that is no dict has no attribute of a field's name, so it is asked only then.
+    value = getattr(item, name, None)
+    if value is None and isinstance(item, Mapping):
+        return item.get(name)
+    return value
 
 
 def given(value: Any) -> bool:

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan_instrumentors._parts import given, int_or_none, server_attributes
+from tallyspan_instrumentors._parts import field_of, given, int_or_none, server_attributes
 
 __all__ = [
     "Request",
@@ -118,15 +118,7 @@ def text_of_content(content: Any) -> str | None:
 
 def _int_at(obj: Any, path: tuple[str, ...]) -> int | None:
     for name in path:
-        if type(obj) is dict:
-            obj = obj.get(name)
-        else:
-            # The attribute first: an SDK object is no Mapping, and asking the ABC costs about 2,000
-            # instructions a time (six a response); a Mapping that is no dict has no such attribute.
-            value = getattr(obj, name, None)
-            if value is None and isinstance(obj, Mapping):
-                value = obj.get(name)
-            obj = value
+        obj = field_of(obj, name)
         if obj is None:
             return None
     return int_or_none(obj)
