@@ -323,6 +323,27 @@ def test_spans_gather_for_the_batch_delay_and_a_flush_or_shutdown_cuts_it_short(
     assert "dropped.spans_at_shutdown" not in tallyspan.stats()
 
 
+def test_a_whole_batch_is_handled_without_waiting_for_the_rest_of_the_delay() -> None:
+    """Behind a fast app a long batch delay would fill the queue up to the (counted) turns: a quarter of
+    the backlog that gives turns is a batch, handed over at once."""
+    recorder = _Recorder()
+    # Turns from 1024 // 16 = 64 spans: a batch is 16. An hour's delay: only the batch ends the wait.
+    processor = OffThreadProcessor([recorder], max_queue_size=1024, batch_delay_millis=3_600_000)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    # The first span wakes the worker, which holds it while the next ones gather: 16 in the queue.
+    _spans(provider, 16)
+    time.sleep(0.3)
+    assert recorder.ended == []  # still gathering
+    _spans(provider, 1)
+    deadline = time.monotonic() + 10
+    while len(recorder.ended) < 17 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert recorder.ended == [*(f"span-{index}" for index in range(16)), "span-0"]
+    assert "backpressure.worker_turns" not in tallyspan.stats()
+    processor.shutdown()
+
+
 def test_without_a_batch_delay_spans_are_forwarded_as_they_come() -> None:
     forwarded = threading.Event()
 
