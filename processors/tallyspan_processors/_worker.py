@@ -45,13 +45,15 @@ from tallyspan.plugin import (
     turn_threshold,
 )
 from tallyspan_processors._content import take_content
-from tallyspan_processors._wrapping import WrappingProcessor, flush_all, hand
+from tallyspan_processors._wrapping import Handed, WrappingProcessor, flush_all, forward_batch
 
 __all__ = ["DEFAULT_MAX_QUEUE_SIZE", "OffThreadProcessor", "worker_component"]
 
 _logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_QUEUE_SIZE = 8192
+#: Spans the worker hands down the chain at most in one batch (``forward_batch``), a link at a time.
+FORWARD_BATCH_SPANS = 64
 #: How long ``shutdown`` waits for the queue to drain (the SDK's shutdown takes no timeout).
 DEFAULT_SHUTDOWN_TIMEOUT_MILLIS = 30000
 #: How long the worker lets spans gather before it handles them (flush and shutdown do not wait for it,
@@ -283,6 +285,7 @@ class OffThreadProcessor(WrappingProcessor):
         token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         turns = self._turns
         turns.consumer_started()
+        batch: list[Handed] = []  # taken from the queue, not yet handed down the chain
         try:
             handled = 0  # spans since the queue was last empty
             slice_ends = time.monotonic() + TURN_SLICE_S
@@ -290,6 +293,9 @@ class OffThreadProcessor(WrappingProcessor):
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
+                    if batch:
+                        self._forward_batch(batch)
+                        continue  # that took a while: look again before answering a turn or waiting
                     if self._stopping:
                         return
                     turns.taken()  # worked off: an app thread that gave us its turn may go on
@@ -313,27 +319,35 @@ class OffThreadProcessor(WrappingProcessor):
                         self._gather()  # the first span after a pause: let the next ones gather
                     slice_ends = time.monotonic() + TURN_SLICE_S
                 if item is _STOP:
+                    self._forward_batch(batch)
                     return
                 if time.monotonic() >= slice_ends:
                     # A turn lasts a slice: the app's thread that gave it may go on (and take the GIL
                     # back at its next switch interval, to hand it over again at its next span).
+                    self._forward_batch(batch)
                     turns.taken()
                     slice_ends = time.monotonic() + TURN_SLICE_S
                 handled += 1
                 if isinstance(item, _Flush):
+                    self._forward_batch(batch)  # everything queued before the flush, first
                     item.done.set()
                 elif self._stopping:
                     self._discard(item)  # shutdown stopped waiting for this one
                 elif isinstance(item, _Handed):
-                    self._forward(item.span, item.content)
+                    batch.append((item.span, item.content))
                 elif isinstance(item, ReadableSpan):
-                    self._forward(item, self._take(item))
+                    batch.append((item, self._take(item)))
                 else:
                     count("dropped.spans_not_readable")  # on_end was handed something else
+                if len(batch) >= FORWARD_BATCH_SPANS:
+                    self._forward_batch(batch)
         finally:
-            self._turns.taken()  # nobody waits for a worker that is gone
-            self._worker_running = False
-            detach(token)
+            try:
+                self._forward_batch(batch)  # a worker that dies (a bug) still hands down what it took
+            finally:
+                self._turns.taken()  # nobody waits for a worker that is gone
+                self._worker_running = False
+                detach(token)
 
     def _gather(self) -> None:
         """Let spans gather for the batch delay: meanwhile the app runs without contending for the GIL,
@@ -351,12 +365,24 @@ class OffThreadProcessor(WrappingProcessor):
             swallowed(_logger, "content.take", "tallyspan could not read a span's content")
             return None
 
-    def _forward(self, span: ReadableSpan, content: Content | None) -> None:
-        for processor in self._downstream:
-            try:
-                hand(processor, span, content)
-            except BaseException:  # even sys.exit() in a processor: the worker must outlive it
-                swallowed(_logger, "worker.on_end", "a span processor failed on the worker")
+    def _forward_batch(self, batch: list[Handed]) -> None:
+        """Hand ``batch`` down the chain (``forward_batch``) and empty it; once shutdown stopped waiting,
+        discard it instead (counted)."""
+        if not batch:
+            return
+        items = batch.copy()
+        batch.clear()
+        if self._stopping:
+            for span, content in items:
+                self._discard(_Handed(span, content))
+            return
+        forward_batch(
+            self._downstream,
+            items,
+            failure_key="worker.on_end",
+            failure_message="a span processor failed on the worker",
+            logger=_logger,
+        )
 
     def _reset_after_fork(self) -> None:
         self._queue = queue.SimpleQueue()

@@ -837,3 +837,92 @@ def test_behind_an_app_that_keeps_the_gil_busy_the_worker_is_handed_the_gil_and_
     assert busy.ended == 3000
     assert "dropped.spans" not in stats
     provider.shutdown()
+
+
+# --- batches down the chain -----------------------------------------------------------------------------
+
+
+class _Link(WrappingProcessor):
+    """A link that notes each span it processes in a log shared by the chain; ``exiting`` names the
+    span whose processing calls ``sys.exit()`` (a bug of ours)."""
+
+    def __init__(self, name: str, log: list[str], downstream: list[SpanProcessor], exiting: str = "") -> None:
+        super().__init__(downstream)
+        self.name, self.log, self.exiting = name, log, exiting
+
+    def process(self, span: ReadableSpan, content: object) -> ReadableSpan:
+        if span.name == self.exiting:
+            raise SystemExit("a bug calls sys.exit()")
+        self.log.append(f"{self.name} {span.name}")
+        return span
+
+
+class _Noting(SpanProcessor):
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.log.append(f"end {span.name}")
+
+
+def test_a_batch_goes_down_the_chain_a_link_at_a_time_each_in_span_order() -> None:
+    """Each link takes the whole batch before the next sees it: its code and data stay in cache."""
+    log: list[str] = []
+    chain = _Link("checks", log, [_Link("ledger", log, [_Noting(log)])])
+    processor = OffThreadProcessor([chain], batch_delay_millis=3_600_000)  # only the flush ends the batch
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 3)
+    assert processor.force_flush(10_000)
+    names = ("span-0", "span-1", "span-2")
+    assert log == [
+        *(f"checks {name}" for name in names),
+        *(f"ledger {name}" for name in names),
+        *(f"end {name}" for name in names),
+    ]
+    processor.shutdown()
+
+
+def test_a_batch_is_at_most_forward_batch_spans() -> None:
+    from tallyspan_processors._worker import FORWARD_BATCH_SPANS
+
+    log: list[str] = []
+    processor = OffThreadProcessor([_Link("checks", log, [_Noting(log)])], batch_delay_millis=3_600_000)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, FORWARD_BATCH_SPANS + 1)
+    assert processor.force_flush(10_000)
+    kinds = [entry.split()[0] for entry in log]
+    # The first batch whole through both links, then the one span left.
+    assert kinds == ["checks"] * FORWARD_BATCH_SPANS + ["end"] * FORWARD_BATCH_SPANS + ["checks", "end"]
+    processor.shutdown()
+
+
+def test_in_a_batch_a_base_exception_of_a_link_or_a_processor_costs_no_other_span() -> None:
+    """``sys.exit()`` in a link's processing forwards that span as it came; in a user's processor below,
+    it costs that processor that span: no other span, no other processor, and the worker goes on."""
+    log: list[str] = []
+
+    class _ExitingOnce(SpanProcessor):
+        def on_end(self, span: ReadableSpan) -> None:
+            if span.name == "span-2":
+                raise SystemExit("a user's processor calls sys.exit()")
+
+    below = _Noting(log)
+    chain = _Link("checks", log, [_ExitingOnce(), below], exiting="span-1")
+    processor = OffThreadProcessor([chain], batch_delay_millis=3_600_000)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    _spans(provider, 4)
+    assert processor.force_flush(10_000)
+    assert log == [
+        "checks span-0",
+        "checks span-2",
+        "checks span-3",
+        *(f"end span-{index}" for index in range(4)),  # span-1 unprocessed, span-2 despite the exit
+    ]
+    assert tallyspan.stats() == {"errors.process._Link": 1, "errors.on_end": 1}
+    _spans(provider, 1)
+    assert processor.force_flush(10_000)
+    assert log[-2:] == ["checks span-0", "end span-0"]  # the worker went on
+    processor.shutdown()
