@@ -334,7 +334,7 @@ def test_a_batch_is_spooled_claimed_and_deleted_in_a_handful_of_statements_each_
     kept = [(seq, record_id) for seq, (record_id, _) in zip(seqs, records, strict=True) if seq]
     assert [seq for seq, _ in kept] == list(range(2, 600))  # after "first", in order
     inserts = [sql for sql in ran if sql.startswith("INSERT")]
-    assert len(inserts) == 598 // 64 + (598 % 64).bit_count()  # 9 of 64, then 16 + 4 + 2
+    assert len(inserts) == 598 // 256 + (598 % 256).bit_count()  # 2 of 256, then 64 + 16 + 4 + 2
     check = sqlite3.connect(tmp_path / "s.db")
     try:
         assert (

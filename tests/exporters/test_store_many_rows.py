@@ -4,6 +4,7 @@ statements, so the store's writer lets go of the GIL a handful of times per batc
 from __future__ import annotations
 
 import random
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,12 @@ from tallyspan._store_schema import VIOLATIONS, connect
 from tallyspan_exporters._store import _SPAN_COLUMNS, _Batch
 from tallyspan_exporters._writer import (
     MAX_ROWS_PER_STATEMENT,
+    MAX_VARIABLES_PER_STATEMENT,
     Rows,
     delete_sql,
     insert_sql,
     rows_per_statement,
+    variables_per_statement,
 )
 
 _VIOLATION_COLUMNS = ("trace_id", "span_id", "stage", "type", "failure_class", "detail")
@@ -74,7 +77,7 @@ def _span_rows(count: int, keys: int, rng: random.Random) -> list[tuple[object, 
     return rows
 
 
-@pytest.mark.parametrize("count", [1, 2, 3, 31, 32, 33, 63, 64, 65, 100, 129, 1000])
+@pytest.mark.parametrize("count", [1, 2, 3, 31, 32, 33, 100, 255, 256, 257, 1000])
 def test_manyrows_per_statement_store_what_one_statement_per_row_stores(tmp_path: Path, count: int) -> None:
     sql = insert_sql("spans", _SPAN_COLUMNS, verb="INSERT OR REPLACE")
     rows = _span_rows(count, keys=max(1, count * 2 // 3), rng=random.Random(count))
@@ -84,8 +87,8 @@ def test_manyrows_per_statement_store_what_one_statement_per_row_stores(tmp_path
     _one_statement_per_row(tmp_path / "reference.db", [(sql, rows)])
     query = "SELECT * FROM spans ORDER BY trace_id, span_id"
     assert _select(tmp_path / "many.db", query) == _select(tmp_path / "reference.db", query)
-    # 23 columns: 32 rows a statement (999 bound parameters at most), the rest in powers of two.
-    full, rest = divmod(count, 32)
+    # 23 columns: 256 rows a statement (8,192 // 23 = 356 fit), the rest in powers of two.
+    full, rest = divmod(count, 256)
     assert len(ran) == full + rest.bit_count()
 
 
@@ -137,10 +140,13 @@ def test_a_delete_of_many_keys_removes_exactly_their_rows_through_the_index(tmp_
 @pytest.mark.parametrize(
     ("sql", "rows"),
     [
-        (insert_sql("t", [f"c{index}" for index in range(23)]), 32),  # 999 // 23 = 43: the power of two below
+        (insert_sql("t", [f"c{index}" for index in range(23)]), MAX_ROWS_PER_STATEMENT),
         (insert_sql("t", ["a", "b", "c", "d", "e", "f"]), MAX_ROWS_PER_STATEMENT),
         (insert_sql("t", ["a"], verb="INSERT OR REPLACE"), MAX_ROWS_PER_STATEMENT),
-        (insert_sql("t", [f"c{index}" for index in range(1000)]), 1),  # one row is over the limit already
+        # 8,192 // 100 = 81 rows: the power of two below.
+        (insert_sql("t", [f"c{index}" for index in range(100)]), 64),
+        # One row is over the cap already.
+        (insert_sql("t", [f"c{index}" for index in range(MAX_VARIABLES_PER_STATEMENT + 1)]), 1),
         (delete_sql("t", ("a", "b")), MAX_ROWS_PER_STATEMENT),
         ("INSERT INTO t (a, b) VALUES (?, 'fixed')", 1),  # not a row of placeholders only
         ("INSERT INTO t (a, b) SELECT ?, b FROM u WHERE c IN (VALUES (?))", 1),  # not all parameters
@@ -152,6 +158,33 @@ def test_only_statements_ending_in_one_row_of_all_their_placeholders_take_many_r
     sql: str, rows: int
 ) -> None:
     assert rows_per_statement(sql) == rows
+
+
+def test_a_statement_takes_the_capped_parameters_where_sqlite_allows_them() -> None:
+    # Every SQLite since 3.32 allows 32,766 (Debian's 250,000): the cap, not the old lowest limit of 999.
+    assert sqlite3.sqlite_version_info >= (3, 32, 0)
+    assert variables_per_statement() == MAX_VARIABLES_PER_STATEMENT
+
+
+def test_a_statement_of_the_most_parameters_is_written(tmp_path: Path) -> None:
+    """A statement at the cap is within SQLite's limit: the rows are written, not refused."""
+    columns = [f"c{index}" for index in range(32)]  # 8,192 // 32 = 256 rows a statement, at the cap
+    db = connect(tmp_path / "wide.db")
+    try:
+        db.execute(f"CREATE TABLE wide ({', '.join(columns)})")
+        rows = Rows()
+        rows.add(insert_sql("wide", columns), [tuple(range(row, row + 32)) for row in range(511)])
+        ran: list[str] = []
+        db.set_trace_callback(ran.append)
+        with db:
+            rows.write(db)
+        assert len([sql for sql in ran if sql.startswith("INSERT")]) == 1 + 8  # 256, then 128 + 64 + ... + 1
+        assert tuple(db.execute("SELECT count(*), sum(c31) FROM wide").fetchone()) == (
+            511,
+            sum(range(31, 542)),
+        )
+    finally:
+        db.close()
 
 
 def _chat_span(key: int, violation_types: list[str]) -> ReadableSpan:
@@ -188,8 +221,8 @@ def test_a_batch_of_spans_is_written_in_a_handful_of_statements(tmp_path: Path) 
     for key in range(1, 201):
         batch.add(_chat_span(key, ["too_short"] if key % 2 else []))
     ran = _write(tmp_path / "store.db", batch.rows())
-    # 200 spans (their None columns left out: 64 a statement) = 3 * 64 + 8, as many deletes of their
-    # violations and run rows (a lone model call is a run); 100 violations = 64 + 32 + 4.
-    assert len(ran) == 4 + 4 + 3 + 4
+    # 200 spans (their None columns left out) = 128 + 64 + 8, as many deletes of their violations and
+    # run rows (a lone model call is a run); 100 violations = 64 + 32 + 4.
+    assert len(ran) == 3 + 3 + 3 + 3
     assert _select(tmp_path / "store.db", "SELECT count(*) FROM spans") == [(200,)]
     assert _select(tmp_path / "store.db", f"SELECT count(*) FROM {VIOLATIONS}") == [(100,)]
