@@ -610,7 +610,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--calls", type=int, default=1000, help="non-streaming calls per side and round (streaming: a fifth)"
     )
     parser.add_argument("--rounds", type=int, default=6, help="alternating plain/instrumented rounds")
-    parser.add_argument("--startup-repeats", type=int, default=3, help="fresh interpreters per import figure")
+    parser.add_argument(
+        "--startup-repeats", type=int, default=3, help="fresh interpreters per import figure (0: none)"
+    )
     parser.add_argument(
         "--rss-calls",
         type=int,
@@ -649,8 +651,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results[f"{label} {version}"] = _child(
             python, "--child", case, "--calls", str(args.calls), "--rounds", str(args.rounds)
         )
-        startup[f"{label} {version}"] = startup_ms(case, python, args.startup_repeats)
-    if "tallyspan_chain" in args.cases:
+        if args.startup_repeats > 0:
+            startup[f"{label} {version}"] = startup_ms(case, python, args.startup_repeats)
+    if "tallyspan_chain" in args.cases and args.startup_repeats > 0:
         startup["import tallyspan alone"] = startup_ms(
             "tallyspan_import", sys.executable, args.startup_repeats
         )
@@ -676,7 +679,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(head + "\n" + unit)
     for label, data in results.items():
         print(_row(label, data["stream"], per=STREAM_CHUNKS))
-    print(f"\nImport + instrument, openai and the SDK already imported, median of {args.startup_repeats}")
+    if startup:
+        print(f"\nImport + instrument, openai and the SDK already imported, median of {args.startup_repeats}")
     for label, ms in startup.items():
         print(f"  {label:<44} {ms:7.1f} ms")
 
