@@ -48,53 +48,60 @@ class StreamAccumulator(Protocol):
         """What the items so far say, for the span (also called for streams cut short)."""
 
 
-class _StreamProxy(wrapt.ObjectProxy[Any]):
-    """The finalize-once logic shared by the sync and async proxies (state in ``_self_*``: wrapt's rule)."""
+class _StreamState:
+    """One stream's bookkeeping: the stream, its call and accumulator, whether the span has ended.
+
+    Kept apart from the proxy, in a plain object with slots: every attribute read on a subclass of
+    wrapt's ObjectProxy goes through a Python-level ``__getattribute__`` call (about 2,500 instructions);
+    the proxy reads this object once a chunk, its fields are then read directly.
+    """
+
+    __slots__ = ("accumulator", "call", "exhausted", "finalized", "first_item_at", "stream")
 
     def __init__(self, stream: Any, call: GenAICall, accumulator: StreamAccumulator) -> None:
-        super().__init__(stream)
-        self._self_call = call
-        self._self_accumulator: StreamAccumulator | None = accumulator
-        self._self_finalized = False
-        self._self_exhausted = False
-        self._self_first_item_at: float | None = None
+        self.stream = stream
+        self.call = call
+        self.accumulator: StreamAccumulator | None = accumulator
+        self.finalized = False
+        self.exhausted = False
+        self.first_item_at: float | None = None
 
-    def _tallyspan_observe(self, item: Any) -> None:
-        accumulator = self._self_accumulator
+    def observe(self, item: Any) -> None:
+        accumulator = self.accumulator
         if accumulator is None:  # the span has ended: later items are the app's alone
             return
         try:
-            if self._self_first_item_at is None:
-                self._self_first_item_at = time.monotonic()
+            if self.first_item_at is None:
+                self.first_item_at = time.monotonic()
             accumulator.add(item)
         except Exception:  # a chunk we cannot read still reaches the app
             swallowed(_logger, "stream.chunk", "tallyspan could not read a stream chunk")
 
-    def _tallyspan_read_raised(self, exc: BaseException) -> None:
+    def read_raised(self, exc: BaseException) -> None:
         """A read of the stream raised: the end of the items, or an error; either ends the span (the
         caller lets the exception go on)."""
         if isinstance(exc, _END_OF_ITEMS):
-            self._self_exhausted = True
-            self._tallyspan_finalize()
+            self.exhausted = True
+            self.finalize()
         else:
-            self._tallyspan_finalize(exc)
+            self.finalize(exc)
 
-    def _tallyspan_finalize(self, error: BaseException | None = None) -> None:
-        if self._self_finalized:
+    def finalize(self, error: BaseException | None = None) -> None:
+        if self.finalized:
             return
-        self._self_finalized = True
-        call = self._self_call
-        accumulator, self._self_accumulator = self._self_accumulator, None
+        self.finalized = True
+        call = self.call
+        accumulator, self.accumulator = self.accumulator, None
         # Dropped here, not with the proxy: an app keeping its stream object must not keep every chunk.
         try:
             extraction = accumulator.extraction(call) if accumulator is not None else None
-            if extraction is not None and self._self_first_item_at is not None:
+            if extraction is not None and self.first_item_at is not None:
                 extraction.attributes[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = (
-                    self._self_first_item_at - call.started_at
+                    self.first_item_at - call.started_at
                 )
             if (
                 error is None
-                and not self._self_exhausted
+                and not self.exhausted
                 and extraction is not None
                 and semconv.GEN_AI_RESPONSE_FINISH_REASONS not in extraction.attributes
             ):
@@ -107,12 +114,25 @@ class _StreamProxy(wrapt.ObjectProxy[Any]):
         else:
             call.finish(extraction)
 
+
+class _StreamProxy(wrapt.ObjectProxy[Any]):
+    """The finalize-once logic shared by the sync and async proxies (in ``_self_state``: wrapt's rule
+    for a proxy's own attributes is the ``_self_`` prefix)."""
+
+    def __init__(self, stream: Any, call: GenAICall, accumulator: StreamAccumulator) -> None:
+        super().__init__(stream)
+        self._self_state = _StreamState(stream, call, accumulator)
+
+    def _tallyspan_finalize(self, error: BaseException | None = None) -> None:
+        self._self_state.finalize(error)
+
     def __del__(self) -> None:
         # Abandoned streams (dropped unread) are finalized when collected, so no span is left open.
         try:
-            if not getattr(self, "_self_finalized", True):
-                self._tallyspan_finalize()
-        except Exception:  # nothing may escape __del__; a half-built proxy has nothing to end
+            state = getattr(self, "_self_state", None)  # None: a half-built proxy has nothing to end
+            if state is not None and not state.finalized:
+                state.finalize()
+        except Exception:  # nothing may escape __del__
             swallowed(_logger, "stream.collect", "tallyspan could not end an abandoned stream's span")
 
 
@@ -128,13 +148,14 @@ class _SyncIterationProxy(_StreamProxy):
         return self
 
     def __next__(self) -> Any:
-        # A plain try, not a context manager: this runs for every chunk.
+        # A plain try, not a context manager, and one read of the proxy: this runs for every chunk.
+        state = self._self_state
         try:
-            item = next(self.__wrapped__)
+            item = next(state.stream)
         except BaseException as exc:
-            self._tallyspan_read_raised(exc)
+            state.read_raised(exc)
             raise
-        self._tallyspan_observe(item)
+        state.observe(item)
         return item
 
 
@@ -186,12 +207,13 @@ class _AsyncIterationProxy(_StreamProxy):
         return self
 
     async def __anext__(self) -> Any:
+        state = self._self_state
         try:
-            item = await self.__wrapped__.__anext__()
+            item = await state.stream.__anext__()
         except BaseException as exc:
-            self._tallyspan_read_raised(exc)
+            state.read_raised(exc)
             raise
-        self._tallyspan_observe(item)
+        state.observe(item)
         return item
 
 
