@@ -18,9 +18,13 @@ SQLite store. Both are flushed at the end of each round, inside the "CPU incl. d
 Printed per case, medians over rounds (spread = lowest-highest of the rounds' added deferred CPU):
 CPU of the calling thread, CPU of the whole process including the deferred work after a flush, wall, the
 added CPU and ratio against plain, for non-streaming calls (sync, and async through ``AsyncOpenAI``) and
-streaming (51 chunks, per chunk). Then the import time (``import X`` + instrument, openai and the SDK
-already imported), RSS over many chain calls and spans per second the chain's worker writes into the
-store (offered at a fixed rate; drops counted).
+streaming (51 chunks, per chunk); then the CPU of the other threads alone (tallyspan's worker and store
+writer, a peer's batch processor): the deferred work itself. "CPU + deferred" is a mean over the round
+and "thread CPU" a median of calls, so their difference also holds the calling thread's outliers (a
+full garbage collection, the host taking the CPU away); the last column does not (work a flush does on
+the calling thread, as the SDK's batch processor exports there, counts on that thread). Then the import time
+(``import X`` + instrument, openai and the SDK already imported), RSS over many chain calls and spans
+per second the chain's worker writes into the store (offered at a fixed rate; drops counted).
 
 Usage::
 
@@ -263,20 +267,22 @@ class _Toggle:
 
 
 def _block(call: Callable[[], object], count: int, flush: Callable[[], None]) -> dict[str, float]:
-    """Medians per call of wall and calling-thread CPU, and process CPU per call including the flush."""
+    """Medians per call of wall and calling-thread CPU; process CPU per call including the flush, and
+    the part of it that ran on other threads."""
     walls, cpus = [], []
-    process_start = time.process_time_ns()
+    process_start, thread_start = time.process_time_ns(), time.thread_time_ns()
     for _ in range(count):
         wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
         call()
         walls.append(time.perf_counter_ns() - wall)
         cpus.append(time.thread_time_ns() - cpu)
     flush()
-    deferred = (time.process_time_ns() - process_start) / count
+    process, thread = time.process_time_ns() - process_start, time.thread_time_ns() - thread_start
     return {
         "wall": statistics.median(walls) / 1e6,
         "cpu": statistics.median(cpus) / 1e6,
-        "deferred": deferred / 1e6,
+        "deferred": process / count / 1e6,
+        "other_threads": max(0, process - thread) / count / 1e6,
     }
 
 
@@ -598,7 +604,8 @@ def _row(label: str, data: dict[str, list[dict[str, float]]], per: int = 1) -> s
         p, t = _median(plain, key), _median(traced, key)
         cells.append(f"{(t - p) / per * 1000:+8.1f} {t / p:5.2f}")
     spread = f"{min(added):+.0f}..{max(added):+.0f}"
-    return f"{label:<44} {cells[0]}  {cells[1]}  {cells[2]}  {spread:>13}"
+    others = (_median(traced, "other_threads") - _median(plain, "other_threads")) / per * 1000
+    return f"{label:<44} {cells[0]}  {cells[1]}  {cells[2]}  {spread:>13}  {others:+13.1f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -658,9 +665,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tallyspan_import", sys.executable, args.startup_repeats
         )
 
-    head = f"{'':<44} {'thread CPU':>14}  {'CPU + deferred':>14}  {'wall':>14}  {'spread':>13}"
+    head = (
+        f"{'':<44} {'thread CPU':>14}  {'CPU + deferred':>14}  {'wall':>14}  {'spread':>13}"
+        f"  {'other threads':>13}"
+    )
     unit = (
         f"{'':<44} {'added us ratio':>14}  {'added us ratio':>14}  {'added us ratio':>14}  {'added us':>13}"
+        f"  {'added us':>13}"
     )
     print(f"\nPer non-streaming call, medians of {args.rounds} alternating rounds x {args.calls} calls")
     print(head + "\n" + unit)

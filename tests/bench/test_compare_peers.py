@@ -35,6 +35,17 @@ def test_compare_peers_runs_on_a_tiny_count() -> None:
     ):
         assert line in done.stdout
     assert "tallyspan instrument() + contract + store" in done.stdout
+    assert "other threads" in done.stdout
+
+
+def test_no_startup_repeats_leaves_the_import_figure_out() -> None:
+    # It was a median of no figure at all, after every other figure had been measured.
+    done = _run(
+        "--calls", "10", "--startup-repeats", "0", "--rss-calls", "0", "--store-spans", "0",
+        "--cases", "tallyspan_instrumentor",
+    )  # fmt: skip
+    assert "Per non-streaming call" in done.stdout
+    assert "Import + instrument" not in done.stdout
 
 
 def test_a_zero_count_leaves_the_rss_and_store_figures_out() -> None:
