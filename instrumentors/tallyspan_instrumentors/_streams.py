@@ -52,8 +52,8 @@ class _StreamState:
     """One stream's bookkeeping: the stream, its call and accumulator, whether the span has ended.
 
     Kept apart from the proxy, in a plain object with slots: every attribute read on a subclass of
-    wrapt's ObjectProxy goes through a Python-level ``__getattribute__`` call (about 2,500 instructions);
-    the proxy reads this object once a chunk, its fields are then read directly.
+    wrapt's ObjectProxy goes through a generic call of its ``__getattribute__`` (over a thousand
+    instructions); the proxy reads this object once a chunk, its fields are then read directly.
     """
 
     __slots__ = ("accumulator", "call", "exhausted", "finalized", "first_item_at", "stream")
@@ -116,8 +116,8 @@ class _StreamState:
 
 
 class _StreamProxy(wrapt.ObjectProxy[Any]):
-    """The finalize-once logic shared by the sync and async proxies (in ``_self_state``: wrapt's rule
-    for a proxy's own attributes is the ``_self_`` prefix)."""
+    """What the sync and async proxies share: their :class:`_StreamState` (``_self_state``: wrapt keeps a
+    proxy's own attributes under the ``_self_`` prefix) ends the span once, and so does collection."""
 
     def __init__(self, stream: Any, call: GenAICall, accumulator: StreamAccumulator) -> None:
         super().__init__(stream)
