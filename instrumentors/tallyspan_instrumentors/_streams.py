@@ -130,8 +130,8 @@ class _StreamProxy(wrapt.ObjectProxy[Any]):
         # Abandoned streams (dropped unread) are finalized when collected, so no span is left open.
         try:
             state = getattr(self, "_self_state", None)  # None: a half-built proxy has nothing to end
-            if state is not None and not state.finalized:
-                state.finalize()
+            if state is not None:
+                state.finalize()  # once: a stream that ended before does nothing here
         except Exception:  # nothing may escape __del__
             swallowed(_logger, "stream.collect", "tallyspan could not end an abandoned stream's span")
 
