@@ -21,8 +21,13 @@ added CPU and ratio against plain, for non-streaming calls (sync, and async thro
 streaming (51 chunks, per chunk); then the CPU of the other threads alone (tallyspan's worker and store
 writer, a peer's batch processor): the deferred work itself. "CPU + deferred" is a mean over the round
 and "thread CPU" a median of calls, so their difference also holds the calling thread's outliers (a
-full garbage collection, the host taking the CPU away); the last column does not (work a flush does on
-the calling thread, as the SDK's batch processor exports there, counts on that thread). Then the import time
+full garbage collection, the host taking the CPU away); the "other threads" column does not (work a flush
+does on the calling thread, as the SDK's batch processor exports there, counts on that thread). Two more
+columns say where part of the added CPU goes, on any thread: "kernel", the system time (futex calls when
+threads hand the GIL to each other, the store's file writes), and "collector", the time the garbage
+collector spent collecting (spans an instrumentation keeps until it exports them outlive the young
+generation and take the app's own objects along into the older ones, whose collections scan the whole
+heap; the plain call keeps nothing and rarely triggers one). Then the import time
 (``import X`` + instrument, openai and the SDK already imported), RSS over many chain calls and spans
 per second the chain's worker writes into the store (offered at a fixed rate; drops counted).
 
@@ -42,6 +47,7 @@ import importlib.util
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -266,23 +272,50 @@ class _Toggle:
         self.provider = self.instrumentor = None
 
 
+class _CollectorClock:
+    """Time the garbage collector spends collecting, on any thread, while it is registered."""
+
+    def __init__(self) -> None:
+        self.total_ns = 0
+        self._started = 0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter_ns()
+        else:
+            self.total_ns += time.perf_counter_ns() - self._started
+
+    def __enter__(self) -> _CollectorClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
 def _block(call: Callable[[], object], count: int, flush: Callable[[], None]) -> dict[str, float]:
-    """Medians per call of wall and calling-thread CPU; process CPU per call including the flush, and
-    the part of it that ran on other threads."""
+    """Medians per call of wall and calling-thread CPU; process CPU per call including the flush, the
+    part of it that ran on other threads, the part the kernel ran (system time) and the time the garbage
+    collector spent collecting."""
     walls, cpus = [], []
+    usage_start = resource.getrusage(resource.RUSAGE_SELF)
     process_start, thread_start = time.process_time_ns(), time.thread_time_ns()
-    for _ in range(count):
-        wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
-        call()
-        walls.append(time.perf_counter_ns() - wall)
-        cpus.append(time.thread_time_ns() - cpu)
-    flush()
+    with _CollectorClock() as collector:
+        for _ in range(count):
+            wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
+            call()
+            walls.append(time.perf_counter_ns() - wall)
+            cpus.append(time.thread_time_ns() - cpu)
+        flush()
     process, thread = time.process_time_ns() - process_start, time.thread_time_ns() - thread_start
+    kernel_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - usage_start.ru_stime
     return {
         "wall": statistics.median(walls) / 1e6,
         "cpu": statistics.median(cpus) / 1e6,
         "deferred": process / count / 1e6,
         "other_threads": max(0, process - thread) / count / 1e6,
+        "kernel": kernel_s / count * 1e3,
+        "collector": collector.total_ns / count / 1e6,
     }
 
 
@@ -604,8 +637,14 @@ def _row(label: str, data: dict[str, list[dict[str, float]]], per: int = 1) -> s
         p, t = _median(plain, key), _median(traced, key)
         cells.append(f"{(t - p) / per * 1000:+8.1f} {t / p:5.2f}")
     spread = f"{min(added):+.0f}..{max(added):+.0f}"
-    others = (_median(traced, "other_threads") - _median(plain, "other_threads")) / per * 1000
-    return f"{label:<44} {cells[0]}  {cells[1]}  {cells[2]}  {spread:>13}  {others:+13.1f}"
+    parts = [
+        (_median(traced, key) - _median(plain, key)) / per * 1000
+        for key in ("other_threads", "kernel", "collector")
+    ]
+    return (
+        f"{label:<44} {cells[0]}  {cells[1]}  {cells[2]}  {spread:>13}"
+        f"  {parts[0]:+13.1f}  {parts[1]:+8.1f}  {parts[2]:+9.1f}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -667,11 +706,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     head = (
         f"{'':<44} {'thread CPU':>14}  {'CPU + deferred':>14}  {'wall':>14}  {'spread':>13}"
-        f"  {'other threads':>13}"
+        f"  {'other threads':>13}  {'kernel':>8}  {'collector':>9}"
     )
     unit = (
         f"{'':<44} {'added us ratio':>14}  {'added us ratio':>14}  {'added us ratio':>14}  {'added us':>13}"
-        f"  {'added us':>13}"
+        f"  {'added us':>13}  {'added us':>8}  {'added us':>9}"
     )
     print(f"\nPer non-streaming call, medians of {args.rounds} alternating rounds x {args.calls} calls")
     print(head + "\n" + unit)

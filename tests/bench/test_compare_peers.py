@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,11 @@ def test_compare_peers_runs_on_a_tiny_count() -> None:
     ):
         assert line in done.stdout
     assert "tallyspan instrument() + contract + store" in done.stdout
-    assert "other threads" in done.stdout
+    header = next(line for line in done.stdout.splitlines() if "thread CPU" in line)
+    assert header.split()[-4:] == ["other", "threads", "kernel", "collector"]
+    chain_row = next(line for line in done.stdout.splitlines() if line.startswith("tallyspan instrument()"))
+    # spread (a range) and the three added figures after it, each a signed number of microseconds
+    assert re.fullmatch(r"[+-]\d+\.\.[+-]\d+(\s+[+-]\d+\.\d){3}", " ".join(chain_row.split()[-4:]))
 
 
 def test_no_startup_repeats_leaves_the_import_figure_out() -> None:
