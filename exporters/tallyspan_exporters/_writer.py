@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import re
 import sys
@@ -469,6 +470,12 @@ class WriterThread(Generic[T]):
     True once everything submitted before it is committed. The thread starts on the first submit, and
     again in a forked child.
 
+    The thread needs the GIL at its start of each batch and after each statement (SQLite lets go of it
+    for the statement). Behind a busy app it would wait for it, woken at each of the app's short
+    releases to lose the race again; it takes hand-overs from the app's thread instead
+    (``tallyspan.plugin.Turns.take_hand_overs_from_app``), keeping ``Turns.due`` to when it needs the
+    GIL: at the end of its waits, and at once while it writes.
+
     After ``RELEASE_AFTER_ITEMS`` items or more, a pause of ``release_idle_millis`` with nothing to
     write gives memory back: SQLite's page cache and the C heap's free pages. The chain's worker trims
     when its queue runs empty, before this thread has written (and let go of) the last batches; a
@@ -538,6 +545,7 @@ class WriterThread(Generic[T]):
             self._queued_items += size
             if len(self._queue) == 1 or self._queued_items >= DEFAULT_BATCH_ITEMS:
                 self._condition.notify()
+                self._turns.due = 0.0  # woken, it waits for the GIL: the app's next span hands it over
             queued = self._queued_items
         if queued >= self._turn_at:
             self._turns.give(queued)
@@ -598,6 +606,13 @@ class WriterThread(Generic[T]):
     def _serve(self) -> None:
         # Our own SQL must not be traced by a database instrumentation the app installed.
         self._turns.consumer_started()
+        self._turns.take_hand_overs_from_app()
+        try:
+            self._serve_until_stopped()
+        finally:
+            self._turns.stop_taking_hand_overs()
+
+    def _serve_until_stopped(self) -> None:
         with suppress_instrumentation():
             while True:
                 items, size, flushes, stopping = self._next()
@@ -618,6 +633,7 @@ class WriterThread(Generic[T]):
     def _next(self) -> tuple[list[tuple[T, int]], int, list[_Flush], bool]:
         """Wait for work: queued items (gathered up to the schedule delay), a flush, shutdown, the time
         to try kept rows again or to give memory back; then take it all."""
+        turns = self._turns
         with self._condition:
             while not (self._queue or self._flushes or self._stopping):
                 if self._writer.kept:
@@ -627,7 +643,12 @@ class WriterThread(Generic[T]):
                 else:
                     timeout = None
                     self._idle.set()
-                if not self._condition.wait(timeout) and timeout is not None:
+                # Due (waiting for the GIL) once the wait is over; a submit that wakes us sets it sooner.
+                turns.due = math.inf if timeout is None else time.monotonic() + timeout
+                turns.taken()  # a hand-over given while we wrote: we are done with it, do not keep it
+                woken = self._condition.wait(timeout)
+                turns.taken()  # we hold the GIL again: an app thread that handed it over may go on
+                if not woken and timeout is not None:
                     return [], 0, [], False
             self._idle.clear()
             if (
@@ -635,7 +656,11 @@ class WriterThread(Generic[T]):
                 and not (self._flushes or self._stopping)
                 and self._queued_items < DEFAULT_BATCH_ITEMS
             ):
+                turns.due = time.monotonic() + self._delay_s
+                turns.taken()
                 self._condition.wait(self._delay_s)
+                turns.taken()
+            turns.due = 0.0  # until the next wait: between statements it waits for the GIL again
             items, size = self._queue, self._queued_items
             self._queue, self._queued_items = [], 0
             flushes, self._flushes = self._flushes, []

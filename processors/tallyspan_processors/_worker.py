@@ -40,6 +40,7 @@ from tallyspan.plugin import (
     after_fork_in_child,
     content_buffer,
     count,
+    hand_over_to_due,
     release_free_memory,
     swallowed,
     turn_threshold,
@@ -191,6 +192,8 @@ class OffThreadProcessor(WrappingProcessor):
             if queued >= self._batch_spans:
                 self._wake.set()
             self._turns.hand_over()
+        # The store's writer is fed by the worker, not by this thread: it is handed the GIL here too.
+        hand_over_to_due()
 
     def _forget(self, span: ReadableSpan) -> None:
         """Free what the chain holds for a span it will never see end (a burst must leave nothing behind)."""

@@ -33,16 +33,34 @@ not one per item, and a consumer that missed its turn gets another soon. (Waitin
 backlog doubled gave a starved consumer five chances before its queue was full, and the worker dropped
 780-9,933 of 20,000 spans in 4 of 10 runs with OTLP export on; with a wait per step, none in 10.) The
 consumer's own thread never waits for itself. Each wait is counted under the key given.
+
+A consumer whose producer is another thread of ours (the store's writer, fed by the worker) starves the
+same way behind the app, but no app thread hands items to it. It registers instead
+(``take_hand_overs_from_app``) and keeps ``due`` up to date, and the chain's head calls
+``hand_over_to_due()`` on the app's thread at each span it ends::
+
+    # consumer:       turns.take_hand_overs_from_app() when it starts; turns.due = when its wait ends
+    #                 (0 while it works), turns.taken() on getting the GIL and before each wait
+    # app thread:     hand_over_to_due(), at each span
 """
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from typing import Final
 
 from tallyspan._selfstats import count
 
-__all__ = ["TURN_AT_QUEUE_FRACTION", "TURN_SLICE_S", "TURN_TIMEOUT_S", "Turns", "turn_threshold"]
+__all__ = [
+    "TURN_AT_QUEUE_FRACTION",
+    "TURN_SLICE_S",
+    "TURN_TIMEOUT_S",
+    "Turns",
+    "hand_over_to_due",
+    "turn_threshold",
+]
 
 TURN_TIMEOUT_S: Final = 0.01
 """How long a producer waits at most for the consumer to take its turn."""
@@ -66,10 +84,13 @@ class Turns:
         key: the counter of ``tallyspan.stats()`` each wait is counted under.
     """
 
-    __slots__ = ("_consumer", "_handed_over", "_key", "_ran", "_step", "_unanswered_at")
+    __slots__ = ("_consumer", "_handed_over", "_key", "_ran", "_step", "_unanswered_at", "due")
 
     def __init__(self, key: str) -> None:
         self._key = key
+        self.due = math.inf
+        """For a consumer fed by another of our threads (:meth:`take_hand_overs_from_app`): the time
+        from which it waits for the GIL (infinite while it waits for work); the consumer sets it."""
         self._ran = threading.Event()
         self._ran.set()  # no turn is owed yet
         self._consumer: int | None = None
@@ -111,6 +132,22 @@ class Turns:
         if not ran.wait(TURN_TIMEOUT_S):
             count(self._key)
 
+    def take_hand_overs_from_app(self) -> None:
+        """On the consumer's thread, when it starts: app threads hand it the GIL once it is due
+        (:func:`hand_over_to_due`, at each span they end), until :meth:`stop_taking_hand_overs`.
+
+        For a consumer whose producer is not the app's thread (the store's writer, fed by the worker):
+        once its wait is over it waits for the GIL behind the app like the worker would, woken at each
+        of the app's short releases to lose the race again (measured: half a futile wake-up of the
+        writer per app call, and about 35 µs more per call on the app's thread than without it)."""
+        if self not in _DUE_BY_APP:
+            _DUE_BY_APP.append(self)
+
+    def stop_taking_hand_overs(self) -> None:
+        """On the consumer's thread, when it stops."""
+        if self in _DUE_BY_APP:
+            _DUE_BY_APP.remove(self)
+
     def taken(self) -> None:
         """On the consumer's thread, once it runs: the producer waiting for it may go on."""
         if not self._ran.is_set():
@@ -123,3 +160,19 @@ class Turns:
         self._consumer = None
         self._unanswered_at = 0
         self._handed_over = False
+        self.due = math.inf
+        self.stop_taking_hand_overs()
+
+
+#: The consumers app threads hand the GIL to once they are due (usually one: the store's writer).
+_DUE_BY_APP: list[Turns] = []
+
+
+def hand_over_to_due() -> None:
+    """On an app thread (the chain's head calls it at each span end): hand the GIL to each consumer of
+    :meth:`Turns.take_hand_overs_from_app` that is due."""
+    if _DUE_BY_APP:
+        now = time.monotonic()
+        for turns in tuple(_DUE_BY_APP):
+            if now >= turns.due:
+                turns.hand_over()

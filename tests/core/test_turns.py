@@ -4,6 +4,7 @@ each time the backlog grew by its size at the first turn not taken; never on the
 from __future__ import annotations
 
 import threading
+import time
 
 import tallyspan
 from tallyspan.plugin import Turns
@@ -107,4 +108,53 @@ def test_the_consumers_own_thread_never_hands_over_to_itself() -> None:
     turns.consumer_started()
     turns.hand_over()
     turns.hand_over()
+    assert _turns() == 0
+
+
+def test_app_threads_hand_over_to_a_registered_consumer_only_once_it_is_due() -> None:
+    from tallyspan.plugin import hand_over_to_due
+
+    turns = Turns("backpressure.test_turns")
+    ran: list[str] = []
+    registered, release = threading.Event(), threading.Event()
+
+    def consumer() -> None:
+        turns.consumer_started()
+        turns.take_hand_overs_from_app()
+        registered.set()
+        while not release.is_set():
+            if not turns._ran.is_set():  # handed over: the producer let go of the GIL for us
+                ran.append("turn")
+                turns.taken()
+            time.sleep(0.001)
+        turns.stop_taking_hand_overs()
+
+    thread = threading.Thread(target=consumer)
+    thread.start()
+    assert registered.wait(10)
+    try:
+        turns.due = time.monotonic() + 3600  # waits for work for another hour: not due
+        hand_over_to_due()
+        assert ran == []
+        turns.due = 0.0  # waiting for the GIL now
+        hand_over_to_due()
+        assert ran == ["turn"]
+        assert _turns() == 0  # taken within the timeout: not counted
+    finally:
+        release.set()
+        thread.join(10)
+    turns.due = 0.0
+    hand_over_to_due()  # it stopped taking hand-overs: nobody is waited for
+    assert ran == ["turn"]
+    assert _turns() == 0
+
+
+def test_after_fork_a_consumer_takes_no_hand_overs_until_it_starts_again() -> None:
+    from tallyspan.plugin import hand_over_to_due
+
+    turns = Turns("backpressure.test_turns")
+    turns.take_hand_overs_from_app()
+    turns.due = 0.0
+    turns.reset_after_fork()  # the child has no consumer thread
+    hand_over_to_due()
     assert _turns() == 0
