@@ -132,6 +132,21 @@ class Turns:
         if not ran.wait(TURN_TIMEOUT_S):
             count(self._key)
 
+    def _hand_over_while_due(self) -> None:
+        """``hand_over``, unless the consumer went back to waiting for work meanwhile: it sets ``due``
+        before it answers (``taken``) and waits, so a ``due`` read again once the turn is given tells
+        a consumer that will answer from one that went to sleep without this turn (not counted)."""
+        ran = self._ran
+        if not ran.is_set() or threading.get_ident() == self._consumer:
+            return
+        ran.clear()
+        if time.monotonic() < self.due:
+            ran.set()
+            return
+        self._handed_over = True
+        if not ran.wait(TURN_TIMEOUT_S):
+            count(self._key)
+
     def take_hand_overs_from_app(self) -> None:
         """On the consumer's thread, when it starts: app threads hand it the GIL once it is due
         (:func:`hand_over_to_due`, at each span they end), until :meth:`stop_taking_hand_overs`.
@@ -175,4 +190,4 @@ def hand_over_to_due() -> None:
         now = time.monotonic()
         for turns in tuple(_DUE_BY_APP):
             if now >= turns.due:
-                turns.hand_over()
+                turns._hand_over_while_due()

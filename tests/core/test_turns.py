@@ -158,3 +158,15 @@ def test_after_fork_a_consumer_takes_no_hand_overs_until_it_starts_again() -> No
     turns.reset_after_fork()  # the child has no consumer thread
     hand_over_to_due()
     assert _turns() == 0
+
+
+def test_a_consumer_gone_back_to_waiting_for_work_before_its_hand_over_is_not_waited_for() -> None:
+    # As when the consumer runs between an app thread's look at `due` and its hand-over: it set `due`
+    # to the end of its wait, answered (nothing) and went to sleep; waiting for it would take 10 ms.
+    turns = Turns("backpressure.test_turns")
+    turns.due = time.monotonic() + 3600
+    turns._hand_over_while_due()
+    assert _turns() == 0
+    turns.due = 0.0  # due, and nobody answers: the turn was not left given by the one above
+    turns._hand_over_while_due()
+    assert _turns() == 1
