@@ -4,7 +4,6 @@ which spans they write, how long they may wait on a held lock, and a span they c
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -18,6 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.util.types import Attributes
+from tests.busy_app import work_between_spans
 
 import tallyspan
 from tallyspan._config import Settings, ShutdownBudget
@@ -193,11 +193,7 @@ def test_behind_an_app_that_keeps_the_gil_busy_the_writer_is_handed_the_gil_inst
     spans = 3000
     for _ in range(spans):
         tracer.start_span("call").end()
-        for _ in range(3):  # the app's own work between spans, with short releases of the GIL
-            total = 0
-            for number in range(1500):
-                total += number
-            os.urandom(16)
+        work_between_spans()
     switches = _voluntary_switches(writer) - before
     assert processor.force_flush(30_000)
     # Handed the GIL, 0.03-0.05 a span (its waits for work, one per batch, and for the GIL between

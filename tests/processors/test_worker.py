@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import platform
 import queue
 import sys
@@ -17,6 +16,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, get_value
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.busy_app import work_between_spans
 from tests.c_library import CLibrary
 
 import tallyspan
@@ -748,11 +748,7 @@ def test_an_app_that_keeps_the_gil_busy_gives_the_worker_turns_instead_of_droppi
     tracer = provider.get_tracer("test")
     for _ in range(4000):
         tracer.start_span("call").end()
-        for _ in range(3):  # the app's own work between spans, with short releases of the GIL
-            total = 0
-            for number in range(1500):
-                total += number
-            os.urandom(16)
+        work_between_spans()
     assert processor.force_flush(30000)
     stats = tallyspan.stats()
     assert "dropped.spans" not in stats
@@ -824,11 +820,7 @@ def test_behind_an_app_that_keeps_the_gil_busy_the_worker_is_handed_the_gil_and_
     for _ in range(3000):
         tracer.start_span("call").end()
         backlog = max(backlog, processor._queue.qsize())
-        for _ in range(3):  # the app's own work between spans, with short releases of the GIL
-            total = 0
-            for number in range(1500):
-                total += number
-            os.urandom(16)
+        work_between_spans()
     stats = tallyspan.stats()
     # Left to fight for the GIL, the worker falls 511 behind here and takes 44 turns; handed it, at most
     # about 160 spans wait, even with another such test running beside it on this machine's two cores.
