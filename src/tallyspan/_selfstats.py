@@ -13,10 +13,15 @@ import sys
 import threading
 import traceback
 from collections import Counter
+from typing import Final
 
 from tallyspan._fork import renew_lock_after_fork
 
-__all__ = ["count", "reset_stats", "stats", "swallowed"]
+__all__ = ["PROBLEM_PREFIXES", "count", "is_problem", "reset_stats", "stats", "swallowed"]
+
+PROBLEM_PREFIXES: Final = ("dropped.", "errors.")
+"""Counters whose keys start so mean something was lost or failed. The others are figures:
+``backpressure.*`` counts the waits an app thread gave one of our threads, not a loss."""
 
 _lock = threading.Lock()
 _counters: Counter[str] = Counter()
@@ -73,3 +78,8 @@ def reset_stats() -> None:
     with _lock:
         _counters.clear()
         _logged.clear()
+
+
+def is_problem(key: str) -> bool:
+    """True for a counter that means something was lost or failed (:data:`PROBLEM_PREFIXES`)."""
+    return key.startswith(PROBLEM_PREFIXES)

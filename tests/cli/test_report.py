@@ -20,6 +20,7 @@ import tallyspan
 from tallyspan import semconv
 from tallyspan._store_schema import connect
 from tallyspan.cli import main
+from tallyspan.plugin import count
 from tallyspan_exporters import SQLiteSpanExporter
 
 
@@ -568,3 +569,34 @@ def test_books_and_traces_of_an_unknown_time_count_as_the_oldest(db_path: Path) 
         (one_trace, 1),
         ("f" * 32, None),
     ]
+
+
+def test_waits_the_app_gave_are_reported_apart_from_what_tallyspan_lost(tmp_path: Path) -> None:
+    """``backpressure.*`` counts the turns an app thread gave tallyspan's threads: under "lost or failed"
+    a clean run looked as if it had lost something (every ``tallyspan demo`` showed one)."""
+    tallyspan.ledger.claim("c1", "search", "succeeded")  # outside any run: dropped and counted
+    count("backpressure.worker_turns", 2)
+    path = tmp_path / "turns.db"
+    exporter = SQLiteSpanExporter(path)
+    exporter.export([])
+    exporter.shutdown()
+    code, output = _invoke("--db", str(path), "report")
+    assert code == 0
+    lines = output.splitlines()
+    lost = lines.index(
+        "What tallyspan lost or failed on (tallyspan.stats() of the processes that wrote the store)"
+    )
+    other = lines.index(
+        "What else tallyspan counted (not losses: backpressure.* are waits the app gave its threads)"
+    )
+    assert [line.split() for line in lines[lost + 1 : other]] == [
+        ["pid", "service", "counter", "count"],
+        [str(os.getpid()), "-", "dropped.ledger_claims", "1"],
+        [],
+    ]
+    assert [line.split() for line in lines[other + 1 :]] == [
+        ["pid", "service", "counter", "count"],
+        [str(os.getpid()), "-", "backpressure.worker_turns", "2"],
+    ]
+    [process] = json.loads(_invoke("--db", str(path), "report", "--json")[1])["data"]["losses"]
+    assert process["counts"] == {"backpressure.worker_turns": 2, "dropped.ledger_claims": 1}

@@ -41,6 +41,7 @@ from tallyspan._config import (
 from tallyspan._errors import ContractError
 from tallyspan._instrument import INSTRUMENTOR_GROUP
 from tallyspan._instrument import _with_otlp as resolve_otlp  # the resolution instrument() itself uses
+from tallyspan._selfstats import is_problem
 from tallyspan._store_queries import StoreNotFoundError, StoreOverview, open_store, store_overview
 from tallyspan._version import __version__
 from tallyspan.cli._render import emit, table
@@ -62,9 +63,6 @@ __all__ = [
     "otlp_signals",
     "store_status",
 ]
-
-#: The counters of ``tallyspan.stats()`` that mean something was lost or failed.
-_PROBLEM_COUNTERS = ("dropped.", "errors.")
 
 EXIT_PROBLEMS: Final = 1
 PATCHED_BY_INSTRUMENT: Final = "tallyspan.instrument()"
@@ -328,9 +326,7 @@ def _problems(result: DoctorResult) -> list[str]:
     overview = result.store.overview
     for process in overview.counters if overview is not None else ():
         # Losses and errors are problems; backpressure.* (the app waited for our worker) is a figure.
-        counts = ", ".join(
-            f"{key}={value}" for key, value in process.counts.items() if key.startswith(_PROBLEM_COUNTERS)
-        )
+        counts = ", ".join(f"{key}={value}" for key, value in process.counts.items() if is_problem(key))
         if not counts:
             continue
         problems.append(

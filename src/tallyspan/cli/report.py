@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from tallyspan._selfstats import is_problem
 from tallyspan._store_queries import DEFAULT_FAILING_TRACES, Report, open_store, report
 from tallyspan.cli._render import emit, table
 from tallyspan.cli._state import CliState, pass_state
@@ -118,19 +119,22 @@ def format_report(result: Report) -> str:
             else f"{result.unbalanced_runs} of {len(result.ledger)} runs do not balance"
         )
         lines.append(f"  {verdict}")
-    if result.losses:
-        lines += [
-            "",
-            "What tallyspan lost or failed on (tallyspan.stats() of the processes that wrote the store)",
-            table(
-                ["pid", "service", "counter", "count"],
-                [
-                    [process.pid, process.service_name or "-", key, value]
-                    for process in result.losses
-                    for key, value in process.counts.items()
-                ],
-            ),
-        ]
+    counted = [
+        (is_problem(key), [process.pid, process.service_name or "-", key, value])
+        for process in result.losses
+        for key, value in process.counts.items()
+    ]
+    for problems, heading in (
+        (True, "What tallyspan lost or failed on (tallyspan.stats() of the processes that wrote the store)"),
+        # backpressure.*: waits the app gave tallyspan's threads; a figure, not a loss.
+        (
+            False,
+            "What else tallyspan counted (not losses: backpressure.* are waits the app gave its threads)",
+        ),
+    ):
+        rows = [row for problem, row in counted if problem is problems]
+        if rows:
+            lines += ["", heading, table(["pid", "service", "counter", "count"], rows)]
     return "\n".join(lines)
 
 
