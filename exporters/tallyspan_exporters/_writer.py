@@ -604,7 +604,6 @@ class WriterThread(Generic[T]):
             self._running = False
 
     def _serve(self) -> None:
-        # Our own SQL must not be traced by a database instrumentation the app installed.
         self._turns.consumer_started()
         self._turns.take_hand_overs_from_app()
         try:
@@ -613,6 +612,7 @@ class WriterThread(Generic[T]):
             self._turns.stop_taking_hand_overs()
 
     def _serve_until_stopped(self) -> None:
+        # Our own SQL must not be traced by a database instrumentation the app installed.
         with suppress_instrumentation():
             while True:
                 items, size, flushes, stopping = self._next()
@@ -633,7 +633,6 @@ class WriterThread(Generic[T]):
     def _next(self) -> tuple[list[tuple[T, int]], int, list[_Flush], bool]:
         """Wait for work: queued items (gathered up to the schedule delay), a flush, shutdown, the time
         to try kept rows again or to give memory back; then take it all."""
-        turns = self._turns
         with self._condition:
             while not (self._queue or self._flushes or self._stopping):
                 if self._writer.kept:
@@ -643,12 +642,7 @@ class WriterThread(Generic[T]):
                 else:
                     timeout = None
                     self._idle.set()
-                # Due (waiting for the GIL) once the wait is over; a submit that wakes us sets it sooner.
-                turns.due = math.inf if timeout is None else time.monotonic() + timeout
-                turns.taken()  # a hand-over given while we wrote: we are done with it, do not keep it
-                woken = self._condition.wait(timeout)
-                turns.taken()  # we hold the GIL again: an app thread that handed it over may go on
-                if not woken and timeout is not None:
+                if not self._wait(timeout) and timeout is not None:
                     return [], 0, [], False
             self._idle.clear()
             if (
@@ -656,15 +650,23 @@ class WriterThread(Generic[T]):
                 and not (self._flushes or self._stopping)
                 and self._queued_items < DEFAULT_BATCH_ITEMS
             ):
-                turns.due = time.monotonic() + self._delay_s
-                turns.taken()
-                self._condition.wait(self._delay_s)
-                turns.taken()
-            turns.due = 0.0  # until the next wait: between statements it waits for the GIL again
+                self._wait(self._delay_s)
+            self._turns.due = 0.0  # until the next wait: between statements it waits for the GIL again
             items, size = self._queue, self._queued_items
             self._queue, self._queued_items = [], 0
             flushes, self._flushes = self._flushes, []
             return items, size, flushes, self._stopping
+
+    def _wait(self, timeout: float | None) -> bool:
+        """``self._condition.wait(timeout)`` (held) as a consumer of the app's hand-overs: due (waiting
+        for the GIL) once the wait is over, sooner if a submit wakes us; a hand-over given while we
+        worked is answered before, one given while we woke up after."""
+        turns = self._turns
+        turns.due = math.inf if timeout is None else time.monotonic() + timeout
+        turns.taken()
+        woken = self._condition.wait(timeout)
+        turns.taken()
+        return woken
 
     def _write(self, items: list[tuple[T, int]], size: int, flushes: list[_Flush], stopping: bool) -> None:
         writer = self._writer

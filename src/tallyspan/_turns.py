@@ -119,28 +119,21 @@ class Turns:
         count(self._key)
         ran.wait(TURN_TIMEOUT_S)
 
-    def hand_over(self) -> None:
+    def hand_over(self, *, while_due: bool = False) -> None:
         """On the producer's thread, when the consumer is due to run (its wait for more items is over):
         let go of the GIL until it does, at most ``TURN_TIMEOUT_S``; nothing while a turn given before
         is not taken. Not counted unless it times out: it is the consumer's regular turn, handed over
-        at once rather than fought for (see the module docstring), not a sign that it fell behind."""
-        ran = self._ran
-        if not ran.is_set() or threading.get_ident() == self._consumer:
-            return
-        ran.clear()
-        self._handed_over = True
-        if not ran.wait(TURN_TIMEOUT_S):
-            count(self._key)
+        at once rather than fought for (see the module docstring), not a sign that it fell behind.
 
-    def _hand_over_while_due(self) -> None:
-        """``hand_over``, unless the consumer went back to waiting for work meanwhile: it sets ``due``
-        before it answers (``taken``) and waits, so a ``due`` read again once the turn is given tells
-        a consumer that will answer from one that went to sleep without this turn (not counted)."""
+        ``while_due`` (app threads handing over to a consumer of :meth:`take_hand_overs_from_app`): look
+        at ``due`` again once the turn is given. The consumer sets ``due`` before it answers (``taken``)
+        and waits, so this tells a consumer that will answer from one that went back to waiting for
+        work since the app's first look, which is not waited for (nor counted)."""
         ran = self._ran
         if not ran.is_set() or threading.get_ident() == self._consumer:
             return
         ran.clear()
-        if time.monotonic() < self.due:
+        if while_due and time.monotonic() < self.due:
             ran.set()
             return
         self._handed_over = True
@@ -190,4 +183,4 @@ def hand_over_to_due() -> None:
         now = time.monotonic()
         for turns in tuple(_DUE_BY_APP):
             if now >= turns.due:
-                turns._hand_over_while_due()
+                turns.hand_over(while_due=True)

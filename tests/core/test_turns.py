@@ -165,8 +165,8 @@ def test_a_consumer_gone_back_to_waiting_for_work_before_its_hand_over_is_not_wa
     # to the end of its wait, answered (nothing) and went to sleep; waiting for it would take 10 ms.
     turns = Turns("backpressure.test_turns")
     turns.due = time.monotonic() + 3600
-    turns._hand_over_while_due()
+    turns.hand_over(while_due=True)
     assert _turns() == 0
     turns.due = 0.0  # due, and nobody answers: the turn was not left given by the one above
-    turns._hand_over_while_due()
+    turns.hand_over(while_due=True)
     assert _turns() == 1
