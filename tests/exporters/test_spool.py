@@ -26,7 +26,7 @@ from tallyspan import semconv
 from tallyspan._config import ExportSettings, ShutdownBudget
 from tallyspan._store_queries import open_store, process_counters
 from tallyspan_exporters._codec import decode_log_record, decode_span, encode_log_record, encode_span
-from tallyspan_exporters._delivery import Attempt, Outbox
+from tallyspan_exporters._delivery import SCHEDULE_DELAY_S, Attempt, Outbox
 from tallyspan_exporters._otlp import SPAN_CODEC
 from tallyspan_exporters._spool import Spool
 
@@ -265,6 +265,32 @@ def test_force_flush_says_false_once_when_clean_spans_were_dropped_under_pressur
     outbox.shutdown()
 
 
+def test_a_steady_stream_behind_a_slow_backend_goes_out_in_batches_gathered_between_exports() -> None:
+    """Records that came in during an export wait for the batch delay like records trickling in: sent at
+    once, a steady stream went out one request per round trip to the backend (25 for this one)."""
+    backend = Backend()
+    batches: list[int] = []
+
+    def slow(batch: Sequence[ReadableSpan]) -> str | None:
+        batches.append(len(batch))
+        time.sleep(0.05)  # a backend 50 ms away
+        return None
+
+    backend.answer = slow
+    outbox = _outbox(backend, None, queue_size=1000)
+    started = time.monotonic()
+    for number in range(250):  # about 1.25 s of records, one every 5 ms
+        outbox.submit(_span(number + 1, name="clean"), durable=False)
+        time.sleep(0.005)
+    elapsed = time.monotonic() - started
+    assert outbox.force_flush(5000) is True
+    assert sum(batches) == 250
+    # At most one export per batch delay and round trip while records came in, one at the end and the
+    # flush's: however slow this machine ran, not one per round trip.
+    assert len(batches) <= elapsed / (SCHEDULE_DELAY_S + 0.05) + 2, batches
+    outbox.shutdown()
+
+
 # --- batch processors of the app, and the store's record of losses -------------------------------------
 
 
@@ -351,6 +377,37 @@ def test_a_batch_is_spooled_claimed_and_deleted_in_a_handful_of_statements_each_
     assert spool.delete([row.seq for row in claimed[:300]])
     assert len([sql for sql in ran if sql.startswith("DELETE")]) == 4  # 256 + 32 + 8 + 4
     assert spool.pending("traces") == 599 - 300
+    spool.close()
+
+
+def test_no_statement_of_an_append_or_claim_reads_every_row_of_the_spool(tmp_path: Path) -> None:
+    """Each append evicts what expired and sums the sizes, each claim looks for dead owners now and then;
+    read row by row, each cost grew with what the spool holds (a row's body lies before its size and
+    owner), most of all during the outage the spool fills up in. SQLite's own query plan of each
+    statement they ran says whether it reads the table's rows or an index."""
+    spool = Spool(tmp_path / "s.db", max_bytes=1 << 20, max_age_s=3600)
+    assert spool.append("traces", [(f"old{number}", "x" * 3000) for number in range(40)]) is not None
+    db = spool._db
+    assert db is not None
+    ran: list[str] = []
+    db.set_trace_callback(ran.append)
+    spool._next_dead_scan = 0.0  # the look for dead owners (every few seconds) comes with this claim
+    seqs = spool.append("traces", [("new", "y" * 3000)])
+    claimed = spool.claim("traces", 5)
+    spool.renew()
+    db.set_trace_callback(None)
+    assert seqs == [41]
+    assert len(claimed or []) == 5
+    statements = [sql for sql in ran if sql.startswith(("SELECT", "UPDATE", "DELETE"))]
+    assert any("SUM(size)" in sql for sql in statements)
+    assert any("DISTINCT owner" in sql for sql in statements)
+    full_reads = {
+        sql: plan
+        for sql in statements
+        for plan in [[row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {sql}")]]
+        if any(step.startswith("SCAN records") and "COVERING INDEX" not in step for step in plan)
+    }
+    assert full_reads == {}
     spool.close()
 
 
