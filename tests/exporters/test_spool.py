@@ -265,6 +265,34 @@ def test_force_flush_says_false_once_when_clean_spans_were_dropped_under_pressur
     outbox.shutdown()
 
 
+def test_a_spool_an_earlier_version_wrote_gets_the_indexes_and_keeps_its_records(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    spool = Spool(path, max_bytes=1 << 20, max_age_s=3600)
+    assert spool.append("traces", [("kept", "x" * 100)]) == [1]
+    spool.release()  # as at shutdown: the next start sends it
+    spool.close()
+    earlier = sqlite3.connect(path)  # the spool as versions before the indexes left it
+    try:
+        for index in ("records_by_created", "records_by_size", "records_by_owner"):
+            earlier.execute(f"DROP INDEX {index}")
+        earlier.commit()
+    finally:
+        earlier.close()
+
+    spool = Spool(path, max_bytes=1 << 20, max_age_s=3600)
+    assert spool.append("traces", [("new", "y")]) == [2]
+    assert [row.record_id for row in spool.claim("traces", 5) or []] == ["kept", "new"]
+    db = spool._db
+    assert db is not None
+    assert {row[1] for row in db.execute("PRAGMA index_list(records)")} >= {
+        "records_by_signal",
+        "records_by_created",
+        "records_by_size",
+        "records_by_owner",
+    }
+    spool.close()
+
+
 def test_a_steady_stream_behind_a_slow_backend_goes_out_in_batches_gathered_between_exports() -> None:
     """Records that came in during an export wait for the batch delay like records trickling in: sent at
     once, a steady stream went out one request per round trip to the backend (25 for this one)."""
