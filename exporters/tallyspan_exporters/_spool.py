@@ -79,8 +79,8 @@ CREATE INDEX IF NOT EXISTS records_by_owner ON records (owner);
 """
 # Each append evicts what expired and sums the sizes, and the owners are looked up every few seconds:
 # without the last three indexes each read every row, its body included (the columns lie behind it),
-# and an append's cost grew with the spool (8.5 ms for 17 records at 2,000 rows, 23 ms at 6,000; now
-# 0.6 ms at both), most of all during the outages the spool is for.
+# and an append's cost grew with the spool (bench/bench_spool.py: 5.5 ms for 17 records at 2,000 rows,
+# 61 ms at 18,000, a full spool; now 0.4 and 0.9 ms), most of all during the outages the spool is for.
 
 
 @dataclass(frozen=True)
