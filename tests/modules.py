@@ -1,8 +1,11 @@
-"""Loading a script of the repository (an example, a benchmark, a build script) as a module."""
+"""Loading a script of the repository (an example, a benchmark, a build script) as a module, and running
+a benchmark in an interpreter of its own."""
 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -15,3 +18,16 @@ def load_script(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+"""The repository's benchmarks."""
+
+
+def run_bench(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run ``bench/<script>`` with ``args`` in a fresh interpreter; it must exit 0 (stderr shown if not)."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr
+    return done

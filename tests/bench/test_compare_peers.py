@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "compare_peers.py"
+from tests.modules import run_bench
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--rounds", "1", "--startup-repeats", "1", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    return done
+    return run_bench("compare_peers.py", "--rounds", "1", "--startup-repeats", "1", *args)
 
 
 def test_compare_peers_runs_on_a_tiny_count() -> None:

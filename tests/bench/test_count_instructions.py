@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.modules import load_script
+from tests.modules import BENCH, load_script, run_bench
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "count_instructions.py"
+SCRIPT = BENCH / "count_instructions.py"
 
 
 def test_the_per_thread_totals_are_read_from_callgrinds_files(tmp_path: Path) -> None:
@@ -22,24 +20,12 @@ def test_the_per_thread_totals_are_read_from_callgrinds_files(tmp_path: Path) ->
 
 @pytest.mark.parametrize("child", ["tallyspan_chain:on:3", "tallyspan_chain:on:3:stream"])
 def test_the_child_makes_its_calls_without_valgrind(child: str) -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--child", child],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    run_bench("count_instructions.py", "--child", child, timeout=120)
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind on the PATH")
 def test_counting_the_instrumentor_alone_on_a_tiny_count() -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--cases", "tallyspan_instrumentor", "--calls", "10,40"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_bench("count_instructions.py", "--cases", "tallyspan_instrumentor", "--calls", "10,40")
     (row,) = [line for line in done.stdout.splitlines() if line.startswith("tallyspan instrumentor alone")]
     plain, calling, others, added, ratio = row.split()[-5:]
     assert int(plain) > 1000  # thousands of instructions: a call through the client takes millions
