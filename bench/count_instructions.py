@@ -15,6 +15,18 @@ figures of ``compare_peers.py``; it does not replace them.
 
 ``--stream`` counts streaming calls instead (51 chunks each) and prints instructions per chunk.
 
+valgrind runs a call about a hundred times slower, while the chain's worker and store writer gather
+their batches for a wall-clock delay (50 ms, 500 ms): at their own delays they would handle 1.7 spans a
+batch and write 13 a transaction under callgrind, where a full-speed run of the same loop hands the
+checks 54-60 spans a batch and writes 250-285 a transaction, and the count would charge each span the
+overhead of a batch and of a commit. ``--delay-scale`` (100 by default; 1 for the real delays)
+multiplies both delays in the counted process, which brings the batches to 26-29 spans and the
+transactions to 120-150. The warm-up is long enough (400 calls) for the store's statements to be
+prepared in every shape its batches take: after 50 calls, preparing the remaining shapes (up to 64 rows
+of 23 columns each, about a million instructions apiece) still fell inside the counted calls. Measured
+on the chain (its added instructions a call): 1,233k with the real delays after 50 calls, 1,152k after
+400, 1,060k after 400 with the delays scaled, where the store's writer went from 153k to 61k.
+
 Needs ``valgrind`` on the PATH (``apt-get install valgrind``); a case takes about a minute.
 
 Usage::
@@ -50,12 +62,40 @@ from compare_peers import (
     interpreter_for,
 )
 
-WARM_UP_CALLS = 50
+WARM_UP_CALLS = 400
+DEFAULT_DELAY_SCALE = 100
 
 
-def run_calls(case: str, instrumented: bool, calls: int, stream: bool = False) -> None:
+def scale_deferred_delays(scale: float) -> None:
+    """Multiply the default batch delay of tallyspan's worker and schedule delay of its store writer by
+    ``scale`` in this process (before ``instrument()``): under valgrind, the batches the chain makes at
+    full speed."""
+    from tallyspan_exporters._writer import WriterThread
+    from tallyspan_processors._worker import OffThreadProcessor
+
+    for function, parameter in (
+        (OffThreadProcessor.__init__, "batch_delay_millis"),
+        (WriterThread.__init__, "schedule_delay_millis"),
+    ):
+        defaults = dict(function.__kwdefaults__ or {})
+        if parameter not in defaults:  # renamed: fail loudly rather than count at the wrong delays
+            raise RuntimeError(f"{function.__qualname__} has no keyword {parameter!r} any more")
+        defaults[parameter] = type(defaults[parameter])(defaults[parameter] * scale)
+        function.__kwdefaults__ = defaults
+
+
+def run_calls(
+    case: str,
+    instrumented: bool,
+    calls: int,
+    stream: bool = False,
+    delay_scale: float = 1,
+    warm_up: int = WARM_UP_CALLS,
+) -> None:
     """In this process: warm up, then ``calls`` calls (the counted part), then flush."""
     capture_content_by_default()
+    if instrumented and case.startswith("tallyspan") and delay_scale != 1:
+        scale_deferred_delays(delay_scale)
     with tempfile.TemporaryDirectory() as store_dir:
         toggle = _Toggle(case, store_dir)
         if instrumented:
@@ -69,7 +109,7 @@ def run_calls(case: str, instrumented: bool, calls: int, stream: bool = False) -
                 )
             return client.chat.completions.create(model="bench-model", messages=MESSAGES)
 
-        for _ in range(WARM_UP_CALLS):
+        for _ in range(warm_up):
             call()
         toggle.flush()
         gc.collect()  # both sides start the counted calls with the same collector state
@@ -94,7 +134,14 @@ def _thread_totals(prefix: str) -> dict[int, int]:
 
 
 def count(
-    python: str, case: str, instrumented: bool, calls: tuple[int, int], work_dir: str, stream: bool = False
+    python: str,
+    case: str,
+    instrumented: bool,
+    calls: tuple[int, int],
+    work_dir: str,
+    stream: bool = False,
+    delay_scale: float = DEFAULT_DELAY_SCALE,
+    warm_up: int = WARM_UP_CALLS,
 ) -> dict[int, float]:
     """Instructions per call by thread: two callgrind runs (side by side), differenced."""
     side = "on" if instrumented else "off"
@@ -110,7 +157,7 @@ def count(
             python,
             os.path.abspath(__file__),
             "--child",
-            f"{case}:{side}:{n}:{kind}",
+            f"{case}:{side}:{n}:{kind}:{delay_scale:g}:{warm_up}",
         ]
         env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same hashes, so the same dict and set orders
         done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -134,12 +181,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--calls", default="100,500", help="the two counts of calls, N1,N2")
     parser.add_argument("--stream", action="store_true", help="streaming calls, counted per chunk")
+    parser.add_argument(
+        "--delay-scale",
+        type=float,
+        default=DEFAULT_DELAY_SCALE,
+        help="multiply tallyspan's worker and store writer delays by this under valgrind (1: as they are)",
+    )
+    parser.add_argument(
+        "--warm-up", type=int, default=WARM_UP_CALLS, help="calls before the counted ones, in each process"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    if args.child:  # under valgrind: case:on|off:calls[:stream|call]
-        case, side, calls, *kind = args.child.split(":")
-        run_calls(case, side == "on", int(calls), stream=kind == ["stream"])
+    if args.child:  # under valgrind: case:on|off:calls[:stream|call[:delay scale[:warm-up calls]]]
+        case, side, calls, *rest = args.child.split(":")
+        scale = float(rest[1]) if len(rest) > 1 else 1.0
+        warm_up = int(rest[2]) if len(rest) > 2 else WARM_UP_CALLS
+        stream = rest[:1] == ["stream"]
+        run_calls(case, side == "on", int(calls), stream=stream, delay_scale=scale, warm_up=warm_up)
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind is not on the PATH: install it (apt-get install valgrind) to count instructions")
@@ -158,8 +217,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             label = f"{CASES[case][1]} {_version(python, case)}"
             print(f"counting {label} ...", flush=True)
             if python not in plain:
-                plain[python] = count(python, case, False, (low, high), work_dir, args.stream)
-            rows.append((label, plain[python], count(python, case, True, (low, high), work_dir, args.stream)))
+                plain[python] = count(
+                    python, case, False, (low, high), work_dir, args.stream, args.delay_scale, args.warm_up
+                )
+            counted = count(
+                python, case, True, (low, high), work_dir, args.stream, args.delay_scale, args.warm_up
+            )
+            rows.append((label, plain[python], counted))
 
     per = STREAM_CHUNKS if args.stream else 1
     what = f"streamed chunk ({STREAM_CHUNKS} a call, " if args.stream else "non-streaming call ("

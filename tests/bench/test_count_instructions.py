@@ -18,14 +18,18 @@ def test_the_per_thread_totals_are_read_from_callgrinds_files(tmp_path: Path) ->
     assert load_script(SCRIPT)._thread_totals(str(tmp_path / "case.on.5")) == {1: 1200, 2: 34}
 
 
-@pytest.mark.parametrize("child", ["tallyspan_chain:on:3", "tallyspan_chain:on:3:stream"])
+@pytest.mark.parametrize(
+    "child", ["tallyspan_chain:on:3", "tallyspan_chain:on:3:stream", "tallyspan_chain:on:3:call:100:5"]
+)
 def test_the_child_makes_its_calls_without_valgrind(child: str) -> None:
     run_bench("count_instructions.py", "--child", child, timeout=120)
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind on the PATH")
 def test_counting_the_instrumentor_alone_on_a_tiny_count() -> None:
-    done = run_bench("count_instructions.py", "--cases", "tallyspan_instrumentor", "--calls", "10,40")
+    done = run_bench(
+        "count_instructions.py", "--cases", "tallyspan_instrumentor", "--calls", "10,40", "--warm-up", "10"
+    )
     (row,) = [line for line in done.stdout.splitlines() if line.startswith("tallyspan instrumentor alone")]
     plain, calling, others, added, ratio = row.split()[-5:]
     assert int(plain) > 1000  # thousands of instructions: a call through the client takes millions
