@@ -85,12 +85,7 @@ def scale_deferred_delays(scale: float) -> None:
 
 
 def run_calls(
-    case: str,
-    instrumented: bool,
-    calls: int,
-    stream: bool = False,
-    delay_scale: float = 1,
-    warm_up: int = WARM_UP_CALLS,
+    case: str, instrumented: bool, calls: int, *, stream: bool, delay_scale: float, warm_up: int
 ) -> None:
     """In this process: warm up, then ``calls`` calls (the counted part), then flush."""
     capture_content_by_default()
@@ -139,13 +134,11 @@ def count(
     instrumented: bool,
     calls: tuple[int, int],
     work_dir: str,
-    stream: bool = False,
-    delay_scale: float = DEFAULT_DELAY_SCALE,
-    warm_up: int = WARM_UP_CALLS,
+    options: Sequence[str],
 ) -> dict[int, float]:
-    """Instructions per call by thread: two callgrind runs (side by side), differenced."""
+    """Instructions per call by thread: two callgrind runs (side by side), differenced; ``options`` are
+    this script's own (``--stream``, ``--delay-scale``, ``--warm-up``), handed to each run."""
     side = "on" if instrumented else "off"
-    kind = "stream" if stream else "call"
 
     def one(n: int) -> dict[int, int]:
         prefix = os.path.join(work_dir, f"{case}.{side}.{n}")
@@ -157,7 +150,8 @@ def count(
             python,
             os.path.abspath(__file__),
             "--child",
-            f"{case}:{side}:{n}:{kind}:{delay_scale:g}:{warm_up}",
+            f"{case}:{side}:{n}",
+            *options,
         ]
         env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same hashes, so the same dict and set orders
         done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -193,12 +187,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    if args.child:  # under valgrind: case:on|off:calls[:stream|call[:delay scale[:warm-up calls]]]
-        case, side, calls, *rest = args.child.split(":")
-        scale = float(rest[1]) if len(rest) > 1 else 1.0
-        warm_up = int(rest[2]) if len(rest) > 2 else WARM_UP_CALLS
-        stream = rest[:1] == ["stream"]
-        run_calls(case, side == "on", int(calls), stream=stream, delay_scale=scale, warm_up=warm_up)
+    if args.child:  # under valgrind: case:on|off:calls, with the options of the run that started it
+        case, side, calls = args.child.split(":")
+        run_calls(
+            case,
+            side == "on",
+            int(calls),
+            stream=args.stream,
+            delay_scale=args.delay_scale,
+            warm_up=args.warm_up,
+        )
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind is not on the PATH: install it (apt-get install valgrind) to count instructions")
@@ -207,6 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= low < high:
         parser.error("--calls wants two counts, the first smaller")
 
+    options = ["--delay-scale", f"{args.delay_scale:g}", "--warm-up", str(args.warm_up)]
+    if args.stream:
+        options.append("--stream")
     rows: list[tuple[str, dict[int, float], dict[int, float]]] = []
     plain: dict[str, dict[int, float]] = {}  # per interpreter: the same client, uninstrumented
     with tempfile.TemporaryDirectory() as work_dir:
@@ -217,13 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             label = f"{CASES[case][1]} {_version(python, case)}"
             print(f"counting {label} ...", flush=True)
             if python not in plain:
-                plain[python] = count(
-                    python, case, False, (low, high), work_dir, args.stream, args.delay_scale, args.warm_up
-                )
-            counted = count(
-                python, case, True, (low, high), work_dir, args.stream, args.delay_scale, args.warm_up
-            )
-            rows.append((label, plain[python], counted))
+                plain[python] = count(python, case, False, (low, high), work_dir, options)
+            rows.append((label, plain[python], count(python, case, True, (low, high), work_dir, options)))
 
     per = STREAM_CHUNKS if args.stream else 1
     what = f"streamed chunk ({STREAM_CHUNKS} a call, " if args.stream else "non-streaming call ("

@@ -19,10 +19,15 @@ def test_the_per_thread_totals_are_read_from_callgrinds_files(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(
-    "child", ["tallyspan_chain:on:3", "tallyspan_chain:on:3:stream", "tallyspan_chain:on:3:call:100:5"]
+    "options",
+    [
+        ["--delay-scale", "1", "--warm-up", "5"],
+        ["--delay-scale", "1", "--warm-up", "5", "--stream"],
+        ["--delay-scale", "100", "--warm-up", "5"],  # the delays scaled: fails if their keywords moved
+    ],
 )
-def test_the_child_makes_its_calls_without_valgrind(child: str) -> None:
-    run_bench("count_instructions.py", "--child", child, timeout=120)
+def test_the_child_makes_its_calls_without_valgrind(options: list[str]) -> None:
+    run_bench("count_instructions.py", "--child", "tallyspan_chain:on:3", *options, timeout=120)
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind on the PATH")
