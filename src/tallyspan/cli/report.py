@@ -119,20 +119,20 @@ def format_report(result: Report) -> str:
             else f"{result.unbalanced_runs} of {len(result.ledger)} runs do not balance"
         )
         lines.append(f"  {verdict}")
-    counted = [
-        (is_problem(key), [process.pid, process.service_name or "-", key, value])
-        for process in result.losses
-        for key, value in process.counts.items()
-    ]
-    for problems, heading in (
-        (True, "What tallyspan lost or failed on (tallyspan.stats() of the processes that wrote the store)"),
-        # backpressure.*: waits the app gave tallyspan's threads; a figure, not a loss.
+    lost: list[list[object]] = []
+    figures: list[list[object]] = []  # backpressure.*: waits the app gave tallyspan's threads, not losses
+    for process in result.losses:
+        for key, value in process.counts.items():
+            (lost if is_problem(key) else figures).append(
+                [process.pid, process.service_name or "-", key, value]
+            )
+    for heading, rows in (
+        ("What tallyspan lost or failed on (tallyspan.stats() of the processes that wrote the store)", lost),
         (
-            False,
             "What else tallyspan counted (not losses: backpressure.* are waits the app gave its threads)",
+            figures,
         ),
     ):
-        rows = [row for problem, row in counted if problem is problems]
         if rows:
             lines += ["", heading, table(["pid", "service", "counter", "count"], rows)]
     return "\n".join(lines)
