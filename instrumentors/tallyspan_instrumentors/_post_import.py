@@ -32,7 +32,7 @@ from typing import Any
 
 import wrapt
 
-from tallyspan.plugin import swallowed
+from tallyspan.plugin import renew_lock_after_fork, swallowed
 
 __all__ = ["PatchSet", "pending_hooks"]
 
@@ -45,6 +45,7 @@ _pending: dict[str, list[_Hook]] = {}
 #: Modules whose one wrapt hook is registered and has not run yet.
 _hooked: set[str] = set()
 _pending_lock = threading.Lock()
+renew_lock_after_fork(sys.modules[__name__], "_pending_lock")  # a fork while another thread held it
 
 
 def pending_hooks(module: str) -> int:
