@@ -44,7 +44,14 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
 
-from tallyspan.plugin import ExportSettings, ShutdownBudget, after_fork_in_child, count, swallowed
+from tallyspan.plugin import (
+    ExportSettings,
+    ShutdownBudget,
+    after_fork_in_child,
+    count,
+    start_thread,
+    swallowed,
+)
 from tallyspan_exporters._spool import LEASE_S, Spool, SpooledRow
 
 __all__ = ["Attempt", "AttemptObserver", "Codec", "Outbox"]
@@ -237,10 +244,17 @@ class Outbox(Generic[T]):
                 return self._answer_flush()
             if self._stopping or time.monotonic() < self._retry_after_until:
                 return False
-            self._ensure_threads()
-            request = _Flush(ticket)
-            self._flushes.append(request)
-            self._condition.notify_all()
+            threaded = self._ensure_threads()
+            if not threaded:
+                request = None
+            else:
+                request = _Flush(ticket)
+                self._flushes.append(request)
+                self._condition.notify_all()
+        if request is None:
+            delivered = self._deliver_here(deadline)
+            with self._condition:
+                return self._answer_flush() and delivered
         done = request.done.wait(max(0.0, deadline - time.monotonic()))
         with self._condition:
             if not done and request in self._flushes:
@@ -260,6 +274,8 @@ class Outbox(Generic[T]):
             self._condition.notify_all()
             intake, sender = self._intake, self._sender
         deadline = self._budget.start()
+        if intake is None and sender is None:
+            self._deliver_here(deadline)  # no thread was ever started for them (at exit, from 3.12)
         if intake is not None:
             # Writing the last records to the local spool gets a moment even when the budget is spent.
             intake.join(max(SPOOL_GRACE_S, deadline - time.monotonic()))
@@ -315,19 +331,45 @@ class Outbox(Generic[T]):
             request.done.set()
         self._flushes.clear()
 
-    def _ensure_threads(self) -> None:
+    def _ensure_threads(self) -> bool:
+        """Start the intake and the sender unless they run; False where the interpreter refuses a thread
+        (at exit, from Python 3.12): ``shutdown`` and ``force_flush`` then do their work themselves."""
         if self._pid != os.getpid():
-            return  # _after_fork has not run yet in this child
+            return True  # _after_fork has not run yet in this child
         if self._intake is None or not self._intake.is_alive():
-            self._intake = threading.Thread(
+            intake = threading.Thread(
                 target=self._run_intake, name=f"tallyspan-otlp-{self._signal}-intake", daemon=True
             )
-            self._intake.start()
+            if not start_thread(intake):
+                return False
+            self._intake = intake
         if self._sender is None or not self._sender.is_alive():
-            self._sender = threading.Thread(
+            sender = threading.Thread(
                 target=self._run_sender, name=f"tallyspan-otlp-{self._signal}", daemon=True
             )
-            self._sender.start()
+            if not start_thread(sender):
+                return False
+            self._sender = sender
+        return True
+
+    def _deliver_here(self, deadline: float) -> bool:
+        """The intake's and the sender's work on the calling thread, until ``deadline``, the first failure
+        or nothing left: no thread could be started for it. True when nothing of ours is left."""
+        with self._condition:
+            items, self._incoming = self._incoming, []
+        if items:
+            self._take_in(items)
+        while time.monotonic() < deadline:
+            with self._condition:
+                failures = self._failures
+                if not self._pending() or time.monotonic() < self._retry_after_until:
+                    break
+            self._send_one_batch()
+            with self._condition:
+                if self._failures != failures:
+                    break
+        with self._condition:
+            return not self._pending() and not self._incoming
 
     def _after_fork(self) -> None:
         # Our threads did not survive fork(): the child starts with empty queues and threads of its own

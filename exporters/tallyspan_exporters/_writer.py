@@ -47,6 +47,7 @@ from tallyspan.plugin import (
     is_locked,
     release_free_memory,
     renew_lock_after_fork,
+    start_thread,
     swallowed,
     turn_threshold,
 )
@@ -540,14 +541,16 @@ class WriterThread(Generic[T]):
             if self._stopping or self._queued_items + size > self._max_queued:
                 self._drop(size)
                 return False
-            self._ensure_thread()
+            threaded = self._ensure_thread()
             self._queue.append((item, size))
             self._queued_items += size
             if len(self._queue) == 1 or self._queued_items >= DEFAULT_BATCH_ITEMS:
                 self._condition.notify()
                 self._turns.due = 0.0  # woken, it waits for the GIL: the app's next span hands it over
             queued = self._queued_items
-        if queued >= self._turn_at:
+        if not threaded:
+            self._write_here()
+        elif queued >= self._turn_at:
             self._turns.give(queued)
         return True
 
@@ -558,12 +561,14 @@ class WriterThread(Generic[T]):
         with self._condition:
             if self._stopping:
                 return not self._queue and self._writer.kept == 0
-            if self._thread is None:
+            if self._thread is None and not self._queue:
                 return True  # nothing was ever submitted in this process
-            self._ensure_thread()
+            threaded = self._ensure_thread()
             request = _Flush(deadline)
             self._flushes.append(request)
             self._condition.notify()
+        if not threaded:
+            self._write_here()
         return request.done.wait(max(0.0, deadline - time.monotonic())) and request.result
 
     def shutdown(self, timeout_millis: int = 30000) -> None:
@@ -576,26 +581,47 @@ class WriterThread(Generic[T]):
             thread = self._thread
             self._condition.notify()
         if thread is None:
-            self._writer.close()
+            self._write_here()  # what no thread could be started for (at exit), then close
         else:
             thread.join(max(0, timeout_millis) / 1000)
 
-    def _ensure_thread(self) -> None:
-        """Start the thread if it is not running (first submit, or a forked child); under the condition."""
+    def _ensure_thread(self) -> bool:
+        """Start the thread if it is not running (first submit, or a forked child); under the condition.
+        False where the interpreter refuses a thread (at exit, from Python 3.12): the caller then writes
+        on its own thread (``_write_here``)."""
         # The flag the thread clears on its way out, not Thread.is_alive() (Python-level calls and a lock,
         # on every submit): a forked child starts with it cleared (_reset_after_fork).
         if self._running:
-            return
+            return True
         if self._thread is not None and self._pid == os.getpid():
             count(f"errors.{self._writer.name}.restarted")  # it died: a bug of ours; the rows still go out
         self._pid = os.getpid()
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._running = True
-        try:
-            self._thread.start()
-        except BaseException:
+        if not start_thread(thread):
             self._running = False
-            raise
+            return False
+        self._thread = thread
+        return True
+
+    def _write_here(self) -> None:
+        """Write what is queued, answer the flushes waiting and, once stopping, close the writer, all on
+        the calling thread: no thread could be started for it."""
+        with self._condition:
+            if self._running:
+                return  # a thread took over meanwhile
+            items, size = self._queue, self._queued_items
+            self._queue, self._queued_items = [], 0
+            flushes, self._flushes = self._flushes, []
+            stopping = self._stopping
+        with suppress_instrumentation():
+            try:
+                self._write(items, size, flushes, stopping)
+            except Exception:
+                swallowed(_logger, f"{self._writer.name}.thread", f"the {self._name} writes failed")
+            finally:
+                for request in flushes:
+                    request.done.set()
 
     def _run(self) -> None:
         try:

@@ -42,6 +42,7 @@ from tallyspan.plugin import (
     count,
     hand_over_to_due,
     release_free_memory,
+    start_thread,
     swallowed,
     turn_threshold,
 )
@@ -125,6 +126,7 @@ class OffThreadProcessor(WrappingProcessor):
         # checked before each put: app threads racing each other may pass it by one span each.
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._inline_lock = threading.Lock()
         self._worker: threading.Thread | None = None
         # Set before the worker starts and cleared when it returns: checked on every span instead of
         # Thread.is_alive(), a few Python-level calls (fork, which also ends it, is handled apart).
@@ -168,8 +170,10 @@ class OffThreadProcessor(WrappingProcessor):
             count("dropped.spans_after_shutdown")
             self._forget(span)
             return
-        if not self._worker_running:
-            self._ensure_worker()
+        if not self._worker_running and not self._ensure_worker():
+            self._queue.put(item)
+            self._work_off_here()
+            return
         queued = self._queue.qsize()
         if queued >= self._max_queue_size:
             count("dropped.spans")
@@ -256,32 +260,35 @@ class OffThreadProcessor(WrappingProcessor):
         """Wait until every span queued before this call has been forwarded."""
         if self._worker is None and self._queue.empty():
             return True
-        self._ensure_worker()
+        if not self._ensure_worker():
+            self._work_off_here()
+            return True
         marker = _Flush()
         self._queue.put(marker)  # past the bound by one at most: a flush must not wait for room
         self._wake.set()
         return marker.done.wait(max(0.0, deadline - time.monotonic()))
 
-    def _ensure_worker(self) -> None:
+    def _ensure_worker(self) -> bool:
+        """Start the worker unless it runs; False where the interpreter refuses a thread (at exit, from
+        Python 3.12): the caller then forwards the queue itself (``_work_off_here``)."""
         worker = self._worker
         if worker is not None and worker.is_alive():
-            return
+            return True
         with self._lock:
             worker = self._worker
             if worker is not None and worker.is_alive():
-                return
+                return True
             if worker is not None and not self._stopping:
                 count("errors.worker.restarted")  # it died, or did not survive fork()
             if self._stopping:
-                return  # shutting down: nobody should start a worker any more
+                return True  # shutting down: nobody should start a worker any more
             worker = threading.Thread(target=self._run, name="tallyspan-worker", daemon=True)
             self._worker_running = True
-            try:
-                worker.start()
-            except BaseException:
+            if not start_thread(worker):
                 self._worker_running = False
-                raise
+                return False
             self._worker = worker
+            return True
 
     def _run(self) -> None:
         # Our own exports (OTLP over HTTP, SQLite) must not be traced by instrumentations of the app.
@@ -331,19 +338,7 @@ class OffThreadProcessor(WrappingProcessor):
                     turns.taken()
                     slice_ends = time.monotonic() + TURN_SLICE_S
                 handled += 1
-                if isinstance(item, _Flush):
-                    self._forward_batch(batch)  # everything queued before the flush, first
-                    item.done.set()
-                elif self._stopping:
-                    self._discard(item)  # shutdown stopped waiting for this one
-                elif isinstance(item, _Handed):
-                    batch.append((item.span, item.content))
-                elif isinstance(item, ReadableSpan):
-                    batch.append((item, self._take(item)))
-                else:
-                    count("dropped.spans_not_readable")  # on_end was handed something else
-                if len(batch) >= FORWARD_BATCH_SPANS:
-                    self._forward_batch(batch)
+                self._handle(item, batch)
         finally:
             try:
                 self._forward_batch(batch)  # a worker that dies (a bug) still hands down what it took
@@ -351,6 +346,43 @@ class OffThreadProcessor(WrappingProcessor):
                 self._turns.taken()  # nobody waits for a worker that is gone
                 self._worker_running = False
                 detach(token)
+
+    def _handle(self, item: object, batch: list[Handed]) -> None:
+        """Add a queued span to ``batch`` (forwarded once full), or answer a flush marker."""
+        if isinstance(item, _Flush):
+            self._forward_batch(batch)  # everything queued before the flush, first
+            item.done.set()
+        elif item is _STOP:
+            return
+        elif self._stopping:
+            self._discard(item)  # shutdown stopped waiting for this one
+        elif isinstance(item, _Handed):
+            batch.append((item.span, item.content))
+        elif isinstance(item, ReadableSpan):
+            batch.append((item, self._take(item)))
+        else:
+            count("dropped.spans_not_readable")  # on_end was handed something else
+        if len(batch) >= FORWARD_BATCH_SPANS:
+            self._forward_batch(batch)
+
+    def _work_off_here(self) -> None:
+        """Forward everything queued on the calling thread: no worker thread could be started (the
+        interpreter is finalizing). One caller at a time, so the spans keep their order."""
+        with self._inline_lock:
+            token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+            batch: list[Handed] = []
+            try:
+                while True:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        return
+                    self._handle(item, batch)
+            finally:
+                try:
+                    self._forward_batch(batch)
+                finally:
+                    detach(token)
 
     def _gather(self) -> None:
         """Let spans gather for the batch delay: meanwhile the app runs without contending for the GIL,
@@ -393,6 +425,7 @@ class OffThreadProcessor(WrappingProcessor):
         self._sleeping = False
         self._due = math.inf
         self._lock = threading.Lock()
+        self._inline_lock = threading.Lock()
         self._wake = threading.Event()
         self._turns.reset_after_fork()
         self._worker = None

@@ -22,6 +22,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 from tallyspan._config import ShutdownBudget
+from tallyspan._fork import start_thread
 from tallyspan._selfstats import count, swallowed
 
 __all__ = ["Borrowed", "Guarded", "adopt", "count_batch_drops", "give_back", "remove"]
@@ -146,7 +147,9 @@ class Guarded(SpanProcessor):
                 swallowed(_logger, "shutdown", "a span processor failed to shut down")
 
         worker = threading.Thread(target=run, name="tallyspan-app-processor-shutdown", daemon=True)
-        worker.start()
+        if not start_thread(worker):
+            run()  # the interpreter is finalizing (3.12+): no thread, so no bound but the processor's own
+            return
         worker.join(self._budget.remaining())
         if worker.is_alive():
             count("errors.app_processor.shutdown_timeout")

@@ -2,6 +2,10 @@
 ever in the child (only the forking thread survives), so the child's first span would deadlock the app;
 a thread of ours is gone in the child, so its queue must start afresh.
 
+Threads are started through :func:`start_thread`: from Python 3.12 the interpreter refuses new threads
+once it is finalizing (the ``atexit`` hooks, where the SDK flushes an app that never did), so whatever
+our threads would have done must then be done on the caller's thread instead of being lost.
+
 One ``os.register_at_fork`` hook serves every owner, through weak references: the interpreter cannot
 forget a hook, so one hook per object would pile up with every ``instrument()``/``uninstrument()`` cycle
 (and each fork would pay for all of them).
@@ -15,7 +19,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["after_fork_in_child", "renew_lock_after_fork"]
+__all__ = ["after_fork_in_child", "renew_lock_after_fork", "start_thread"]
 
 T = TypeVar("T")
 
@@ -64,3 +68,17 @@ def renew_lock_after_fork(
     ``owner`` may be a module (``sys.modules[__name__]``) for a module-level lock.
     """
     after_fork_in_child(owner, lambda found: setattr(found, attribute, new_lock()))
+
+
+def start_thread(thread: threading.Thread) -> bool:
+    """Start ``thread``; False where the interpreter refuses a new thread (finalizing, or out of threads).
+
+    The caller then does the thread's work itself: at exit there is no app left to keep waiting.
+    """
+    try:
+        thread.start()
+    except (
+        RuntimeError
+    ):  # "can't create new thread at interpreter shutdown" (3.12+), "can't start new thread"
+        return False
+    return True

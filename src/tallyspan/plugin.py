@@ -28,7 +28,8 @@ Groups:
 - **never break the host app**: :func:`count` and :func:`swallowed` (every caught error logged once and
   counted), :func:`stats` (the counters, which the store records for ``tallyspan doctor``),
   :func:`renew_lock_after_fork` (every lock a plugin owns) and :func:`after_fork_in_child` (every thread
-  a plugin starts);
+  a plugin starts) and :func:`start_thread` (False where the interpreter refuses one: do the work on the
+  caller's thread);
 - **memory**: :func:`release_free_memory` (the C heap's free pages back to the OS after a busy spell);
 - **backpressure**: :class:`Turns` (a producer lets go of the GIL until a starved thread of ours runs),
   from :func:`turn_threshold` items queued.
@@ -59,7 +60,7 @@ from tallyspan._content import (
     content_buffer,
 )
 from tallyspan._errors import ConfigError
-from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
+from tallyspan._fork import after_fork_in_child, renew_lock_after_fork, start_thread
 from tallyspan._json_encoding import json_bytes_encoder, json_encoder
 from tallyspan._memory import release_free_memory
 from tallyspan._metrics import record_run, record_violations
@@ -165,6 +166,7 @@ __all__ = [
     "renew_lock_after_fork",
     "resolve_capture_content",
     "resolve_db_path",
+    "start_thread",
     "stats",
     "swallowed",
     "turn_threshold",

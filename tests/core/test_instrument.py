@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import textwrap
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +173,32 @@ def test_spans_queued_at_exit_are_flushed(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "exported last-words"
+
+
+def test_an_app_that_exits_without_flushing_keeps_its_call_and_verdict_in_the_store(tmp_path: Path) -> None:
+    """One model call, no flush, exit: the store holds the call and its violation on every Python. From
+    3.12 the interpreter refuses new threads in the atexit hooks, where the chain's worker and the store's
+    writer would start here (the call ends just before exit): their work must be done there instead."""
+    (tmp_path / "contracts.yaml").write_text("contracts:\n  reply:\n    language: ja\n", encoding="utf-8")
+    result = _run_python(
+        """
+        import openai
+        import tallyspan
+        from tallyspan.testing import OpenAICompatibleServer, ScriptedReply
+
+        tallyspan.instrument(contracts="contracts.yaml")
+        server = OpenAICompatibleServer(replies=[ScriptedReply(text="The weather is fine today.")])
+        server.start()
+        client = openai.OpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        with tallyspan.stage("reply"):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "天気は？"}])
+        print("called")
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "called"
+    assert "Traceback" not in result.stderr, result.stderr
+    with closing(sqlite3.connect(tmp_path / "t.db")) as db:
+        rows = db.execute("SELECT name, violation_types FROM spans").fetchall()
+    assert rows == [("chat m", '["not_japanese"]')]

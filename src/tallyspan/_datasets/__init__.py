@@ -6,8 +6,18 @@ and ``_diagnosis`` turn it into records, ``_terms`` says each verdict in words, 
 The records' JSON Schemas are in ``schemas/``.
 """
 
+from __future__ import annotations
+
+import sys
 from importlib import resources
-from importlib.abc import Traversable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # importlib.abc's name is deprecated from 3.12 and gone in 3.14; the new home exists from 3.11.
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 __all__ = ["schema_file"]
 
