@@ -18,6 +18,7 @@ whether a rule helps beyond the model it was written from.
 Usage::
 
     python bench/label_agreement.py [--data ../shared/data] [--elyza-git-dir DIR] [--misses] [--json FILE]
+                                    [--no-analyser]
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tallyspan import CheckResult, Contract, check
+from tallyspan import CheckResult, Contract, _words, check
+from tallyspan._contracts import NamedPattern
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
@@ -39,8 +41,14 @@ LABELS = ROOT / "tests" / "data"
 ELYZA_COMMIT = "75413eaad90ce47ef648f2be60960f8d2b35d88f"
 ELYZA_PROMPTS = "assets/elyza_tasks_100/dataset.jsonl"
 
-TEMPLATE_TOKENS = [r"<\|im_end\|>", r"<\|endoftext\|>", r"<\|im_start\|>", r"</s>"]
-CHAT_MARKERS = [r"\[INST\]", r"\[/INST\]", r"<<SYS>>", r"### Instruction", r"### Response"]
+TEMPLATE_TOKENS: list[str | NamedPattern] = [r"<\|im_end\|>", r"<\|endoftext\|>", r"<\|im_start\|>", r"</s>"]
+CHAT_MARKERS: list[str | NamedPattern] = [
+    r"\[INST\]",
+    r"\[/INST\]",
+    r"<<SYS>>",
+    r"### Instruction",
+    r"### Response",
+]
 DEV_CONTRACT = Contract(language="ja", min_chars=10, forbidden=TEMPLATE_TOKENS)
 CONTRACT = Contract(language="ja", min_chars=10, forbidden=TEMPLATE_TOKENS + CHAT_MARKERS)
 
@@ -213,7 +221,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--misses", action="store_true", help="list every answer not given its labels")
     parser.add_argument("--json", type=Path, help="write the figures to this file too")
+    parser.add_argument(
+        "--no-analyser", action="store_true", help="judge as without tallyspan[ja] (bigrams for words)"
+    )
     args = parser.parse_args(argv)
+    if args.no_analyser:
+        _words._missing = True  # what an install without the analyser sees
+    print(f"morphological analyser: {'on' if _words.analyser_available() else 'off'}\n")
     cases = load_cases(args.data, args.elyza_git_dir)
     results = [(case, frozenset(judge(case).violation_types)) for case in cases]
     figures = report(results, args.misses)

@@ -272,7 +272,7 @@ def _relevance(given: _Output) -> Iterator[Violation]:
             yield _violation(ViolationType.ANSWER_TO_OTHER_QUESTION, other)
         return
     if not given.contract.allow_off_topic:
-        off = off_topic_detail(given.answer, given.prompt)
+        off = off_topic_detail(given.answer, given.prompt, given.other_prompts)
         # A refusal says no; it is not off topic.
         if off is not None and not is_refusal(given.answer, given.compact):
             yield _violation(ViolationType.OFF_TOPIC, off)

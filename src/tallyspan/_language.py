@@ -21,6 +21,7 @@ Everything here is a pure function of the text, linear, with the scanning done b
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from itertools import pairwise
@@ -156,6 +157,8 @@ def _set_aside_code(text: str) -> tuple[str, str]:
     stripped = text.strip()
     if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]") and _is_json(stripped):
         return "", text
+    if _is_code_document(_strip_markup(stripped)):
+        return "", text
     prose = _CODE_FENCE.sub(keep, text) if has_fence(text) else text
     if "`" in MARKS(prose):
         prose = _INLINE_CODE.sub(keep, prose)
@@ -173,6 +176,57 @@ def _has_code_signs(prose: str) -> bool:
     if "/" in found and ("//" in prose or "/*" in prose):
         return True
     return ("#" in found and "#include" in prose) or (" " in found and "import " in prose)
+
+
+#: A first line this short that ends in a colon labels the document below it ("JSON Object:").
+_LABEL_LINE = re.compile(r"\A[^\n:：]{0,30}[:：][ \t]*\n")
+#: Python parsed from this many lines at least (one line of English can be a valid expression).
+_MIN_PYTHON_LINES = 2
+_MAX_PARSED_CHARS = 20_000
+
+
+def _is_code_document(text: str) -> bool:
+    """The whole deliverable (after an optional label line) is a JSON document, truncated or not, or a
+    Python module: told by the parsers made for them, not by the look of its lines."""
+    body = _LABEL_LINE.sub("", text, count=1).strip()
+    if not body or len(body) > _MAX_PARSED_CHARS:
+        return False
+    if body[0] in "{[":
+        return _is_json(body) or _is_json(_closed(body))
+    return _is_python(body)
+
+
+def _closed(text: str) -> str:
+    """``text`` with the brackets and string it left open closed: a JSON answer cut at max_tokens."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            stack.append("}" if char == "{" else "]")
+        elif char in "}]" and stack:
+            stack.pop()
+    return text.rstrip().rstrip(",") + ('"' if in_string else "") + "".join(reversed(stack))
+
+
+def _is_python(text: str) -> bool:
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < _MIN_PYTHON_LINES or not any(ord(char) < 128 for char in lines[0][:1]):
+        return False
+    try:
+        module = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    # Bare names and constants parse too ("Denmark"); a program defines, imports, assigns or calls.
+    return any(not isinstance(node, ast.Expr) or isinstance(node.value, ast.Call) for node in module.body)
 
 
 def _is_json(text: str) -> bool:

@@ -40,6 +40,7 @@ from functools import lru_cache
 
 from tallyspan._refusal import first_turn
 from tallyspan._scripts import MARKS, script_counts
+from tallyspan._words import content_words
 
 __all__ = ["off_topic_detail", "other_question_detail", "web_text_mark"]
 
@@ -258,19 +259,35 @@ _MIN_ANCHORS = 2
 _MIN_ANCHORED_WORDS = 50
 # A follow-up refers to the conversation instead of stating a topic.
 _FOLLOW_UP = re.compile(
-    r"先ほど|さきほど|先程|さっき|前の(?:回答|答え|文章|質問|内容)|前述|前回の|続き|続けて|あなたの(?:回答|答え)"
+    r"先ほど|さきほど|先程|さっき|前の(?:回答|答え|文章|質問|内容)|前述|前回の|上記|上の(?:文|内容|回答|答え|詩|例)"
+    r"|(?<!手)続き|続けて|あなたの(?:回答|答え)"
     r"|(?i:\b(?:previous (?:answer|response)|your (?:answer|response)|above (?:answer|response)|continue)\b)"
 )
 
 
-def off_topic_detail(output: str, prompt: str | None) -> str | None:
-    """Return a content-free detail when ``output`` does not address ``prompt`` at all, else None."""
+def off_topic_detail(output: str, prompt: str | None, other_prompts: Sequence[str] = ()) -> str | None:
+    """Return a content-free detail when ``output`` does not address ``prompt`` at all, else None.
+
+    ``other_prompts`` (questions of other calls in flight) tell the words every question uses from the
+    words of this one."""
     if prompt is None:
         return None
     topic = _topic(prompt)  # cached: the same prompts come again, and each fact of one is found once
-    if topic.follow_up or topic.size < _MIN_MARKED_PROMPT_FEATURES:
+    if topic.follow_up:
         return None
     answer = _answer(output)
+    form = _non_answer(output, answer, prompt)
+    if form is not None:
+        return form
+    if topic.size >= _MIN_MARKED_PROMPT_FEATURES:
+        found = _shares_nothing(answer, topic, prompt)
+        if found is not None:
+            return found
+    return _unrelated_words(answer, topic, prompt, other_prompts)
+
+
+def _shares_nothing(answer: _Answer, topic: _Topic, prompt: str) -> str | None:
+    """The answer shares (almost) no bigram, Latin word or number with its question."""
     shared = answer.shared(topic)
     if shared > _MAX_SHARED_MARKED or (shared and topic.size < _MIN_PROMPT_FEATURES):
         return None  # the common case: an answer repeats its question's terms
@@ -308,6 +325,117 @@ def off_topic_detail(output: str, prompt: str | None) -> str | None:
         and anchors.isdisjoint(answer.tokens)
     ):
         return f"uses none of the prompt's {len(anchors)} names and numbers"
+    return None
+
+
+# --- off_topic by the words answer and question share ------------------------------------------------
+
+#: Below this many content words a question gives no vocabulary to judge by.
+_MIN_PROMPT_WORDS = 5
+#: An answer this long (characters) that uses none of its question's content words (this many at least:
+#: a short support question has three) is off topic ...
+_MIN_UNRELATED_PROMPT_WORDS = 3
+_MIN_UNRELATED_CHARS = 300
+#: ... and, with this many other prompts in flight, one shorter than this is not judged by rank.
+_MIN_RANKED_CHARS = 40
+_MIN_RANKED_PROMPTS = 10
+#: Off topic: the answer matches at least this share of the other prompts in flight as well as its own
+#: (an on-topic answer matches its own better than nearly all of them: measured, the 90th percentile
+#: of on-topic answers is 0.02; 0.4 flagged one on-topic answer with fewer prompts in flight).
+_MIN_RANK = 0.5
+
+
+def _word_sets(text: str, prompt_side: bool) -> frozenset[str]:
+    """Content words (the analyser's lemmas), or the bigrams, Latin words and numbers without it."""
+    words = content_words(text)
+    if words is not None:
+        return words
+    if prompt_side:
+        topic = _topic(text)
+        return topic.bigrams | topic.tokens
+    return _bigrams(text) | _tokens(text)
+
+
+def _unrelated_words(answer: _Answer, topic: _Topic, prompt: str, other_prompts: Sequence[str]) -> str | None:
+    """Off topic by vocabulary: a long answer that uses none of its question's content words, or one
+    that matches the other prompts in flight as well as its own (rare words weigh as much as common
+    ones here: the rank against other prompts is what discounts the words every question uses)."""
+    if answer.script == "en" or answer.script != topic.script:
+        return None  # words are compared within one language
+    own = _word_sets(prompt, True)
+    if len(own) < _MIN_UNRELATED_PROMPT_WORDS:
+        return None
+    words = _word_sets(answer.text, False)
+    shared = len(own & words)
+    if not shared:
+        if len(answer.text) >= _MIN_UNRELATED_CHARS:
+            return f"uses none of the prompt's {len(own)} content words"
+        return None
+    if len(own) < _MIN_PROMPT_WORDS:
+        return None
+    if len(answer.text) < _MIN_RANKED_CHARS:
+        return None
+    own_key = prompt.strip()
+    others = {other.strip() for other in other_prompts} - {own_key}
+    if len(others) < _MIN_RANKED_PROMPTS:
+        return None
+    coverage = shared / len(own)
+    compared = as_good = 0
+    for other in others:
+        vocabulary = _word_sets(other, True)
+        if len(vocabulary) < _MIN_PROMPT_WORDS:
+            continue
+        compared += 1
+        as_good += len(vocabulary & words) >= coverage * len(vocabulary)
+    if compared >= _MIN_RANKED_PROMPTS and as_good >= _MIN_RANK * compared:
+        return f"matches {as_good} of {compared} other prompts in flight as well as its own ({coverage:.0%})"
+    return None
+
+
+# --- non-answers, by their form --------------------------------------------------------------------
+
+#: An echo: the answer starts with this much of its prompt (or all of a shorter one) ...
+_MIN_ECHO_CHARS = 20
+#: ... and adds no more characters than this to it (a short answer after an echoed instruction is one).
+_MAX_ECHO_ADDED = 3
+#: Offers and questions back: only answers this short are read sentence by sentence.
+_MAX_OFFER_CHARS = 250
+_SENTENCE = re.compile(r"(?:[^。！？!?.\n]|\.(?!\s|\Z))+[。！？!?.]*")
+_OFFER = re.compile(
+    r"お手伝い|手伝わせ|説明(?:する|いたす|させていただく)?ことができ|喜んで(?:お手伝い|ご説明|お答え|協力)|承知(?:しました|いたしました)"
+    r"|かしこまりました|わかりました|分かりました|質問させて|お答えします|お任せください"
+    r"|(?i:happy to help|glad to help|love to help|i can help|i(?:'d| would) (?:be happy|love) to|\bsure\b"
+    r"|\babsolutely\b|\bof course\b|\bcertainly\b|let me know|let me start|i can explain)"
+)
+#: A greeting may stand beside offers and questions back; alone it is no reply of that kind.
+_GREETING = re.compile(r"(?i)(?:こんにちは|こんばんは|おはようございます|hello|hi|hey)[!！。.]?")
+_QUESTION_BACK = re.compile(
+    r"(?:教えて|お聞かせ|ますか|でしょうか|ですか)[^。！!]*[？?]\s*\Z"
+    r"|(?i:\b(?:can|could|would|will) you\b.*\?\s*\Z|\btell me\b|\bwhat\b.*\?\s*\Z)"
+)
+
+
+def _non_answer(output: str, answer: _Answer, prompt: str) -> str | None:
+    """A reply that answers nothing by its form: only chat-template markup, the prompt echoed, or an
+    offer to help and questions back to the user with nothing else."""
+    text = answer.text
+    if not text:
+        return "only chat-template markup, no answer" if output.strip() else None
+    compact = "".join(text.split())
+    asked = "".join(prompt.split())
+    common = 0
+    for mine, theirs in zip(compact, asked, strict=False):
+        if mine != theirs:
+            break
+        common += 1
+    if common >= min(_MIN_ECHO_CHARS, len(asked)) and len(compact) - common <= _MAX_ECHO_ADDED:
+        return "echoes the prompt and adds nothing"
+    if len(text) <= _MAX_OFFER_CHARS:
+        sentences = [part.strip(" -*・:：\t") for part in _SENTENCE.findall(text)]
+        sentences = [part for part in sentences if part]
+        asking = [part for part in sentences if _OFFER.search(part) or _QUESTION_BACK.search(part)]
+        if asking and all(part in asking or _GREETING.fullmatch(part) for part in sentences):
+            return "offers help or asks back, and answers nothing"
     return None
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tallyspan import Contract, check
 from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
 from tallyspan._language import english_requested, language_violations, profile
 from tallyspan._taxonomy import ViolationType
@@ -442,3 +443,22 @@ def test_english_requested_matches_the_plain_search() -> None:
     for letter, expected in (("n", {"n", "N"}), ("英", {"英"})):
         pattern = re.compile(f"(?i){letter}")
         assert {chr(point) for point in range(0x110000) if pattern.fullmatch(chr(point))} == expected
+
+
+def test_bare_programs_and_data_are_recognised_by_their_parsers_and_have_no_language() -> None:
+    """No fences: the answer is a Python module, a JSON document cut at max_tokens, or JSON under a
+    short label; none of them is English prose."""
+    contract = Contract(language="ja")
+    python = (
+        "import os\n\ndef top_words(path):\n    with open(path) as f:\n        return f.read().split()[:5]\n"
+    )
+    truncated = (
+        '{\n"a": {"country": "Denmark", "capital": "Copenhagen"},\n'
+        '"b": {"country": "Argentina", "capital": "Bue'
+    )
+    labelled = 'JSON Object:\n{\n  "TechRadar": 9,\n  "CNET": 8\n}'
+    for answer in (python, truncated, labelled):
+        assert check(answer, contract).violation_types == (), answer
+    # English prose is still English, even one that parses as a Python expression.
+    prose = "The capital of Denmark is Copenhagen.\nIt is known for its vibrant art scene and design."
+    assert check(prose, contract).violation_types == ("not_japanese",)

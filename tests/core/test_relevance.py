@@ -505,3 +505,90 @@ def test_an_answer_has_enough_bigrams_exactly_when_the_set_of_all_of_them_is_lar
     for text in texts:
         for count in (-1, 0, 1, 2, 5, 20, 200):
             assert _has_bigrams(text, count) == (len(_bigrams(text)) >= count), (text, count)
+
+
+# --- non-answers by their form, and vocabulary against the other prompts in flight --------------------
+
+_RETURNS = "返品の手続きを教えてください。"
+_CURRY = (
+    "カレーの作り方を紹介します。まず玉ねぎを薄切りにして、飴色になるまでじっくり炒めます。次に一口大に切った"
+    "鶏肉を加え、表面に焼き色がつくまで炒めましょう。にんじんとじゃがいもを加えてさらに炒め、水を注いで中火で"
+    "煮込みます。アクを丁寧に取り除きながら、野菜が柔らかくなるまで二十分ほど煮ます。火を止めてからルウを割り"
+    "入れ、よく溶かしてから再び弱火で十分ほど煮込めば完成です。隠し味にはちみつやコーヒーを少し加えると、コク"
+    "が出て一段とおいしくなります。ご飯と一緒に盛り付け、お好みで福神漬けを添えてお召し上がりください。翌日"
+    "には味がなじんでさらにおいしくなるので、多めに作っておくのもおすすめです。冷凍保存もできますので、小分け"
+    "にして保存袋に入れておくと便利です。"
+)
+
+
+def test_a_question_about_a_procedure_is_not_a_follow_up_and_a_recipe_does_not_answer_it() -> None:
+    # 手続き holds 続き; the question states its own topic, and a long answer using none of its words
+    # answers something else.
+    assert off_topic_detail(_CURRY, _RETURNS) == "uses none of the prompt's 3 content words"
+
+
+def test_a_question_that_refers_to_the_text_above_is_a_follow_up_and_is_not_judged() -> None:
+    assert off_topic_detail(_CURRY, "上記を表現した寓話的な詩を作成してください。") is None
+
+
+def test_an_answer_that_only_echoes_its_prompt_is_off_topic() -> None:
+    prompt = (
+        "東京湾に架かるレインボーブリッジの工事が行われたとき、どのような観点が重要だったか述べてください。"
+    )
+    echoed = "<<SYS>>\nあなたは役立つアシスタントです。\n<</SYS>>\n\n" + prompt[:30]
+    assert off_topic_detail(echoed, prompt) == "echoes the prompt and adds nothing"
+    # An echoed instruction followed by a short answer is an answer.
+    assert off_topic_detail(prompt[:40] + "\n[1, 3, 3]", prompt) is None
+
+
+def test_a_reply_of_chat_markup_alone_is_off_topic() -> None:
+    reply = "<<SYS>>\nあなたは役立つアシスタントです。\n<</SYS>>"
+    assert off_topic_detail(reply, _RETURNS) == "only chat-template markup, no answer"
+
+
+def test_an_offer_to_help_with_questions_back_answers_nothing() -> None:
+    offers = (
+        "Sure, I'd be happy to help! Can you tell me more about the problem?",
+        "わかりました、私はあなたにそれを説明することができます。",
+        "こんにちは！お手伝いしたいと思います。まず、あなたの状況を教えていただけますか？",
+    )
+    for reply in offers:
+        assert off_topic_detail(reply, _RETURNS) == "offers help or asks back, and answers nothing", reply
+    # An answer that starts by offering help, or one that mentions being glad, answers.
+    assert (
+        off_topic_detail("喜んでお手伝いします。返品は購入から30日以内に窓口でお手続きください。", _RETURNS)
+        is None
+    )
+    assert (
+        off_topic_detail("前提は、男性が女性に赤いバラを贈り、女性がそれを喜んでいることです。", _RETURNS)
+        is None
+    )
+    assert (
+        off_topic_detail(
+            "I am happy to help. Your first request is 'I hope the waistband stays loose'.", _RETURNS
+        )
+        is None
+    )
+
+
+def test_an_answer_matching_the_other_prompts_as_well_as_its_own_is_off_topic() -> None:
+    """Twelve unrelated prompts in flight; an event announcement shares one word with its own question
+    (開催) and as much with half of the others as with it."""
+    own = "来月開催される映画祭の審査基準について、評価の観点を三つ挙げて説明してください。"
+    others = [
+        f"{topic}について開催の予定を含めて説明してください。"
+        for topic in ("梅雨の天気", "株式市場の動向", "江戸時代の文化", "新しい料理の作り方", "読書感想文の書き方",
+                      "量子コンピュータの原理", "健康的な睡眠", "旅行の計画", "転職の準備", "植物の育て方",
+                      "子供の教育", "地球温暖化の影響")
+    ]  # fmt: skip
+    announcement = (
+        "お疲れ様です。本日は、来週開催されるイベントについてご紹介します。興味がある方は、ぜひ参加をご検討ください。"
+        "オンラインでの開催となり、参加費は無料です。申し込みはウェブサイトから受け付けています。"
+    )
+    assert off_topic_detail(announcement, own) is None  # without other prompts it cannot be told
+    found = off_topic_detail(announcement, own, others)
+    assert found is not None
+    assert found.startswith("matches "), found
+    # An answer about its own question matches it better than the others.
+    answer = "映画祭の審査では、作品の独創性、演出と映像の完成度、そして観客への訴求力という三つの観点で評価します。"
+    assert off_topic_detail(answer, own, others) is None
