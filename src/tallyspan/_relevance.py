@@ -404,8 +404,9 @@ _SENTENCE = re.compile(r"(?:[^。！？!?.\n]|\.(?!\s|\Z))+[。！？!?.]*")
 _OFFER = re.compile(
     r"お手伝い|手伝わせ|説明(?:する|いたす|させていただく)?ことができ|喜んで(?:お手伝い|ご説明|お答え|協力)|承知(?:しました|いたしました)"
     r"|かしこまりました|わかりました|分かりました|質問させて|お答えします|お任せください"
-    r"|(?i:happy to help|glad to help|love to help|i can help|i(?:'d| would) (?:be happy|love) to|\bsure\b"
-    r"|\babsolutely\b|\bof course\b|\bcertainly\b|let me know|let me start|i can explain)"
+    # "Sure", "Of course" alone say yes: an answer to a yes-or-no question, not an offer.
+    r"|(?i:happy to help|glad to help|love to help|i can help|i(?:'d| would) (?:be happy|love) to"
+    r"|let me know|let me start|i can explain)"
 )
 #: A greeting may stand beside offers and questions back; alone it is no reply of that kind.
 _GREETING = re.compile(r"(?i)(?:こんにちは|こんばんは|おはようございます|hello|hi|hey)[!！。.]?")
