@@ -163,7 +163,7 @@ def is_refusal(text: str, compact: str | None = None) -> bool:
 
 # --- reasoning -------------------------------------------------------------------------------------
 
-_THINK_BLOCK = re.compile(r"(?is)<(think|thinking|reasoning|reflection)>.*?(?:</\1>|\Z)")
+_THINK_BLOCK = re.compile(r"(?is)<(think|thinking|reasoning|reflection)>(.*?)(?:</\1>|\Z)")
 _LONE_CLOSE = re.compile(r"(?i)</(?:think|thinking|reasoning|reflection)>")
 _HARMONY = re.compile(r"<\|(?:channel|start|message|end|return|constrain)\|>|<\|channel\|>\s*analysis")
 _OPENERS = re.compile(
@@ -214,9 +214,11 @@ def find_reasoning_leak(text: str, reasoning_text: str = "") -> str | None:
             answer is a leak too.
     """
     if "<" in MARKS(text):  # every tag and harmony token opens with "<"
-        if _THINK_BLOCK.search(text):
+        # A bare tag or an empty block leaks nothing (servers that strip the reasoning often leave them).
+        if any(block.group(2).strip() for block in _THINK_BLOCK.finditer(text)):
             return "think block in the output"
-        if _LONE_CLOSE.search(text):
+        lone = _LONE_CLOSE.search(text)
+        if lone is not None and _THINK_BLOCK.sub("", text[: lone.start()]).strip():
             return "closing think tag in the output"
         if _HARMONY.search(text):
             return "harmony channel token in the output"

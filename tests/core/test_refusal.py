@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from tallyspan import Contract, check
 from tallyspan._refusal import find_claims, find_reasoning_leak, first_turn, is_refusal, strip_reasoning
 
 REFUSAL = "I can't help with that."
@@ -338,3 +339,33 @@ def test_claims_are_the_same_with_the_prefilter_as_with_every_text_scanned(
     slow = [(find_claims(text, []), find_claims(text, allowed)) for text in texts]
     assert fast == slow
     assert sum(bool(kinds) for kinds, _ in slow) > 500  # claims are found, not only their absence
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        "<think></think>\n東京は日本の首都です。人口は多いです。",
+        "<think>\n\n</think>\n\n東京は日本の首都です。人口は多いです。",
+        "</think>\n東京は日本の首都です。人口は多いです。",
+        "\n</think>\n\n東京は日本の首都です。人口は多いです。",
+    ],
+)
+def test_an_empty_think_block_or_a_bare_closing_tag_leaks_nothing(output: str) -> None:
+    assert find_reasoning_leak(output) is None
+    assert check(output, Contract(language="ja", min_chars=10)).violation_types == ()
+
+
+def test_a_bare_think_tag_is_no_answer_and_no_leak_and_counts_no_characters() -> None:
+    for output in ("<think>", "<think>\n</think>"):
+        result = check(output, Contract(language="ja", min_chars=10))
+        assert result.violation_types == ("too_short",), output
+        assert [v.detail for v in result.violations] == ["0 chars < min_chars 10"]
+
+
+def test_reasoning_before_a_lone_closing_tag_is_still_a_leak() -> None:
+    assert find_reasoning_leak("The user wants the capital.\n</think>\n東京です。") == (
+        "closing think tag in the output"
+    )
+    assert find_reasoning_leak("<think>\nThe user wants the capital.\n</think>\n東京です。") == (
+        "think block in the output"
+    )
