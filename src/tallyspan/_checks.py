@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from tallyspan._contracts import Contract
 from tallyspan._jsonschema import parse_json_output, schema_problems
-from tallyspan._language import english_requested, language_violations
+from tallyspan._language import english_requested, language_violations, requested_languages
 from tallyspan._patterns import PatternBudget
 from tallyspan._refusal import find_claims, find_reasoning_leak, is_refusal, strip_reasoning
 from tallyspan._relevance import off_topic_detail, other_question_detail
@@ -295,8 +295,9 @@ def _language(given: _Output) -> Iterator[Violation]:
     if given.contract.language is None:
         return
     wanted = english_requested(given.prompt)
+    requested = requested_languages(given.prompt)
     for violation_type, detail in language_violations(
-        given.answer, given.contract.language, english_wanted=wanted
+        given.answer, given.contract.language, english_wanted=wanted, requested=requested
     ):
         yield _violation(violation_type, detail)
 

@@ -31,7 +31,7 @@ from tallyspan._jsonschema import parse_json_output
 from tallyspan._scripts import KANA, MARKS, chinese_evidence, has_fence, latin_bounds, script_counts
 from tallyspan._taxonomy import SUPPORTED_LANGUAGES, ViolationType
 
-__all__ = ["SUPPORTED_LANGUAGES", "ScriptProfile", "language_violations", "profile"]
+__all__ = ["SUPPORTED_LANGUAGES", "ScriptProfile", "language_violations", "profile", "requested_languages"]
 
 _CODE_FENCE = re.compile(r"(?ms)^[ \t]*(```|~~~)[^\n]*\n.*?(?:^[ \t]*\1[ \t]*$|\Z)")
 _INLINE_CODE = re.compile(r"`[^`\n]+`")
@@ -447,24 +447,60 @@ def english_requested(prompt: str | None) -> bool:
     return _ENGLISH_REQUEST.search(prompt) is not None
 
 
+# The prompt asks for its answer (or a part of it) in this language: a translation into it, "in X".
+# "英文" alone is not one: "次の英文を日本語に訳して" gives English to translate into Japanese.
+_REQUESTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("en", re.compile(r"(?i)英語で|英語に(?:訳|翻訳|し|直)|英訳|英文で|英作文|\b(?:in|into) english\b")),
+    (
+        "zh",
+        re.compile(
+            r"(?i)中国語で|中国語に(?:訳|翻訳|し|直)|中訳|中文で|\b(?:in|into) (?:chinese|mandarin)\b"
+        ),
+    ),
+    ("ko", re.compile(r"(?i)韓国語で|韓国語に(?:訳|翻訳|し|直)|韓訳|\b(?:in|into) korean\b")),
+    ("ja", re.compile(r"(?i)日本語で|日本語に(?:訳|翻訳|し|直)|和訳|\b(?:in|into) japanese\b")),
+)
+
+
+def requested_languages(prompt: str | None) -> frozenset[str]:
+    """The languages the prompt explicitly asks its answer to be written in ("英訳して", "in English")."""
+    if not prompt:
+        return frozenset()
+    return frozenset(language for language, pattern in _REQUESTS if pattern.search(prompt))
+
+
 def language_violations(
-    text: str, required: str, *, english_wanted: bool = False
+    text: str,
+    required: str,
+    *,
+    english_wanted: bool = False,
+    requested: frozenset[str] = frozenset(),
 ) -> list[tuple[ViolationType, str]]:
     """Return the language violations of ``text`` when ``required`` is the contract's language.
 
     Returns (type, content-free detail) pairs: ``not_japanese`` (Japanese required, no Japanese found),
     ``wrong_language`` (other required languages), ``chinese_in_japanese``, ``broken_language_mix``.
     Empty or emoji-only text, and a deliverable that is only code or data, have none. With
-    ``english_wanted`` (the prompt asked for English), whole English sentences are not a mix.
+    ``english_wanted`` (the prompt mentions English), whole English sentences are not a mix.
+    ``requested`` (``requested_languages`` of the prompt) overrides the contract: an answer written in
+    a language the question asked for has no language violation, and Chinese asked for in a Japanese
+    answer is no Chinese in Japanese.
     """
     found = profile(text)
     if found.primary in ("none", "code"):
         return []
+    requested = requested - {required}  # the contract's own language asked for again changes nothing
+    if found.primary in requested:
+        return []
+    english_wanted = english_wanted or "en" in requested
     counts = f"{found.kana} kana, {found.han} han, {found.words} latin words"
     if required == "ja":
         if not found.japanese and found.primary != "ja":
             return [(ViolationType.NOT_JAPANESE, f"primary language {found.primary}, not ja ({counts})")]
-        return _japanese_violations(found, english_wanted)
+        found_violations = _japanese_violations(found, english_wanted)
+        if "zh" in requested:
+            return [pair for pair in found_violations if pair[0] is not ViolationType.CHINESE_IN_JAPANESE]
+        return found_violations
     if required == "zh":
         # Kanji-only text without Chinese evidence profiles as ja; only kana makes it Japanese.
         if found.primary in ("en", "ko") or (found.primary == "ja" and found.kana > 0.1 * found.han):

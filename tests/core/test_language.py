@@ -10,7 +10,7 @@ import pytest
 
 from tallyspan import Contract, check
 from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
-from tallyspan._language import english_requested, language_violations, profile
+from tallyspan._language import english_requested, language_violations, profile, requested_languages
 from tallyspan._taxonomy import ViolationType
 
 
@@ -462,3 +462,52 @@ def test_bare_programs_and_data_are_recognised_by_their_parsers_and_have_no_lang
     # English prose is still English, even one that parses as a Python expression.
     prose = "The capital of Denmark is Copenhagen.\nIt is known for its vibrant art scene and design."
     assert check(prose, contract).violation_types == ("not_japanese",)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "languages"),
+    [
+        ("「今日は晴れです」を英訳してください。", {"en"}),
+        ("これを英語で書いてください。", {"en"}),
+        ("Translate this into English.", {"en"}),
+        ("次の英文を日本語に訳してください：It is sunny.", {"ja"}),
+        ("「今日は晴れです」を中国語に訳してください。", {"zh"}),
+        ("韓国語で挨拶を書いてください。", {"ko"}),
+        ("Please answer in Japanese.", {"ja"}),
+        ("今日の天気を教えてください。", set()),
+        (None, set()),
+    ],
+)
+def test_the_languages_a_prompt_asks_for_are_read_from_its_own_words(
+    prompt: str | None, languages: set[str]
+) -> None:
+    assert requested_languages(prompt) == languages
+
+
+def test_every_language_type_follows_the_language_the_question_asks_for() -> None:
+    japanese = Contract(language="ja")
+    english = "The weather is fine today, so I will go for a walk in the park."
+    assert (
+        check(
+            english, japanese, prompt="「今日は天気が良いので公園を散歩します」を英訳してください。"
+        ).violation_types
+        == ()
+    )
+    # English given as the text to translate is no request for English.
+    assert check(
+        english, japanese, prompt="次の英文を日本語に訳してください：The weather is fine."
+    ).violation_types == ("not_japanese",)
+    chinese = "今天天气很好，我们去公园散步吧。"
+    assert (
+        check(chinese, japanese, prompt="「今日は天気が良い」を中国語に訳してください。").violation_types
+        == ()
+    )
+    assert (
+        check("今日は天気が良いです。", Contract(language="en"), prompt="Answer in Japanese.").violation_types
+        == ()
+    )
+    # The contract's own language asked for again changes nothing.
+    mixed = "日本語で答えます。We fixed the bug today and shipped it.\n以上です。"
+    assert check(mixed, japanese, prompt="日本語で答えてください。").violation_types == (
+        "broken_language_mix",
+    )
