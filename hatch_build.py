@@ -1,6 +1,6 @@
-"""Build hook: compile the optional C module ``tallyspan._scan`` (src/tallyspan/_scan.c) into the wheel.
+"""Build hook: compile the optional C module ``tallyspan._engine._scan`` (src/tallyspan/_engine/_scan.c) into the wheel.
 
-The module runs the language checks' character scans in C (tallyspan/_scripts.py says which). It is
+The module runs the language checks' character scans in C (tallyspan/_engine/_scripts.py says which). It is
 optional: where no C compiler or Python headers are found, the build warns and makes a pure-Python
 wheel, and tallyspan uses its pure-Python scans, with the same verdicts at a higher cost. An editable
 install (``pip install -e .``) puts the compiled module beside the sources, where Python imports them
@@ -19,8 +19,8 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-MODULE = "tallyspan._scan"
-SOURCE = Path("src", "tallyspan", "_scan.c")
+MODULE = "tallyspan._engine._scan"
+SOURCE = Path("src", "tallyspan", "_engine", "_scan.c")
 
 
 class ScanModuleHook(BuildHookInterface):  # type: ignore[type-arg]
@@ -38,7 +38,7 @@ class ScanModuleHook(BuildHookInterface):  # type: ignore[type-arg]
                 "the checks use their pure-Python scans"
             )
             return
-        target = f"tallyspan/{built.name}"
+        target = f"tallyspan/_engine/{built.name}"
         if version == "editable":
             shutil.copy2(built, Path(self.root, "src", target))
         else:

@@ -609,11 +609,14 @@ def interpreter_for(case: str, peers_python: str) -> str | None:
 
 
 def _version(python: str, case: str) -> str:
-    """The case's version; for the chain, also whether its checks scan in C (``tallyspan._scan``)."""
+    """The case's version; for the chain, also whether its checks scan in C (``tallyspan._engine._scan``)."""
     distribution = DISTRIBUTIONS.get(case, "tallyspan")
     code = f"from importlib.metadata import version; print(version({distribution!r}))"
     if case == "tallyspan_chain":
-        code += "; from tallyspan import _scripts; print('(C scans)' if _scripts.ACCELERATED else '(Python scans)')"
+        code += (
+            "; from tallyspan._engine import _scripts"
+            "; print('(C scans)' if _scripts.ACCELERATED else '(Python scans)')"
+        )
     done = subprocess.run([python, "-c", code], capture_output=True, text=True)
     return " ".join(done.stdout.split()) or "?"
 

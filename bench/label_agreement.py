@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tallyspan import CheckResult, Contract, _words, check
-from tallyspan._contracts import NamedPattern
+from tallyspan import CheckResult, Contract, check
+from tallyspan._contract._contracts import NamedPattern
+from tallyspan._engine import _words
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data"

@@ -1,4 +1,4 @@
-"""Build src/tallyspan/_hanzi_table.py: Han characters that mark Chinese rather than Japanese text.
+"""Build src/tallyspan/_engine/_hanzi_table.py: Han characters that mark Chinese rather than Japanese text.
 
 Data source: Python's own codecs, no download and no third-party package.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TARGET = Path(__file__).resolve().parents[1] / "src" / "tallyspan" / "_hanzi_table.py"
+TARGET = Path(__file__).resolve().parents[1] / "src" / "tallyspan" / "_engine" / "_hanzi_table.py"
 
 
 def _encodable(char: str, codec: str) -> bool:

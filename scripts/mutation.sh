@@ -21,9 +21,9 @@ VENV_BIN="${VENV_BIN:-$(dirname "$(command -v python || echo .)")}"
 
 case "${AREA}" in
 engine)
-    MUTATE="src/tallyspan/_checks.py src/tallyspan/_language.py src/tallyspan/_refusal.py
-        src/tallyspan/_relevance.py src/tallyspan/_repetition.py src/tallyspan/_jsonschema.py
-        src/tallyspan/_ledger.py src/tallyspan/_scripts.py src/tallyspan/_literals.py"
+    MUTATE="src/tallyspan/_engine/_checks.py src/tallyspan/_engine/_language.py src/tallyspan/_engine/_refusal.py
+        src/tallyspan/_engine/_relevance.py src/tallyspan/_engine/_repetition.py src/tallyspan/_engine/_jsonschema.py
+        src/tallyspan/_books/_ledger.py src/tallyspan/_engine/_scripts.py src/tallyspan/_engine/_literals.py"
     TESTS="tests/core/test_checks.py tests/core/test_engine_rules.py tests/core/test_language.py
         tests/core/test_relevance.py tests/core/test_repetition.py tests/core/test_ledger.py
         tests/core/test_contracts.py tests/core/test_jsonschema.py tests/core/test_refusal.py
@@ -51,7 +51,7 @@ store)
         tests/exporters/test_store_rows.py tests/core/test_memory.py"
     ;;
 cli)
-    MUTATE="src/tallyspan/cli/*.py src/tallyspan/_store_queries.py src/tallyspan/_store_ledger.py"
+    MUTATE="src/tallyspan/cli/*.py src/tallyspan/_store/_store_queries.py src/tallyspan/_store/_store_ledger.py"
     TESTS="tests/cli"
     # mutmut's CPU limit per mutant counts the tests' own time, not their fixtures' (the recorded store,
     # the demo and export workloads take seconds): without this margin a mutant that changes nothing could

@@ -1,6 +1,6 @@
 """The ledger in the embedded SQLite store, where ``tallyspan ledger`` reads it.
 
-Writes the ``ledger_entries`` and ``ledger_reconciliations`` tables of ``tallyspan._store_schema``
+Writes the ``ledger_entries`` and ``ledger_reconciliations`` tables of ``tallyspan._store._store_schema``
 (ids as lower-case hex). A run written again replaces its rows, so a replay never doubles the books.
 The store has no column for why a claim was malformed: the reason goes in ``summary`` as
 ``malformed: <reason>``.

@@ -12,16 +12,16 @@ Usage::
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
+from tallyspan._engine._taxonomy import FAILURE_CLASS_OF, FailureClass, ViolationType
 from tallyspan._errors import ConfigError, ContractError, Rejected, TallyspanError
 from tallyspan._selfstats import reset_stats, stats
 from tallyspan._stage import StageInfo, current_stage, stage
-from tallyspan._taxonomy import FAILURE_CLASS_OF, FailureClass, ViolationType
 from tallyspan._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from tallyspan import ledger
-    from tallyspan._checks import CheckResult, Violation, check
-    from tallyspan._contracts import Contract, ContractSet, load_contracts
+    from tallyspan._contract._contracts import Contract, ContractSet, load_contracts
+    from tallyspan._engine._checks import CheckResult, Violation, check
     from tallyspan._instrument import (
         DEFAULT_STORE,
         Instrumentation,
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 # instrumentor (which imports tallyspan.semconv and tallyspan.plugin) never loads the wiring of
 # instrument(), the ledger or the tool decorator; the check engine and the contracts (regex, YAML,
 # jsonschema, pydantic models) load with the first contract or check.
-_ENGINE, _CONTRACTS = f"{__name__}._checks", f"{__name__}._contracts"
+_ENGINE, _CONTRACTS = f"{__name__}._engine._checks", f"{__name__}._contract._contracts"
 _INSTRUMENT, _TOOL = f"{__name__}._instrument", f"{__name__}._tool"
 _LAZY = {
     "CheckResult": _ENGINE,

@@ -19,8 +19,8 @@ from tallyspan._errors import ConfigError
 from tallyspan._fork import renew_lock_after_fork
 
 if TYPE_CHECKING:  # types only: loading the settings must not import the check engine or the ledger
-    from tallyspan._contracts import ContractSet
-    from tallyspan._ledger_api import LedgerSink
+    from tallyspan._books._ledger_api import LedgerSink
+    from tallyspan._contract._contracts import ContractSet
 
 __all__ = [
     "DEFAULT_CONTRACTS_MAX_BYTES",
@@ -83,7 +83,7 @@ ENV_DB = "TALLYSPAN_DB"
 
 ENV_NO_EXTENSIONS = "TALLYSPAN_NO_EXTENSIONS"
 """Set (to anything but empty) to use the pure-Python scans even where the optional C module
-``tallyspan._scan`` was built: the same verdicts, at about one and a half times the checks' cost. For
+``tallyspan._engine._scan`` was built: the same verdicts, at about one and a half times the checks' cost. For
 telling a fault of the module from one of the checks."""
 
 ENV_CONTRACTS = "TALLYSPAN_CONTRACTS"

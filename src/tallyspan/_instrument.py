@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 
 from tallyspan import semconv
 from tallyspan._adopt import Borrowed, Guarded, adopt, give_back, remove
+from tallyspan._books._ledger_api import LedgerSink
 from tallyspan._config import (
     DEFAULT_OTLP_PROTOCOL,
     ENV_SERVICE_NAME,
@@ -55,7 +56,6 @@ from tallyspan._config import (
 )
 from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
-from tallyspan._ledger_api import LedgerSink
 from tallyspan._requirements import dependency_conflict
 from tallyspan._selfstats import swallowed
 from tallyspan._state import RunningState, set_active
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     # do not pay (tallyspan_instrumentors._base).
     from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-    from tallyspan._contracts import ContractSet
+    from tallyspan._contract._contracts import ContractSet
 
 __all__ = ["DEFAULT_STORE", "Instrumentation", "instrument", "instrumentation", "uninstrument"]
 
@@ -297,7 +297,7 @@ def uninstrument() -> None:
 def _load_contracts(contracts: Any) -> ContractSet | None:
     if contracts is None:
         return None
-    from tallyspan._contracts import load_contracts
+    from tallyspan._contract._contracts import load_contracts
 
     return load_contracts(contracts)
 

@@ -31,8 +31,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
+from tallyspan._books._ledger import DEFAULT_LOG_TOOL
 from tallyspan._errors import Rejected
-from tallyspan._ledger import DEFAULT_LOG_TOOL
 from tallyspan._selfstats import swallowed
 from tallyspan._state import active, capture_content
 from tallyspan._tool_spans import end_tool_span, json_text

@@ -71,7 +71,7 @@ def _instrument() -> Instrumentation:
         active = instrument(instrumentors=())
     except ConfigError as exc:  # the message names the file, stage and field: no traceback
         _logger.error("tallyspan: %s; no model output is checked until %s is fixed", exc, ENV_CONTRACTS)
-        from tallyspan._contracts import ContractSet
+        from tallyspan._contract._contracts import ContractSet
 
         active = instrument(contracts=ContractSet(), instrumentors=())
     active.zero_code = True

@@ -12,10 +12,10 @@ Usage::
 
     ledger.claim("c1", "book_flight", "succeeded")   # for agents that log in code, not via log_action
 
-The rules are in :mod:`tallyspan._ledger` and ARCHITECTURE.md ("Double-entry ledger").
+The rules are in :mod:`tallyspan._books._ledger` and ARCHITECTURE.md ("Double-entry ledger").
 """
 
-from tallyspan._ledger import (
+from tallyspan._books._ledger import (
     BALANCE_TYPES,
     DEFAULT_LOG_TOOL,
     OUTCOMES,
@@ -29,7 +29,7 @@ from tallyspan._ledger import (
     parse_log_arguments,
     reconcile,
 )
-from tallyspan._ledger_api import LedgerEntry, LedgerRecord, LedgerSink, claim
+from tallyspan._books._ledger_api import LedgerEntry, LedgerRecord, LedgerSink, claim
 
 __all__ = [
     "BALANCE_TYPES",

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tallyspan._books._runs import declares_run, is_local_root, is_run_container, is_run_span
 from tallyspan._config import (
     GRPC_INSTALL_HINT,
     ExportSettings,
@@ -59,18 +60,18 @@ from tallyspan._content import (
     ToolContent,
     content_buffer,
 )
+from tallyspan._engine._taxonomy import FAILURE_CLASS_OF, ViolationType
 from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork, start_thread
 from tallyspan._json_encoding import json_bytes_encoder, json_encoder
 from tallyspan._memory import release_free_memory
 from tallyspan._metrics import record_run, record_violations
 from tallyspan._requirements import UnmetRequirements, dependency_conflict
-from tallyspan._runs import declares_run, is_local_root, is_run_container, is_run_span
 from tallyspan._selfstats import count, stats, swallowed
 from tallyspan._span_reading import SDK_SPAN_TYPES, plain_attributes
 from tallyspan._stage import current_stage
 from tallyspan._state import RunningState, active
-from tallyspan._store_schema import (
+from tallyspan._store._store_schema import (
     BUSY_TIMEOUT_MS,
     LEDGER_ENTRIES,
     LEDGER_RECONCILIATIONS,
@@ -83,14 +84,13 @@ from tallyspan._store_schema import (
     is_locked,
     migration,
 )
-from tallyspan._taxonomy import FAILURE_CLASS_OF, ViolationType
 from tallyspan._tool_spans import end_tool_span, json_text
 from tallyspan._turns import TURN_SLICE_S, Turns, hand_over_to_due, turn_threshold
 from tallyspan._version import __version__
 
 if TYPE_CHECKING:
-    from tallyspan._checks import CheckResult, check
-    from tallyspan._contracts import Contract, ContractSet
+    from tallyspan._contract._contracts import Contract, ContractSet
+    from tallyspan._engine._checks import CheckResult, check
 
 # The check engine and the contracts load on first use (see tallyspan/__init__.py): an instrumentor
 # imports this module and must not pay for regex, YAML or jsonschema.

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._store_schema import connect
+from tallyspan._store._store_schema import connect
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
 from tallyspan_exporters import SQLiteSpanExporter
 

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._store_schema import connect
+from tallyspan._store._store_schema import connect
 from tallyspan.cli import main
 from tallyspan.cli.demo import load_script
 
@@ -212,7 +212,7 @@ def test_demo_without_the_openai_instrumentor_or_the_contract_engine_says_so(
 ) -> None:
     # What the imports see when those parts are not installed; the demo still runs and reports.
     monkeypatch.setitem(sys.modules, "tallyspan_instrumentors.openai", None)
-    monkeypatch.setitem(sys.modules, "tallyspan._contracts", None)
+    monkeypatch.setitem(sys.modules, "tallyspan._contract._contracts", None)
     result = CliRunner().invoke(main, ["demo"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[1:6] == [

@@ -41,8 +41,8 @@ from tqdm import tqdm
 import tallyspan
 from tallyspan._datasets import schema_file
 from tallyspan._datasets._failure_logs import CARD_MARKER
-from tallyspan._store_queries import count_traces, open_store
-from tallyspan._taxonomy import FailureClass
+from tallyspan._engine._taxonomy import FailureClass
+from tallyspan._store._store_queries import count_traces, open_store
 from tallyspan.cli import main
 from tallyspan.cli.demo import load_script, run_demo
 from tallyspan.cli.export import ExportResult, export, format_result, parse_when

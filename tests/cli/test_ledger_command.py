@@ -12,8 +12,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from tests.cli.conftest import Recorded
 
 import tallyspan
-from tallyspan._store_queries import ledger_books, open_store
-from tallyspan._store_schema import connect
+from tallyspan._store._store_queries import ledger_books, open_store
+from tallyspan._store._store_schema import connect
 from tallyspan.cli import main
 from tallyspan.cli.ledger import LedgerLine, LedgerSide, command, load_books
 
@@ -222,7 +222,7 @@ def test_missing_store_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_empty_store_says_so(db_path: Path) -> None:
-    from tallyspan._store_schema import connect
+    from tallyspan._store._store_schema import connect
 
     connect(db_path).close()
     code, output = _invoke(db_path)
@@ -235,7 +235,7 @@ def test_the_command_is_named_ledger() -> None:
 
 
 def test_id_less_claims_sit_beside_the_earliest_unclaimed_call_of_their_tool() -> None:
-    from tallyspan._store_queries import ledger_lines
+    from tallyspan._store._store_queries import ledger_lines
 
     rows = [
         {

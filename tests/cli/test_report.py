@@ -18,7 +18,7 @@ from tests.cli.conftest import RECORDED_TOKENS, Filled, Recorded
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._store_schema import connect
+from tallyspan._store._store_schema import connect
 from tallyspan.cli import main
 from tallyspan.plugin import count
 from tallyspan_exporters import SQLiteSpanExporter
@@ -352,7 +352,7 @@ def test_a_chain_of_three_model_spans_is_one_call_with_its_stage_tokens_and_viol
 
 
 def test_a_run_whose_books_balance_but_whose_protocol_broke_counts_as_unbalanced(filled: Filled) -> None:
-    from tallyspan._store_schema import connect
+    from tallyspan._store._store_schema import connect
 
     db = connect(filled.path)
     for trace_id, balanced, protocol_ok in (("ab" * 16, 1, 0), ("cd" * 16, 1, 1)):

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tests.cli.conftest import Filled, Recorded
 
 from tallyspan import semconv
-from tallyspan._store_schema import connect
+from tallyspan._store._store_schema import connect
 from tallyspan.cli import main
 from tallyspan_exporters import SQLiteSpanExporter
 

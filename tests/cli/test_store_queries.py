@@ -1,4 +1,4 @@
-"""The store's read API for scripts (``tallyspan._store_queries``): what the commands do not reach, and the
+"""The store's read API for scripts (``tallyspan._store._store_queries``): what the commands do not reach, and the
 bounds of ``--since`` and of a span row."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from tests.cli.conftest import Filled, Recorded, age_trace
 
 from tallyspan import semconv
-from tallyspan._store_ledger import like_prefix
-from tallyspan._store_queries import (
+from tallyspan._store._store_ledger import like_prefix
+from tallyspan._store._store_queries import (
     LedgerRun,
     ModelUsage,
     StoreNotFoundError,
@@ -34,7 +34,7 @@ from tallyspan._store_queries import (
     store_overview,
     violations_by_stage_and_type,
 )
-from tallyspan._store_schema import connect
+from tallyspan._store._store_schema import connect
 from tallyspan.cli import main
 from tallyspan_exporters import SQLiteSpanExporter
 

@@ -63,9 +63,13 @@ def _prometheus_names(defined: Iterable[str]) -> set[str]:
 def _python_references() -> set[str]:
     """API references (``tallyspan.instrument``), package and entry point names, the store file: not telemetry."""
     api = {f"tallyspan.{name}" for name in dir(tallyspan) if not name.startswith("_")}
-    # Modules named in the docs (tallyspan._scan, the optional C module, has a stub whether built or not).
+    # Modules named in the docs (tallyspan._engine._scan, the optional C module, has a stub whether built or not).
     source = Path(tallyspan.__file__).parent
-    modules = {f"tallyspan.{path.stem}" for pattern in ("*.py", "*.pyi") for path in source.glob(pattern)}
+    modules = {
+        ".".join(("tallyspan", *path.relative_to(source).with_suffix("").parts))
+        for pattern in ("*.py", "*.pyi")
+        for path in source.rglob(pattern)
+    }
     packages = {
         name
         for name in ("tallyspan_instrumentors", "tallyspan_processors", "tallyspan_exporters")

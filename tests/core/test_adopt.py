@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._store_schema import connect
+from tallyspan._store._store_schema import connect
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply
 
 CONTRACTS: dict[str, Any] = {"contracts": {"answer": {"language": "ja", "min_chars": 5}}}

@@ -442,7 +442,7 @@ def test_deep_nesting_is_refused_without_recursion_and_the_other_rules_still_run
 def test_a_rule_that_raises_is_recorded_counted_and_the_others_still_run(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from tallyspan import _checks
+    from tallyspan._engine import _checks
 
     def broken(given: object) -> list[Violation]:
         raise RuntimeError("a bug in one rule")
@@ -456,7 +456,9 @@ def test_a_rule_that_raises_is_recorded_counted_and_the_others_still_run(
     assert result.check_errors == ("language", "refusal")
     stats = tallyspan.stats()
     assert (stats["errors.check_rule.language"], stats["errors.check_rule.refusal"]) == (1, 1)
-    warnings = [record.getMessage() for record in caplog.records if record.name == "tallyspan._checks"]
+    warnings = [
+        record.getMessage() for record in caplog.records if record.name == "tallyspan._engine._checks"
+    ]
     assert [message.split(" (logged once")[0] for message in warnings] == [
         "the check rule 'refusal' failed",
         "the check rule 'language' failed",
@@ -464,7 +466,7 @@ def test_a_rule_that_raises_is_recorded_counted_and_the_others_still_run(
 
 
 def test_every_rule_has_a_stable_name() -> None:
-    from tallyspan import _checks
+    from tallyspan._engine import _checks
 
     assert [name for name, _ in _checks.RULES] == [
         "length", "required", "json_schema", "forbidden", "refusal", "reasoning", "claims", "relevance",

@@ -9,7 +9,7 @@ import pytest
 
 import tallyspan
 from tallyspan import Contract, ContractError, ContractSet, load_contracts
-from tallyspan._contracts import NamedPattern
+from tallyspan._contract._contracts import NamedPattern
 
 YAML = """\
 contracts:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tallyspan import Contract, check
-from tallyspan._contracts import Claims
+from tallyspan._contract._contracts import Claims
 
 CONTRACT = Contract(
     language="ja",

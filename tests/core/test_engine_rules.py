@@ -1,4 +1,4 @@
-"""Each rule of the check engine (``tallyspan._checks.RULES``) at its boundaries, with no shared data.
+"""Each rule of the check engine (``tallyspan._engine._checks.RULES``) at its boundaries, with no shared data.
 
 The cases sit on the exact edge of each threshold (one side passes, the other fails), so that a flipped
 comparison or a dropped guard in the engine makes a test here fail (see CONTRIBUTING.md, mutation testing).
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from tallyspan import Contract, ViolationType, check
-from tallyspan._checks import RULES
-from tallyspan._language import language_violations
-from tallyspan._refusal import is_refusal
+from tallyspan._engine._checks import RULES
+from tallyspan._engine._language import language_violations
+from tallyspan._engine._refusal import is_refusal
 
 JAPANESE = "今日は会議の資料を作成しました。"
 # 20 han characters of Chinese, no kana.
@@ -74,8 +74,8 @@ def test_patterns_left_without_time_are_not_verified_and_the_budget_is_named(
     """A spent budget (here: none to begin with) leaves every pattern unverified, never passed."""
     import functools
 
-    from tallyspan import _checks
-    from tallyspan._patterns import PatternBudget
+    from tallyspan._contract._patterns import PatternBudget
+    from tallyspan._engine import _checks
 
     monkeypatch.setattr(_checks, "PatternBudget", functools.partial(PatternBudget, total_s=0.0))
     result = check("判定：合格", Contract(required=[r"判定"], forbidden=[r"社外秘"]))
@@ -323,18 +323,18 @@ def test_a_failing_reasoning_strip_is_counted_logged_and_the_rules_judge_the_raw
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     import tallyspan
-    from tallyspan import _checks
+    from tallyspan._engine import _checks
 
     def broken(text: str) -> str:
         raise RuntimeError("a bug in the stripping")
 
     monkeypatch.setattr(_checks, "strip_reasoning", broken)
-    with caplog.at_level("WARNING", logger="tallyspan._checks"):
+    with caplog.at_level("WARNING", logger="tallyspan._engine._checks"):
         result = check("<think>考え</think>あいう", Contract(min_chars=21, allow_reasoning=True))
     assert result.check_errors == ("strip_reasoning",)
     assert result.violations[0].detail == "20 chars < min_chars 21"  # the raw output, reasoning and all
     assert tallyspan.stats()["errors.check_rule.strip_reasoning"] == 1
-    assert [record.name for record in caplog.records] == ["tallyspan._checks"]
+    assert [record.name for record in caplog.records] == ["tallyspan._engine._checks"]
     assert caplog.records[0].getMessage().startswith("stripping reasoning from an output failed (logged once")
 
 

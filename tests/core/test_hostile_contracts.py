@@ -24,7 +24,7 @@ import pytest
 
 import tallyspan
 from tallyspan import Contract, ContractError, check, load_contracts
-from tallyspan._patterns import PATTERN_BUDGET_ERROR, PATTERN_BUDGET_S, PatternBudget
+from tallyspan._contract._patterns import PATTERN_BUDGET_ERROR, PATTERN_BUDGET_S, PatternBudget
 
 MEMORY_LIMIT = 512 << 20
 """Address space of the child: the interpreter with tallyspan imported uses about 50 MB of it."""

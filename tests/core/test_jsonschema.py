@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from jsonschema.exceptions import SchemaError
 
-from tallyspan._jsonschema import (
+from tallyspan._engine._jsonschema import (
     MAX_JSON_DEPTH,
     JsonTooDeepError,
     compile_schema,

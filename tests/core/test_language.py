@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tallyspan import Contract, check
-from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
-from tallyspan._language import english_requested, language_violations, profile, requested_languages
-from tallyspan._taxonomy import ViolationType
+from tallyspan._engine._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
+from tallyspan._engine._language import english_requested, language_violations, profile, requested_languages
+from tallyspan._engine._taxonomy import ViolationType
 
 
 def _types(text: str, required: str = "ja") -> list[str]:
@@ -431,7 +431,7 @@ def test_english_requested_matches_the_plain_search() -> None:
     import random
     import re
 
-    from tallyspan._language import _ENGLISH_REQUEST
+    from tallyspan._engine._language import _ENGLISH_REQUEST
 
     rng = random.Random(11)
     pieces = ["英語で", "英訳", "英作文", "英", "in english", "INTO English", "In  English", "n", "N", "ñ", "日本語で",

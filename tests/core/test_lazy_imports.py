@@ -17,9 +17,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-ENGINE = ("tallyspan._checks", "tallyspan._language", "tallyspan._jsonschema", "jsonschema")
+ENGINE = (
+    "tallyspan._engine._checks",
+    "tallyspan._engine._language",
+    "tallyspan._engine._jsonschema",
+    "jsonschema",
+)
 OTLP = ("opentelemetry.sdk._logs", "requests", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
-HEAVY = (*ENGINE, *OTLP, "tallyspan._contracts", "yaml", "regex")
+HEAVY = (*ENGINE, *OTLP, "tallyspan._contract._contracts", "yaml", "regex")
 #: Loaded by the store's writer thread with its first write (the database, the JSON of its rows), and by
 #: nothing before it.
 STORE = ("sqlite3", "orjson")
@@ -164,7 +169,8 @@ def test_instrument_with_a_contract_mapping_validates_it_but_loads_no_engine_yam
         """,
         TALLYSPAN_DB=str(tmp_path / "t.db"),
     )
-    assert loaded == ["tallyspan._contracts", "regex"]  # the patterns are compiled: validated eagerly
+    # the patterns are compiled: validated eagerly
+    assert loaded == ["tallyspan._contract._contracts", "regex"]
 
 
 def test_a_contract_without_patterns_loads_no_regex() -> None:
@@ -191,7 +197,7 @@ def test_instrument_with_a_contracts_file_loads_yaml_but_no_engine_or_otlp(tmp_p
         """,
         TALLYSPAN_DB=str(tmp_path / "t.db"),
     )
-    assert loaded == ["tallyspan._contracts", "yaml", "regex"]
+    assert loaded == ["tallyspan._contract._contracts", "yaml", "regex"]
 
 
 def test_an_otlp_endpoint_loads_otlp_export(tmp_path: Path) -> None:
@@ -231,5 +237,5 @@ def test_the_lazy_names_are_the_engine_s_own() -> None:
         assert not check("判定：合格", Contract(required=["判定"])).violations
         """
     )
-    assert "tallyspan._checks" in loaded
+    assert "tallyspan._engine._checks" in loaded
     assert "jsonschema" not in loaded  # only a contract with a json_schema needs it

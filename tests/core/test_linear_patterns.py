@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from tallyspan._patterns import UNTIMED_STEPS, PatternBudget, compile_pattern, contract_flags, linear_nodes
+from tallyspan._contract._patterns import (
+    UNTIMED_STEPS,
+    PatternBudget,
+    compile_pattern,
+    contract_flags,
+    linear_nodes,
+)
 
 
 def _compiled(pattern: str) -> Any:
@@ -148,7 +154,7 @@ def test_a_pattern_let_go_takes_its_linear_verdict_with_it() -> None:
 
     import regex
 
-    from tallyspan import _patterns
+    from tallyspan._contract import _patterns
 
     regex.purge()  # regex's own cache holds compiled patterns too
     pattern = compile_pattern("let-go-before-its-id-is-reused", contract_flags())

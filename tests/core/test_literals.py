@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tallyspan._literals import literal_alternation
+from tallyspan._engine._literals import literal_alternation
 
 
 def _plain(words: list[str]) -> re.Pattern[str]:

@@ -7,7 +7,13 @@ import re
 import pytest
 
 from tallyspan import Contract, check
-from tallyspan._refusal import find_claims, find_reasoning_leak, first_turn, is_refusal, strip_reasoning
+from tallyspan._engine._refusal import (
+    find_claims,
+    find_reasoning_leak,
+    first_turn,
+    is_refusal,
+    strip_reasoning,
+)
 
 REFUSAL = "I can't help with that."
 
@@ -75,7 +81,7 @@ def _top_level_alternatives(pattern: str) -> list[str]:
 
 def test_every_refusal_alternative_holds_an_anchor_word_the_cheap_scan_finds() -> None:
     # is_refusal runs the refusal pattern only where an anchor word occurs: each alternative needs one.
-    from tallyspan import _refusal
+    from tallyspan._engine import _refusal
 
     source = _refusal._REFUSAL.pattern.removeprefix("(?i)")
     alternatives = _top_level_alternatives(source)
@@ -246,7 +252,7 @@ def test_is_refusal_with_the_callers_compact_text_answers_as_without() -> None:
 
 
 def test_the_trigger_prefilter_holds_each_cased_trigger_once() -> None:
-    from tallyspan._refusal import _KIND_OF_CASED_TRIGGER, _trigger_prefilter
+    from tallyspan._engine._refusal import _KIND_OF_CASED_TRIGGER, _trigger_prefilter
 
     ascii_words, groups = _trigger_prefilter(_KIND_OF_CASED_TRIGGER)
     words = {trigger for trigger in _KIND_OF_CASED_TRIGGER if trigger.isascii()}
@@ -282,7 +288,7 @@ def _claim_texts(count: int, seed: int) -> list[str]:
     with characters whose case mapping is not ASCII's (İ ı ſ K ß), surrogates and astral characters."""
     import random
 
-    from tallyspan._refusal import _KIND_OF_CASED_TRIGGER
+    from tallyspan._engine._refusal import _KIND_OF_CASED_TRIGGER
 
     rng = random.Random(seed)
     triggers = sorted(_KIND_OF_CASED_TRIGGER)
@@ -308,7 +314,7 @@ def _claim_texts(count: int, seed: int) -> list[str]:
 
 
 def test_the_trigger_prefilter_passes_every_text_the_trigger_scan_finds_one_in() -> None:
-    from tallyspan._refusal import _ANY_CASED_TRIGGER, _may_hold_trigger
+    from tallyspan._engine._refusal import _ANY_CASED_TRIGGER, _may_hold_trigger
 
     passed = skipped = 0
     for text in _claim_texts(6000, 13):
@@ -330,7 +336,7 @@ def test_the_trigger_prefilter_passes_every_text_the_trigger_scan_finds_one_in()
 def test_claims_are_the_same_with_the_prefilter_as_with_every_text_scanned(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tallyspan import _refusal
+    from tallyspan._engine import _refusal
 
     texts = _claim_texts(4000, 17)
     allowed = ["導入企業300社", "Trusted"]

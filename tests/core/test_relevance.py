@@ -7,7 +7,7 @@ import random
 import pytest
 
 from tallyspan import Contract, check
-from tallyspan._relevance import (
+from tallyspan._engine._relevance import (
     _STOPWORDS,
     _Answer,
     _bigrams,
@@ -491,7 +491,7 @@ def test_the_same_refusal_for_many_prompts_is_a_refusal_each_time_not_another_ta
 def test_an_answer_has_enough_bigrams_exactly_when_the_set_of_all_of_them_is_large_enough() -> None:
     import random
 
-    from tallyspan._relevance import _bigrams, _has_bigrams
+    from tallyspan._engine._relevance import _bigrams, _has_bigrams
 
     rng = random.Random(7)
     alphabet = "漢字日本語カタカナかなabc 。\n𠀀々ｶﾅ"

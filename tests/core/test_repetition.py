@@ -7,7 +7,12 @@ import time
 import pytest
 
 from tallyspan import Contract, check
-from tallyspan._repetition import DEFAULT_MAX_REPEATED_SHARE, _common_prefix, _primitive, repeated_share
+from tallyspan._engine._repetition import (
+    DEFAULT_MAX_REPEATED_SHARE,
+    _common_prefix,
+    _primitive,
+    repeated_share,
+)
 
 ANSWER = "日本の三大都市圏は人口が集中し、経済の中心になっています。交通網も整備されています。"
 
@@ -212,7 +217,7 @@ def test_every_candidate_unit_is_measured_in_a_fixed_order(text: str, covered: i
     """A run's ends hold part of a unit, which ``str.count`` does not see: a bound from the count once
     skipped the best unit when another came first, and the candidates' order follows the hash seed
     (4 seeds in 6 gave 136 characters here)."""
-    from tallyspan._repetition import _candidate_units, _covered
+    from tallyspan._engine._repetition import _candidate_units, _covered
 
     assert max(_covered(text, unit) for unit in _candidate_units(text)) == covered
     share, _ = repeated_share(text)

@@ -1,6 +1,6 @@
-"""The optional C module ``tallyspan._scan`` agrees with the pure-Python scans it stands in for.
+"""The optional C module ``tallyspan._engine._scan`` agrees with the pure-Python scans it stands in for.
 
-``tallyspan._scripts`` runs the language checks' character scans in C where the module was built (the
+``tallyspan._engine._scripts`` runs the language checks' character scans in C where the module was built (the
 build hook, hatch_build.py, compiles it when a compiler is there) and in pure Python where it was not
 or ``TALLYSPAN_NO_EXTENSIONS`` is set. Both must give the same results on every input: the class
 table against the regex classes for every BMP code point, each scan against its Python equivalent on
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tallyspan import _scripts
-from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
-from tallyspan._scripts import (
+from tallyspan._engine import _scripts
+from tallyspan._engine._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
+from tallyspan._engine._scripts import (
     _CLASS_BIGRAM_FIRST,
     _CLASS_BIGRAM_SECOND,
     _CLASS_DIGIT,
@@ -51,7 +51,7 @@ from tallyspan._scripts import (
 )
 
 needs_module = pytest.mark.skipif(
-    not ACCELERATED, reason="the optional C module tallyspan._scan is not built here"
+    not ACCELERATED, reason="the optional C module tallyspan._engine._scan is not built here"
 )
 
 _HANGUL = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xAC00, 0xD7FF))
@@ -77,7 +77,9 @@ def test_the_module_is_built_where_a_compiler_is() -> None:
         pytest.skip("TALLYSPAN_NO_EXTENSIONS is set: the pure-Python scans are in use")
     if not ACCELERATED and not _compiler_available():
         pytest.skip("no C compiler here: the pure-Python scans are in use")
-    assert ACCELERATED, "a C compiler is here but tallyspan._scan is not built: reinstall (pip install -e .)"
+    assert ACCELERATED, (
+        "a C compiler is here but tallyspan._engine._scan is not built: reinstall (pip install -e .)"
+    )
 
 
 def test_the_class_table_holds_each_code_points_classes() -> None:
@@ -126,7 +128,7 @@ def _python_find(text: str, bits: int, start: int | None, end: int | None, last:
 
 @needs_module
 def test_find_and_rfind_agree_with_a_python_scan_within_any_bounds() -> None:
-    from tallyspan import _scan
+    from tallyspan._engine import _scan
 
     rng = random.Random(13)
     table = _class_table()
@@ -211,7 +213,7 @@ class _Index:
     ],
 )
 def test_a_wrong_argument_is_an_exception(call: object, error: type[Exception]) -> None:
-    from tallyspan import _scan
+    from tallyspan._engine import _scan
 
     with pytest.raises(error):
         call(_scan, _class_table())  # type: ignore[operator]
@@ -219,7 +221,7 @@ def test_a_wrong_argument_is_an_exception(call: object, error: type[Exception]) 
 
 @needs_module
 def test_find_sign_agrees_with_a_python_scan_from_any_start() -> None:
-    from tallyspan import _scan
+    from tallyspan._engine import _scan
 
     rng = random.Random(8)
     table = _class_table()
@@ -252,7 +254,7 @@ def test_find_sign_agrees_with_a_python_scan_from_any_start() -> None:
 
 @needs_module
 def test_distinct_in_class_gives_each_character_of_the_class_once_in_order() -> None:
-    from tallyspan import _scan
+    from tallyspan._engine import _scan
 
     rng = random.Random(21)
     table = _class_table()
@@ -268,7 +270,7 @@ def test_distinct_in_class_gives_each_character_of_the_class_once_in_order() -> 
 
 @needs_module
 def test_without_whitespace_is_the_join_of_the_split_for_every_code_point() -> None:
-    from tallyspan import _scan
+    from tallyspan._engine import _scan
 
     every = "".join(chr(point) for point in range(0x110000))  # lone surrogates included
     assert _scan.without_whitespace(every) == "".join(every.split())
@@ -301,7 +303,7 @@ def test_a_character_finder_answers_every_one_character_test_as_the_text_would(
     module: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if module and not ACCELERATED:
-        pytest.skip("the optional C module tallyspan._scan is not built here")
+        pytest.skip("the optional C module tallyspan._engine._scan is not built here")
     if not module:
         monkeypatch.setattr(_scripts, "_scan", None)
     rng = random.Random(34)
@@ -341,7 +343,7 @@ def test_characters_added_to_a_finder_are_found_from_then_on() -> None:
 
 @needs_module
 def test_the_repetition_probes_find_the_units_the_pure_python_probes_find() -> None:
-    from tallyspan._repetition import _candidate_units, python_candidate_units
+    from tallyspan._engine._repetition import _candidate_units, python_candidate_units
 
     rng = random.Random(89)
     pieces = ["ab", "abc", "今週", "問題ありません。", "x" * 7, "漢字", "ｶﾅ", "😀", "\n", " ", "é"]
@@ -369,7 +371,7 @@ def test_the_repetition_probes_find_the_units_the_pure_python_probes_find() -> N
     ],
 )
 def test_wrong_repetition_probe_arguments_are_an_exception(arguments: tuple[object, ...]) -> None:
-    from tallyspan import _scan
+    from tallyspan._engine import _scan
 
     with pytest.raises((TypeError, ValueError)):
         _scan.repeat_units(*arguments)  # type: ignore[arg-type]
@@ -378,10 +380,10 @@ def test_wrong_repetition_probe_arguments_are_an_exception(arguments: tuple[obje
 _VERDICTS = textwrap.dedent(
     """
     import json, sys
-    from tallyspan import _scripts
-    from tallyspan._checks import check
-    from tallyspan._contracts import Contract
-    from tallyspan._language import profile
+    from tallyspan._engine import _scripts
+    from tallyspan._engine._checks import check
+    from tallyspan._contract._contracts import Contract
+    from tallyspan._engine._language import profile
     contracts = [Contract.model_validate({"language": language}) for language in ("ja", "zh", "en", "ko")]
     out = {"accelerated": _scripts.ACCELERATED, "results": []}
     for text in json.load(sys.stdin):
@@ -455,8 +457,8 @@ def test_the_engine_gives_the_same_verdicts_with_and_without_the_module_on_real_
 
 
 def test_the_module_can_be_turned_off() -> None:
-    code = "from tallyspan import _scripts; print(_scripts.ACCELERATED)"
+    code = "from tallyspan._engine import _scripts; print(_scripts.ACCELERATED)"
     env = {**os.environ, "TALLYSPAN_NO_EXTENSIONS": "1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert done.stdout.strip() == "False"
-    assert _scripts.ACCELERATED is ("tallyspan._scan" in sys.modules)
+    assert _scripts.ACCELERATED is ("tallyspan._engine._scan" in sys.modules)

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
-from tallyspan._scripts import (
+from tallyspan._engine._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
+from tallyspan._engine._scripts import (
     _CHUNK_UNITS,
     _CLAUSE_REACH,
     _HAN_MASK,
@@ -44,7 +44,7 @@ def counts(request: pytest.FixtureRequest) -> Counter:
     """Each implementation of the script counts: the C module's (where built) and the pure-Python one."""
     if request.param == "c":
         if not ACCELERATED:
-            pytest.skip("the optional C module tallyspan._scan is not built here")
+            pytest.skip("the optional C module tallyspan._engine._scan is not built here")
         return script_counts
     return python_script_counts
 

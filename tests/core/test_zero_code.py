@@ -31,7 +31,7 @@ from tests.modules import load_script
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._store_queries import ledger_runs, list_spans, open_store, report
+from tallyspan._store._store_queries import ledger_runs, list_spans, open_store, report
 from tallyspan._zero_code import instrument_from_environment
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply
 

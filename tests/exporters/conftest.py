@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tallyspan._store_schema import connect
+from tallyspan._store._store_schema import connect
 
 
 @pytest.fixture

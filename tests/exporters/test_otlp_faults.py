@@ -34,7 +34,7 @@ from tallyspan._config import (
     ENV_SHUTDOWN_TIMEOUT,
     ENV_SPOOL,
 )
-from tallyspan._store_queries import open_store, process_counters
+from tallyspan._store._store_queries import open_store, process_counters
 
 RUNS = 40
 #: Short settings keep the suite fast: one export gives up after 0.5 s, retries at most 0.2 s apart.

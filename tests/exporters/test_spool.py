@@ -24,7 +24,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 import tallyspan
 from tallyspan import semconv
 from tallyspan._config import ExportSettings, ShutdownBudget
-from tallyspan._store_queries import open_store, process_counters
+from tallyspan._store._store_queries import open_store, process_counters
 from tallyspan_exporters._codec import decode_log_record, decode_span, encode_log_record, encode_span
 from tallyspan_exporters._delivery import SCHEDULE_DELAY_S, Attempt, Outbox
 from tallyspan_exporters._otlp import SPAN_CODEC

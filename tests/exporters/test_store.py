@@ -21,10 +21,11 @@ from opentelemetry.trace import Status, StatusCode
 from tests.core.test_json_encoding import TRICKY_ATTRIBUTES
 
 import tallyspan
-from tallyspan import _store_schema, semconv
+from tallyspan import semconv
 from tallyspan._config import Settings
-from tallyspan._store_queries import LedgerRun, ledger_runs
-from tallyspan._store_schema import MIGRATIONS, applied_migrations, connect, migrate
+from tallyspan._store import _store_schema
+from tallyspan._store._store_queries import LedgerRun, ledger_runs
+from tallyspan._store._store_schema import MIGRATIONS, applied_migrations, connect, migrate
 from tallyspan_exporters import SQLiteSpanExporter, store_component
 from tallyspan_processors._worker import DEFAULT_MAX_QUEUE_SIZE
 

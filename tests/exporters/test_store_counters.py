@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import tallyspan
 from tallyspan._selfstats import count
-from tallyspan._store_queries import open_store, process_counters
+from tallyspan._store._store_queries import open_store, process_counters
 from tallyspan_exporters import SQLiteSpanExporter, StoreProcessor
 
 

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from tallyspan import semconv
-from tallyspan._store_schema import VIOLATIONS, connect
+from tallyspan._store._store_schema import VIOLATIONS, connect
 from tallyspan_exporters._store import _SPAN_COLUMNS, _Batch
 from tallyspan_exporters._writer import (
     MAX_ROWS_PER_STATEMENT,

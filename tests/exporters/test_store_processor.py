@@ -21,7 +21,7 @@ from tests.busy_app import work_between_spans
 
 import tallyspan
 from tallyspan._config import Settings, ShutdownBudget
-from tallyspan._store_schema import connect
+from tallyspan._store._store_schema import connect
 from tallyspan_exporters import SQLiteSpanExporter, StoreProcessor, store_component
 
 

@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from tallyspan import semconv
 from tallyspan._selfstats import count
-from tallyspan._store_queries import open_store, process_counters
-from tallyspan._store_schema import connect
+from tallyspan._store._store_queries import open_store, process_counters
+from tallyspan._store._store_schema import connect
 from tallyspan_exporters import SQLiteSpanExporter
 from tallyspan_exporters._writer import Rows, insert_sql
 

@@ -23,8 +23,8 @@ from tests.conftest import MakeInstrumented
 from tests.forking import run_forked
 
 import tallyspan
-from tallyspan._ledger import Reconciliation
-from tallyspan._store_schema import connect
+from tallyspan._books._ledger import Reconciliation
+from tallyspan._store._store_schema import connect
 from tallyspan.ledger import LedgerEntry, LedgerRecord
 from tallyspan_exporters import SQLiteLedgerSink, SQLiteSpanExporter, StoreProcessor
 from tallyspan_exporters._store import MAX_PENDING_SPANS

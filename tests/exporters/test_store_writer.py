@@ -19,7 +19,7 @@ from tests.c_library import CLibrary
 from tests.forking import run_forked
 
 import tallyspan
-from tallyspan._store_schema import SELF_STATS, connect
+from tallyspan._store._store_schema import SELF_STATS, connect
 from tallyspan_exporters._writer import DEFAULT_BATCH_ITEMS, Rows, StoreWriter, WriterThread, insert_sql
 
 _CDLL = ctypes.CDLL  # the real one: the c_library fixture replaces ctypes.CDLL

@@ -23,7 +23,7 @@ from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._store_queries import open_store, report
+from tallyspan._store._store_queries import open_store, report
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply
 
 CONTRACTS = {"contracts": {"weekly_report": {"language": "ja", "min_chars": 20}}}

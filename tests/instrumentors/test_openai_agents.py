@@ -27,7 +27,7 @@ from tests.conftest import AgentsExportReceiver, MakeInstrumented
 import tallyspan
 from tallyspan import semconv
 from tallyspan._content import ModelContent, ToolCallContent, ToolContent, content_buffer
-from tallyspan._store_queries import ledger_runs, open_store, report
+from tallyspan._store._store_queries import ledger_runs, open_store, report
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
 from tallyspan_instrumentors.openai import OpenAIInstrumentor
 from tallyspan_instrumentors.openai_agents import OpenAIAgentsInstrumentor

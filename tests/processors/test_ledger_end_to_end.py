@@ -18,7 +18,7 @@ from tests.recording import RecordingLedgerSink
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._store_schema import connect
+from tallyspan._store._store_schema import connect
 from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToolCall
 
 

@@ -20,7 +20,7 @@ from tests.forking import run_forked
 import tallyspan
 from tallyspan import _selfstats, semconv
 from tallyspan._content import ModelContent, content_buffer
-from tallyspan._store_schema import connect
+from tallyspan._store._store_schema import connect
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tallyspan import semconv
-from tallyspan._contracts import ContractSet
+from tallyspan._books._ledger import DEFAULT_LOG_TOOL, normalize_outcome
+from tallyspan._contract._contracts import ContractSet
 from tallyspan._datasets._failure_logs import iso_utc
 from tallyspan._datasets._model import EntryData, LedgerData, SpanData, TraceData
 from tallyspan._datasets._terms import explain
-from tallyspan._ledger import DEFAULT_LOG_TOOL, normalize_outcome
-from tallyspan._taxonomy import FailureClass, most_severe
+from tallyspan._engine._taxonomy import FailureClass, most_severe
 
 __all__ = [
     "EVIDENCE_ERROR",

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Final
 
-from tallyspan._contracts import ContractSet
+from tallyspan._contract._contracts import ContractSet
 from tallyspan._datasets._model import SpanData, TraceData
 from tallyspan._datasets._terms import explain
-from tallyspan._taxonomy import FailureClass, most_severe
+from tallyspan._engine._taxonomy import FailureClass, most_severe
 
 __all__ = [
     "FIELDS",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tallyspan import semconv
-from tallyspan._ledger import Discrepancy
+from tallyspan._books._ledger import Discrepancy
 
 __all__ = [
     "CONTENT_ATTRIBUTES",
@@ -59,7 +59,7 @@ class SpanData:
     status_code: str
     """``OK``, ``ERROR`` or ``UNSET``."""
     is_run: bool = False
-    """The span delimits an agent run (``tallyspan._runs.is_run_span``)."""
+    """The span delimits an agent run (``tallyspan._books._runs.is_run_span``)."""
     model: str | None = None
     """The response model, else the requested one."""
     stage: str | None = None

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from tallyspan import semconv
+from tallyspan._books._ledger import Discrepancy
+from tallyspan._books._runs import declares_run
 from tallyspan._datasets._model import (
     EntryData,
     LedgerData,
@@ -38,10 +40,8 @@ from tallyspan._datasets._model import (
     ViolationData,
     span_data,
 )
+from tallyspan._engine._taxonomy import FAILURE_CLASS_OF, ViolationType
 from tallyspan._errors import ConfigError
-from tallyspan._ledger import Discrepancy
-from tallyspan._runs import declares_run
-from tallyspan._taxonomy import FAILURE_CLASS_OF, ViolationType
 
 __all__ = ["DEFAULT_MAX_BUFFERED_SPANS", "OTLPFileReader", "ReadStats", "attributes_of", "read_span"]
 

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from tallyspan._contracts import Contract
-from tallyspan._ledger import DEFAULT_LOG_TOOL
+from tallyspan._books._ledger import DEFAULT_LOG_TOOL
+from tallyspan._contract._contracts import Contract
 
 __all__ = ["Rule", "explain"]
 

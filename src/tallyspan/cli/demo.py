@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import tallyspan
 from tallyspan._errors import TallyspanError
-from tallyspan._store_queries import Report
+from tallyspan._store._store_queries import Report
 from tallyspan.cli._render import emit
 from tallyspan.cli._state import CliState, pass_state
 from tallyspan.cli.report import build_report, format_report

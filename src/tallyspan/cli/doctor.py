@@ -42,7 +42,7 @@ from tallyspan._errors import ContractError
 from tallyspan._instrument import INSTRUMENTOR_GROUP
 from tallyspan._instrument import _with_otlp as resolve_otlp  # the resolution instrument() itself uses
 from tallyspan._selfstats import is_problem
-from tallyspan._store_queries import StoreNotFoundError, StoreOverview, open_store, store_overview
+from tallyspan._store._store_queries import StoreNotFoundError, StoreOverview, open_store, store_overview
 from tallyspan._version import __version__
 from tallyspan.cli._render import emit, table
 from tallyspan.cli._state import CliState, pass_state
@@ -217,7 +217,8 @@ def contracts_status(path: Path | None, given_by: str | None, store: StoreOvervi
     error: str | None = None
     contract_for = None
     if path is not None:
-        from tallyspan._contracts import load_contracts  # the engine only when there is a file to load
+        # the engine only when there is a file to load
+        from tallyspan._contract._contracts import load_contracts
 
         try:
             loaded = load_contracts(path)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from tallyspan._store_queries import (
+from tallyspan._store._store_queries import (
     DEFAULT_BOOKS_LIMIT,
     LedgerDiscrepancy,
     LedgerLine,

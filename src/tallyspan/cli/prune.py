@@ -7,7 +7,7 @@ import time
 
 import click
 
-from tallyspan._store_queries import open_store, prune
+from tallyspan._store._store_queries import open_store, prune
 from tallyspan.cli._render import emit, table
 from tallyspan.cli._state import CliState, pass_state
 

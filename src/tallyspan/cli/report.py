@@ -1,5 +1,5 @@
 """``tallyspan report``: the failing traces to open, then calls, models, stages, errors, violations by
-stage and type, and ledger status; each model call counted once (``tallyspan._store_queries``)."""
+stage and type, and ledger status; each model call counted once (``tallyspan._store._store_queries``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tallyspan._selfstats import is_problem
-from tallyspan._store_queries import DEFAULT_FAILING_TRACES, Report, open_store, report
+from tallyspan._store._store_queries import DEFAULT_FAILING_TRACES, Report, open_store, report
 from tallyspan.cli._render import emit, table
 from tallyspan.cli._state import CliState, pass_state
 from tallyspan.cli._time import since_option, utc_time

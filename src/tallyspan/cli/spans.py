@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from tallyspan._store_queries import SpanRow, list_spans, open_store
+from tallyspan._store._store_queries import SpanRow, list_spans, open_store
 from tallyspan.cli._render import emit, table
 from tallyspan.cli._state import CliState, pass_state
 from tallyspan.cli._time import since_option

@@ -38,9 +38,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from tallyspan._refusal import first_turn
-from tallyspan._scripts import MARKS, script_counts
-from tallyspan._words import content_words
+from tallyspan._engine._refusal import first_turn
+from tallyspan._engine._scripts import MARKS, script_counts
+from tallyspan._engine._words import content_words
 
 __all__ = ["off_topic_detail", "other_question_detail", "web_text_mark"]
 

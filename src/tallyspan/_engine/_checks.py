@@ -20,16 +20,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from tallyspan._contracts import Contract
-from tallyspan._jsonschema import parse_json_output, schema_problems
-from tallyspan._language import english_requested, language_violations, requested_languages
-from tallyspan._patterns import PatternBudget
-from tallyspan._refusal import find_claims, find_reasoning_leak, is_refusal, strip_reasoning
-from tallyspan._relevance import off_topic_detail, other_question_detail
-from tallyspan._repetition import repeated_share
-from tallyspan._scripts import without_whitespace
+from tallyspan._contract._contracts import Contract
+from tallyspan._contract._patterns import PatternBudget
+from tallyspan._engine._jsonschema import parse_json_output, schema_problems
+from tallyspan._engine._language import english_requested, language_violations, requested_languages
+from tallyspan._engine._refusal import find_claims, find_reasoning_leak, is_refusal, strip_reasoning
+from tallyspan._engine._relevance import off_topic_detail, other_question_detail
+from tallyspan._engine._repetition import repeated_share
+from tallyspan._engine._scripts import without_whitespace
+from tallyspan._engine._taxonomy import FAILURE_CLASS_OF, FailureClass, ViolationType, most_severe
 from tallyspan._selfstats import swallowed
-from tallyspan._taxonomy import FAILURE_CLASS_OF, FailureClass, ViolationType, most_severe
 
 __all__ = ["RULES", "CheckResult", "Violation", "check"]
 

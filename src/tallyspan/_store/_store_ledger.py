@@ -1,6 +1,6 @@
 """The ledger as the embedded store holds it: each run's balance and both columns of its books.
 
-Read through ``tallyspan._store_queries``, which re-exports what is public here (``ledger_runs``,
+Read through ``tallyspan._store._store_queries``, which re-exports what is public here (``ledger_runs``,
 ``ledger_books``, ``ledger_lines`` and their dataclasses); the report uses ``ledger_runs_latest``.
 Also the row helpers every store read shares (JSON lists, booleans, id prefixes).
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tallyspan._errors import TallyspanError
-from tallyspan._store_schema import LEDGER_ENTRIES, LEDGER_RECONCILIATIONS
+from tallyspan._store._store_schema import LEDGER_ENTRIES, LEDGER_RECONCILIATIONS
 
 __all__ = [
     "DEFAULT_BOOKS_LIMIT",

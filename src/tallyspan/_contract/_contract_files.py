@@ -6,7 +6,7 @@ must not hang or exhaust the process that calls ``instrument()``:
 - only a regular file is read (``/dev/zero``, a FIFO, a directory are refused unopened), at most
   ``TALLYSPAN_CONTRACTS_MAX_BYTES`` (1 MiB by default; a larger file is refused unread);
 - it must be UTF-8 (a byte-order mark is accepted); UTF-16, UTF-32 and Latin-1 are named as such;
-- YAML is parsed by libyaml when present (``tallyspan._contract_yaml``, imported only for a YAML
+- YAML is parsed by libyaml when present (``tallyspan._contract._contract_yaml``, imported only for a YAML
   file), composed by a loader that counts: more than
   :data:`MAX_DEPTH` levels of nesting or :data:`MAX_NODES` values is refused while composing, before
   Python's recursion limit; a number longer than :data:`MAX_NUMBER_CHARS` characters is refused
@@ -150,7 +150,7 @@ def parse_contracts_text(text: str, *, file: str, toml: bool) -> tuple[Any, yaml
     if toml:
         return _parse_toml(text, file), None
     # Imported here: PyYAML costs about 10 ms to import, and contracts given as a mapping never need it.
-    from tallyspan._contract_yaml import parse_yaml
+    from tallyspan._contract._contract_yaml import parse_yaml
 
     return parse_yaml(text, file)
 

@@ -1,23 +1,23 @@
-/* tallyspan._scan: character-class scans for the language checks, in one pass of C.
+/* tallyspan._engine._scan: character-class scans for the language checks, in one pass of C.
  *
  * A class table is 65,536 bytes, one per BMP code point, each byte a set of up to eight class bits
  * (kana, han, hangul, a sign of Chinese, a Latin letter ...). The scans read a str's own buffer
  * (Latin-1, UCS-2 or UCS-4) and look each character up: a few instructions a character, where a
  * regex character class of thousands of han costs tens and the pure-Python counts about ninety.
- * Code points above the BMP are in no class (the pure-Python scans agree: tallyspan/_scripts.py).
+ * Code points above the BMP are in no class (the pure-Python scans agree: tallyspan/_engine/_scripts.py).
  *
  * distinct_in_class gives the characters of a class that a text holds, each once: many ``char in text``
  * tests on one text (the checks' cheap gates) then cost one scan and lookups in a short str.
  *
  * without_whitespace is "".join(text.split()) without the list of words in between.
  *
- * repeat_units runs the repetition check's probes (tallyspan/_repetition.py) the same way: comparisons
+ * repeat_units runs the repetition check's probes (tallyspan/_engine/_repetition.py) the same way: comparisons
  * of stretches of the text, without a slice or a call per try.
  *
  * Pure functions of their arguments: no state, no allocation but the result (and its buffer), no callbacks into
  * Python (numbers must be int objects, so no __index__ runs), so they cannot be re-entered or leak. Everything the Python side needs is checked here
  * (types, table length, indices), since a wrong argument must be an exception, never a crash of
- * the app the checks run in. tallyspan/_scripts.py holds the pure-Python equivalents, used where
+ * the app the checks run in. tallyspan/_engine/_scripts.py holds the pure-Python equivalents, used where
  * this module was not built; tests/core/test_scan_extension.py keeps the two in agreement.
  */
 #define PY_SSIZE_T_CLEAN
@@ -442,7 +442,7 @@ next_unit_4(const Py_UCS4 *units, Py_ssize_t from, Py_ssize_t to, Py_UCS4 value)
     return to;
 }
 
-/* The probes of tallyspan/_repetition.py: at each of ``probes`` evenly spaced positions, the next occurrence
+/* The probes of tallyspan/_engine/_repetition.py: at each of ``probes`` evenly spaced positions, the next occurrence
  * of the ``probe_chars`` characters there within ``max_unit`` characters (``tries`` of them at most) that
  * begins a back-to-back repeat of the text from the probe to it. */
 #define PROBE_UNITS(TYPE, NEXT_UNIT)                                                                     \
@@ -487,7 +487,7 @@ next_unit_4(const Py_UCS4 *units, Py_ssize_t from, Py_ssize_t to, Py_UCS4 value)
 PyDoc_STRVAR(repeat_units_doc,
              "repeat_units(text, probes, probe_chars, max_unit, tries, /) -> list of (start, end)\n\n"
              "For each probe that starts a back-to-back repeat, the repeated unit's bounds "
-             "(tallyspan/_repetition.py's probes).");
+             "(tallyspan/_engine/_repetition.py's probes).");
 
 static PyObject *
 repeat_units(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -553,8 +553,8 @@ static PyModuleDef_Slot scan_slots[] = {
 
 static struct PyModuleDef scan_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "tallyspan._scan",
-    .m_doc = "Character-class scans for the language checks (optional; tallyspan/_scripts.py has the "
+    .m_name = "tallyspan._engine._scan",
+    .m_doc = "Character-class scans for the language checks (optional; tallyspan/_engine/_scripts.py has the "
              "pure-Python equivalents).",
     .m_size = 0,
     .m_methods = scan_methods,

@@ -2,7 +2,7 @@
 
 A module of its own so that PyYAML (about 10 ms to import) loads only when a YAML file is read:
 contracts given as a mapping, a list or objects, or a TOML file, never import it. The bounds are
-those of ``tallyspan._contract_files``: more than :data:`MAX_DEPTH` levels of nesting or
+those of ``tallyspan._contract._contract_files``: more than :data:`MAX_DEPTH` levels of nesting or
 :data:`MAX_NODES` values is refused while composing, before Python's recursion limit; a number longer
 than :data:`MAX_NUMBER_CHARS` characters is refused before it is converted.
 """
@@ -16,7 +16,13 @@ from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
-from tallyspan._contract_files import MAX_DEPTH, MAX_NODES, MAX_NUMBER_CHARS, TOP_KEYS, contract_error_at
+from tallyspan._contract._contract_files import (
+    MAX_DEPTH,
+    MAX_NODES,
+    MAX_NUMBER_CHARS,
+    TOP_KEYS,
+    contract_error_at,
+)
 
 try:  # libyaml's parser: about 10x faster than the pure-Python one on large files
     from yaml._yaml import CParser as _Parser

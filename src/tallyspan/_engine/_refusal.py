@@ -11,8 +11,8 @@ import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 
-from tallyspan._literals import literal_alternation
-from tallyspan._scripts import MARKS, without_whitespace
+from tallyspan._engine._literals import literal_alternation
+from tallyspan._engine._scripts import MARKS, without_whitespace
 
 __all__ = ["find_claims", "find_reasoning_leak", "first_turn", "is_refusal", "strip_reasoning"]
 

@@ -1,4 +1,5 @@
-# The optional C module (src/tallyspan/_scan.c); tallyspan/_scripts.py falls back to pure Python without it.
+# The optional C module (src/tallyspan/_engine/_scan.c); tallyspan/_engine/_scripts.py falls back to pure
+# Python without it.
 
 def class_counts(text: str, table: bytes, /) -> tuple[int, int, int, int, int, int, int, int]: ...
 def find_class(

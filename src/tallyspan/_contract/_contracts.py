@@ -18,8 +18,8 @@ A contracts file::
 keys all match, then the contract named like the stage, then ``default``. Regexes are compiled at
 load with the ``regex`` package (multi-line mode: ``^`` and ``$`` match at line ends), after a check
 of their structure, and matched with a time limit shared by a span's patterns, so a hostile pattern
-cannot hang or exhaust the process (``tallyspan._patterns``). Files are read within bounds
-(``tallyspan._contract_files``); every failure is a ``ContractError`` naming the file, the stage, the
+cannot hang or exhaust the process (``tallyspan._contract._patterns``). Files are read within bounds
+(``tallyspan._contract._contract_files``); every failure is a ``ContractError`` naming the file, the stage, the
 field and the line.
 """
 
@@ -43,7 +43,7 @@ from pydantic import (
 )
 
 from tallyspan._config import resolve_contracts_max_bytes, warn_once
-from tallyspan._contract_files import (
+from tallyspan._contract._contract_files import (
     TOP_KEYS,
     check_shape,
     contract_error_at,
@@ -51,15 +51,15 @@ from tallyspan._contract_files import (
     read_contracts_text,
     wrap_node,
 )
+from tallyspan._contract._patterns import REGEX_TIMEOUT_S as REGEX_TIMEOUT_S  # where it was first defined
+from tallyspan._contract._patterns import PatternLoadBudget, compile_pattern, contract_flags, load_budget_of
+from tallyspan._engine._repetition import DEFAULT_MAX_REPEATED_SHARE
+from tallyspan._engine._taxonomy import SUPPORTED_LANGUAGES
 from tallyspan._errors import ContractError
-from tallyspan._patterns import REGEX_TIMEOUT_S as REGEX_TIMEOUT_S  # where it was first defined
-from tallyspan._patterns import PatternLoadBudget, compile_pattern, contract_flags, load_budget_of
-from tallyspan._repetition import DEFAULT_MAX_REPEATED_SHARE
-from tallyspan._taxonomy import SUPPORTED_LANGUAGES
 
 if TYPE_CHECKING:
-    import regex  # loads with the first pattern (tallyspan._patterns)
-    import yaml  # only a YAML file loads it (tallyspan._contract_yaml)
+    import regex  # loads with the first pattern (tallyspan._contract._patterns)
+    import yaml  # only a YAML file loads it (tallyspan._contract._contract_yaml)
     from jsonschema.protocols import Validator  # jsonschema loads only for a contract with json_schema
 
 __all__ = ["Claims", "Contract", "ContractSet", "MatchRule", "NamedPattern", "load_contracts"]
@@ -157,7 +157,7 @@ class Contract(BaseModel):
         if value is not None:
             from jsonschema.exceptions import SchemaError
 
-            from tallyspan._jsonschema import compile_schema
+            from tallyspan._engine._jsonschema import compile_schema
 
             try:
                 compile_schema(value)
@@ -175,7 +175,7 @@ class Contract(BaseModel):
         self._schema_validator = None
         if self.json_schema is not None:
             # Imported here, with jsonschema: only a contract that has a schema needs them.
-            from tallyspan._jsonschema import compile_schema
+            from tallyspan._engine._jsonschema import compile_schema
 
             self._schema_validator = compile_schema(self.json_schema)
         return self
@@ -274,9 +274,9 @@ class ContractSet(BaseModel):
 def load_contracts(source: Any) -> ContractSet:
     """Load contracts from a file path (YAML or TOML), a mapping, a list, or a ``ContractSet``.
 
-    A file is read within bounds (``tallyspan._contract_files``: a regular UTF-8 file of at most
+    A file is read within bounds (``tallyspan._contract._contract_files``: a regular UTF-8 file of at most
     ``TALLYSPAN_CONTRACTS_MAX_BYTES``, 1 MiB by default, nesting and size limited) and its patterns
-    are checked before they are compiled (``tallyspan._patterns``).
+    are checked before they are compiled (``tallyspan._contract._patterns``).
 
     Args:
         source: a ``str``/``PathLike`` path to ``.yaml``/``.yml``/``.toml``; a mapping in the file's

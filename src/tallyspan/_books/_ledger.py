@@ -36,8 +36,8 @@ from operator import attrgetter, itemgetter
 from typing import Any, Final
 
 from tallyspan import semconv
+from tallyspan._engine._taxonomy import LEDGER_BALANCE_TYPES, LEDGER_PROTOCOL_TYPES, ViolationType
 from tallyspan._errors import ConfigError
-from tallyspan._taxonomy import LEDGER_BALANCE_TYPES, LEDGER_PROTOCOL_TYPES, ViolationType
 
 __all__ = [
     "BALANCE_TYPES",

@@ -16,7 +16,7 @@ from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan._ledger import Reconciliation, normalize_outcome
+from tallyspan._books._ledger import Reconciliation, normalize_outcome
 from tallyspan._selfstats import count, swallowed
 from tallyspan._state import capture_content
 

@@ -2,14 +2,14 @@
 
 Usage::
 
-    from tallyspan._store_queries import open_store, report, list_spans
+    from tallyspan._store._store_queries import open_store, report, list_spans
 
     with open_store(".tallyspan/tallyspan.db") as db:
         print(report(db).model_calls)
 
 Every query takes an open connection (see ``open_store``) and returns frozen dataclasses of plain
 values (str, int, bool, None, lists), so ``dataclasses.asdict`` turns them into JSON directly. The
-ledger's reads live in ``tallyspan._store_ledger`` and are re-exported here: callers read the store
+ledger's reads live in ``tallyspan._store._store_ledger`` and are re-exported here: callers read the store
 through this module only.
 
 One call, one count. Two instrumentations of the same client (ours and
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tallyspan import semconv
+from tallyspan._books._ledger import Discrepancy
 from tallyspan._datasets._model import (
     EntryData,
     LedgerData,
@@ -40,8 +41,7 @@ from tallyspan._datasets._model import (
     span_data,
 )
 from tallyspan._errors import TallyspanError
-from tallyspan._ledger import Discrepancy
-from tallyspan._store_ledger import (
+from tallyspan._store._store_ledger import (
     DEFAULT_BOOKS_LIMIT,
     LedgerDiscrepancy,
     LedgerLine,
@@ -59,7 +59,7 @@ from tallyspan._store_ledger import (
     ledger_runs_latest,
     like_prefix,
 )
-from tallyspan._store_schema import (
+from tallyspan._store._store_schema import (
     LEDGER_ENTRIES,
     LEDGER_RECONCILIATIONS,
     RUNS,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from tallyspan._scripts import SCAN_MODULE, has_fence
+from tallyspan._engine._scripts import SCAN_MODULE, has_fence
 
 __all__ = ["DEFAULT_MAX_REPEATED_SHARE", "MAX_UNIT_CHARS", "MIN_COPIES", "repeated_share"]
 
@@ -48,7 +48,7 @@ def _primitive(unit: str) -> str:
 
 def _candidate_units(text: str) -> set[str]:
     """Units that repeat back to back at one of the probes."""
-    if SCAN_MODULE is not None:  # the same probes in C (tallyspan/_scan.c)
+    if SCAN_MODULE is not None:  # the same probes in C (tallyspan/_engine/_scan.c)
         found = SCAN_MODULE.repeat_units(text, _PROBES, _PROBE_CHARS, MAX_UNIT_CHARS, _TRIES_PER_PROBE)
         return {_primitive(text[start:end]) for start, end in found}
     return python_candidate_units(text)

@@ -14,7 +14,7 @@ Chinese evidence (used only where a clause has no kana, or for Chinese-only char
 Only clauses that hold one of those signs are looked at, so ordinary Japanese costs one scan.
 
 The scans (script counts, the signs of Chinese, where Latin letters are) run in C where the optional
-module ``tallyspan._scan`` was built: one lookup per character in a table of character classes. Where
+module ``tallyspan._engine._scan`` was built: one lookup per character in a table of character classes. Where
 it was not (no compiler at install time), or ``TALLYSPAN_NO_EXTENSIONS`` is set, the pure-Python scans
 below give the same results at about one and a half times the checks' cost.
 """
@@ -30,7 +30,7 @@ from functools import cache
 from typing import Final, NamedTuple
 
 from tallyspan._config import ENV_NO_EXTENSIONS
-from tallyspan._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
+from tallyspan._engine._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
 
 __all__ = [
     "ACCELERATED",
@@ -53,13 +53,13 @@ __all__ = [
 try:
     if os.environ.get(ENV_NO_EXTENSIONS):
         raise ImportError(f"{ENV_NO_EXTENSIONS} is set")
-    from tallyspan import _scan
+    from tallyspan._engine import _scan
 except ImportError:  # not built (no compiler when it was installed), or turned off: the pure-Python scans
     _scan = None  # type: ignore[assignment]
 ACCELERATED: Final = _scan is not None
-"""True when the scans run in the C module ``tallyspan._scan``."""
+"""True when the scans run in the C module ``tallyspan._engine._scan``."""
 SCAN_MODULE: Final = _scan
-"""``tallyspan._scan`` where it is in use, else None (other checks' scans use it too)."""
+"""``tallyspan._engine._scan`` where it is in use, else None (other checks' scans use it too)."""
 
 # The scripts by code point ranges (inclusive); astral characters are in none.
 _KANA_RANGES = (
@@ -303,7 +303,7 @@ _CLASS_BIGRAM_FIRST, _CLASS_BIGRAM_SECOND = 64, 128
 
 @cache
 def _class_table() -> bytes:
-    """The class bits of every BMP code point, for ``tallyspan._scan`` (made on first use: ~2 ms)."""
+    """The class bits of every BMP code point, for ``tallyspan._engine._scan`` (made on first use: ~2 ms)."""
     table = bytearray(0x10000)
     for ranges, bit in (
         (_KANA_RANGES, _CLASS_KANA),

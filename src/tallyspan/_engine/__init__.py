@@ -1,0 +1,14 @@
+"""The check engine: one model output against one contract, as pure functions of plain data.
+
+``_checks`` (``check()`` and its rules) and the modules it calls: the language checks (``_language``,
+``_scripts``, ``_hanzi_table`` and the optional C module ``_scan``), refusals, reasoning leaks and claims
+(``_refusal``, ``_literals``), relevance (``_relevance``), repetition (``_repetition``), JSON Schema
+(``_jsonschema``), and the violation taxonomy (``_taxonomy``). The CLI, a pytest test and the checks
+processor call the same code.
+
+The bottom room of the core: it reads no environment and knows no OpenTelemetry and no configuration.
+It may import the standard library, ``regex``, ``jsonschema`` and, of the core, only itself and the
+top's leaf modules, which import nothing of the core but each other (``_errors``, ``_selfstats``,
+``_fork``, ``_version``, ``semconv``). Every other room may import it. The imports that still break
+this rule are listed in docs/architecture.md ("Layout of the core").
+"""
