@@ -53,8 +53,6 @@ from tallyspan._contract._contract_files import (
 )
 from tallyspan._contract._patterns import REGEX_TIMEOUT_S as REGEX_TIMEOUT_S  # where it was first defined
 from tallyspan._contract._patterns import PatternLoadBudget, compile_pattern, contract_flags, load_budget_of
-from tallyspan._engine._repetition import DEFAULT_MAX_REPEATED_SHARE
-from tallyspan._engine._taxonomy import SUPPORTED_LANGUAGES
 from tallyspan._errors import ContractError
 
 if TYPE_CHECKING:
@@ -62,7 +60,37 @@ if TYPE_CHECKING:
     import yaml  # only a YAML file loads it (tallyspan._contract._contract_yaml)
     from jsonschema.protocols import Validator  # jsonschema loads only for a contract with json_schema
 
-__all__ = ["Claims", "Contract", "ContractSet", "MatchRule", "NamedPattern", "load_contracts"]
+__all__ = [
+    "DEFAULT_MAX_REPEATED_SHARE",
+    "SUPPORTED_LANGUAGES",
+    "Claims",
+    "Contract",
+    "ContractSet",
+    "MatchRule",
+    "NamedPattern",
+    "compile_schema",
+    "load_contracts",
+]
+
+#: Languages a contract may require; the engine's language checks judge these (``tallyspan._engine._language``).
+SUPPORTED_LANGUAGES = frozenset({"ja", "en", "zh", "ko"})
+#: The default of ``Contract.max_repeated_share``: more than this share of the output repeating one unit
+#: back to back is ``degenerate_repetition`` (``tallyspan._engine._repetition``).
+DEFAULT_MAX_REPEATED_SHARE = 0.5
+
+
+def compile_schema(schema: dict[str, Any]) -> Validator:
+    """A validator for ``schema`` (its own ``$schema`` draft, else 2020-12): a contract's ``json_schema``,
+    compiled at load; the engine validates the output with it (``tallyspan._engine._jsonschema``).
+
+    Raises:
+        jsonschema.exceptions.SchemaError: when the schema itself is invalid.
+    """
+    from jsonschema import validators  # only a contract with a json_schema loads jsonschema
+
+    validator_class = validators.validator_for(schema, default=validators.Draft202012Validator)
+    validator_class.check_schema(schema)
+    return validator_class(schema)
 
 
 class NamedPattern(BaseModel):
@@ -157,8 +185,6 @@ class Contract(BaseModel):
         if value is not None:
             from jsonschema.exceptions import SchemaError
 
-            from tallyspan._engine._jsonschema import compile_schema
-
             try:
                 compile_schema(value)
             except SchemaError as exc:
@@ -174,9 +200,6 @@ class Contract(BaseModel):
         self._forbidden = tuple(_compiled(item, budget) for item in self.forbidden)
         self._schema_validator = None
         if self.json_schema is not None:
-            # Imported here, with jsonschema: only a contract that has a schema needs them.
-            from tallyspan._engine._jsonschema import compile_schema
-
             self._schema_validator = compile_schema(self.json_schema)
         return self
 

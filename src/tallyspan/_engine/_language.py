@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import NamedTuple
 
+from tallyspan._contract._contracts import SUPPORTED_LANGUAGES
 from tallyspan._engine._jsonschema import parse_json_output
 from tallyspan._engine._scripts import KANA, MARKS, chinese_evidence, has_fence, latin_bounds, script_counts
-from tallyspan._engine._taxonomy import SUPPORTED_LANGUAGES, ViolationType
+from tallyspan._engine._taxonomy import ViolationType
 
 __all__ = ["SUPPORTED_LANGUAGES", "ScriptProfile", "language_violations", "profile", "requested_languages"]
 
