@@ -1,7 +1,8 @@
 """Configuration: keyword argument, then environment variable, then documented default.
 
 A bad environment value is logged and the default used; a bad argument raises ``ConfigError``.
-Every environment variable we read is a constant here.
+Every environment variable we read is a constant here, but one: ``TALLYSPAN_NO_EXTENSIONS``, which the
+check engine asks ``tallyspan._extensions`` about when it loads (the engine knows no configuration).
 """
 
 from __future__ import annotations
@@ -80,11 +81,6 @@ The OpenTelemetry GenAI instrumentations also accept ``span_only``, ``event_only
 
 ENV_DB = "TALLYSPAN_DB"
 """Path of the embedded SQLite store; default ``./.tallyspan/tallyspan.db``."""
-
-ENV_NO_EXTENSIONS = "TALLYSPAN_NO_EXTENSIONS"
-"""Set (to anything but empty) to use the pure-Python scans even where the optional C module
-``tallyspan._engine._scan`` was built: the same verdicts, at about one and a half times the checks' cost. For
-telling a fault of the module from one of the checks."""
 
 ENV_CONTRACTS = "TALLYSPAN_CONTRACTS"
 """Path of the contracts file (YAML or TOML) used when ``instrument()`` is given no ``contracts``: how
