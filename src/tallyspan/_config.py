@@ -24,7 +24,6 @@ if TYPE_CHECKING:  # types only: loading the settings must not import the check 
     from tallyspan._contract._contracts import ContractSet
 
 __all__ = [
-    "DEFAULT_CONTRACTS_MAX_BYTES",
     "DEFAULT_DB_PATH",
     "DEFAULT_EXPORT_TIMEOUT_S",
     "DEFAULT_OTLP_PROTOCOL",
@@ -88,7 +87,8 @@ ENV_CONTRACTS = "TALLYSPAN_CONTRACTS"
 reads. Unset: no contracts, only the checks that need none (timeouts, process errors) and the ledger."""
 
 ENV_CONTRACTS_MAX_BYTES = "TALLYSPAN_CONTRACTS_MAX_BYTES"
-"""Largest contracts file read, in bytes; default 1 MiB. A larger file is refused unread."""
+"""Largest contracts file read, in bytes; default 1 MiB (``tallyspan._contract._contract_files.MAX_FILE_BYTES``).
+A larger file is refused unread."""
 
 ENV_SERVICE_NAME = "OTEL_SERVICE_NAME"
 ENV_EXPORTER_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -147,8 +147,6 @@ DEFAULT_RETRY_MAX_S: Final = 30.0
 DEFAULT_SHUTDOWN_TIMEOUT_S: Final = 3.0
 DEFAULT_OTLP_QUEUE_SIZE: Final = 2048
 _SPOOL_OFF: Final = frozenset({"off", "none", "false", "0"})
-DEFAULT_CONTRACTS_MAX_BYTES: Final = 1 << 20
-"""1 MiB: a contracts file is a few kilobytes; parsing 1 MiB of YAML takes about a second."""
 
 OTLPProtocol = Literal["grpc", "http/protobuf"]
 """The OTLP transports the Python exporters implement (``http/json`` is not one of them)."""
@@ -279,11 +277,12 @@ def resolve_shutdown_timeout() -> float:
     return _positive_env(ENV_SHUTDOWN_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT_S, float)
 
 
-def resolve_contracts_max_bytes() -> int:
-    """Largest contracts file read: ``TALLYSPAN_CONTRACTS_MAX_BYTES`` if valid, else 1 MiB."""
+def resolve_contracts_max_bytes(default: int) -> int:
+    """Largest contracts file read: ``TALLYSPAN_CONTRACTS_MAX_BYTES`` if valid, else ``default`` (the
+    contracts' own bound, 1 MiB: the caller passes it, configuration knows no contract)."""
     raw = os.environ.get(ENV_CONTRACTS_MAX_BYTES, "").strip()
     if not raw:
-        return DEFAULT_CONTRACTS_MAX_BYTES
+        return default
     try:
         value = int(raw) if len(raw) < 20 else -1
     except ValueError:
@@ -294,9 +293,9 @@ def resolve_contracts_max_bytes() -> int:
             "%s=%r is not a positive number of bytes; using %d",
             ENV_CONTRACTS_MAX_BYTES,
             raw[:40],
-            DEFAULT_CONTRACTS_MAX_BYTES,
+            default,
         )
-        return DEFAULT_CONTRACTS_MAX_BYTES
+        return default
     return value
 
 

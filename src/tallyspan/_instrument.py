@@ -297,7 +297,7 @@ def uninstrument() -> None:
 def _load_contracts(contracts: Any) -> ContractSet | None:
     if contracts is None:
         return None
-    from tallyspan._contract._contracts import load_contracts
+    from tallyspan._contract_loading import load_contracts
 
     return load_contracts(contracts)
 

@@ -19,8 +19,12 @@ keys all match, then the contract named like the stage, then ``default``. Regexe
 load with the ``regex`` package (multi-line mode: ``^`` and ``$`` match at line ends), after a check
 of their structure, and matched with a time limit shared by a span's patterns, so a hostile pattern
 cannot hang or exhaust the process (``tallyspan._contract._patterns``). Files are read within bounds
-(``tallyspan._contract._contract_files``); every failure is a ``ContractError`` naming the file, the stage, the
-field and the line.
+(``tallyspan._contract._contract_files``, and ``_contract_yaml`` for YAML); every failure is a
+``ContractError`` naming the file, the stage, the field and the line. Loading goes one way: this module
+imports the reading and the parsing, which never import it nor each other's callers.
+
+Nothing here reads the environment: the file size limit comes from the caller (``tallyspan.load_contracts``,
+in ``tallyspan._contract_loading``, passes ``TALLYSPAN_CONTRACTS_MAX_BYTES``).
 """
 
 from __future__ import annotations
@@ -42,12 +46,12 @@ from pydantic import (
     model_validator,
 )
 
-from tallyspan._config import resolve_contracts_max_bytes, warn_once
 from tallyspan._contract._contract_files import (
+    MAX_FILE_BYTES,
     TOP_KEYS,
     check_shape,
     contract_error_at,
-    parse_contracts_text,
+    parse_toml,
     read_contracts_text,
     wrap_node,
 )
@@ -294,21 +298,18 @@ class ContractSet(BaseModel):
 # --- loading ---------------------------------------------------------------------------------------
 
 
-def load_contracts(source: Any) -> ContractSet:
+def load_contracts(
+    source: Any, *, max_bytes: int = MAX_FILE_BYTES, limit_setting: str | None = None
+) -> ContractSet:
     """Load contracts from a file path (YAML or TOML), a mapping, a list, or a ``ContractSet``.
 
-    A file is read within bounds (``tallyspan._contract._contract_files``: a regular UTF-8 file of at most
-    ``TALLYSPAN_CONTRACTS_MAX_BYTES``, 1 MiB by default, nesting and size limited) and its patterns
-    are checked before they are compiled (``tallyspan._contract._patterns``).
+    ``tallyspan.load_contracts`` (``tallyspan._contract_loading``) is this with the file limit of the
+    environment; see its docstring for ``source``.
 
     Args:
-        source: a ``str``/``PathLike`` path to ``.yaml``/``.yml``/``.toml``; a mapping in the file's
-            form (``{"contracts": {...}, "default": ..., "match": [...]}``) or just ``{stage: contract}``;
-            a list of ``Contract`` objects or mappings, each with a ``stage`` key (for mappings) or
-            used in order as ``stage_0``...; or a ``ContractSet``.
-
-    Returns:
-        The validated, compiled ``ContractSet``.
+        source: a path, a mapping, a list of contracts or a ``ContractSet``.
+        max_bytes: the largest file read (a larger one is refused unread).
+        limit_setting: what sets ``max_bytes``, named in the refusal of a larger file.
 
     Raises:
         ContractError: naming the file, the stage, the field and (YAML) the line.
@@ -316,7 +317,7 @@ def load_contracts(source: Any) -> ContractSet:
     if isinstance(source, ContractSet):
         return source
     if isinstance(source, (str, os.PathLike)):
-        return _load_file(Path(source))
+        return _load_file(Path(source), max_bytes, limit_setting)
     if isinstance(source, Contract):
         return ContractSet(default=source)
     if isinstance(source, Mapping):
@@ -328,28 +329,30 @@ def load_contracts(source: Any) -> ContractSet:
     )
 
 
-def _load_file(path: Path) -> ContractSet:
+def _load_file(path: Path, max_bytes: int, limit_setting: str | None) -> ContractSet:
     file = str(path)
     try:
-        text = read_contracts_text(path, resolve_contracts_max_bytes())
-        data, node = parse_contracts_text(text, file=file, toml=path.suffix.lower() == ".toml")
+        text = read_contracts_text(path, max_bytes, limit_setting=limit_setting)
+        data, node = _parsed(text, file, toml=path.suffix.lower() == ".toml")
         if data is None:
-            contracts = ContractSet()
-        elif not isinstance(data, Mapping):
+            return ContractSet()
+        if not isinstance(data, Mapping):
             raise ContractError("the file must hold a mapping with a 'contracts' section", file=file, line=1)
-        else:
-            contracts = _from_mapping(dict(data), file=file, node=node)
+        return _from_mapping(dict(data), file=file, node=node)
     except ContractError:
         raise
     except Exception as exc:  # any other failure is still a bad file: name it, never a bare traceback
         raise ContractError(f"cannot load the contracts: {type(exc).__name__}: {exc}", file=file) from exc
-    if not (contracts.contracts or contracts.default or contracts.match):
-        warn_once(
-            ("contracts.empty", file),
-            "the contracts file %s holds no contracts: no output will be checked against one",
-            file,
-        )
-    return contracts
+
+
+def _parsed(text: str, file: str, *, toml: bool) -> tuple[Any, yaml.Node | None]:
+    """The data of a contracts file and, for YAML, its node tree (for line numbers)."""
+    if toml:
+        return parse_toml(text, file), None
+    # Imported here: PyYAML costs about 10 ms to import, and contracts given as a mapping never need it.
+    from tallyspan._contract._contract_yaml import parse_yaml
+
+    return parse_yaml(text, file)
 
 
 def _from_mapping(data: dict[str, Any], *, file: str | None, node: yaml.Node | None) -> ContractSet:

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from tallyspan._contract._contracts import load_contracts
+from tallyspan._contract_loading import load_contracts
 from tallyspan._engine._checks import CheckResult, check
 from tallyspan._errors import ContractError
 from tallyspan.cli._render import emit

@@ -218,7 +218,7 @@ def contracts_status(path: Path | None, given_by: str | None, store: StoreOvervi
     contract_for = None
     if path is not None:
         # the engine only when there is a file to load
-        from tallyspan._contract._contracts import load_contracts
+        from tallyspan._contract_loading import load_contracts
 
         try:
             loaded = load_contracts(path)

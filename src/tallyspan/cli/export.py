@@ -28,7 +28,8 @@ from typing import Any, Final, TextIO
 import click
 from tqdm import tqdm
 
-from tallyspan._contract._contracts import ContractSet, load_contracts
+from tallyspan._contract._contracts import ContractSet
+from tallyspan._contract_loading import load_contracts
 from tallyspan._datasets._diagnosis import diagnosis_records
 from tallyspan._datasets._failure_logs import (
     CARD_MARKER,
