@@ -1,6 +1,6 @@
 """The running state: the settings and tracer provider of the active ``instrument()``, in one place.
 
-``_instrument`` writes it; ``_tracing``, ``_tool`` and ``_ledger_api`` read it through a top-level import
+``_instrument`` writes it; ``_tracing``, ``_tool`` and ``_claim`` read it through a top-level import
 (they used to reach up into ``_instrument`` from inside functions). Reads take no lock: each value is
 one reference, replaced whole.
 """
