@@ -14,6 +14,7 @@ __all__ = [
     "most_severe",
 ]
 
+
 class FailureClass(str, Enum):
     """A family of failures; the order of declaration is the order of severity, worst first."""
 
