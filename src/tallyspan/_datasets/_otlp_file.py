@@ -32,7 +32,9 @@ from typing import IO, Any, Final
 from tallyspan import semconv
 from tallyspan._books._ledger import Discrepancy
 from tallyspan._books._runs import declares_run
-from tallyspan._datasets._model import (
+from tallyspan._engine._taxonomy import FAILURE_CLASS_OF, ViolationType
+from tallyspan._errors import ConfigError
+from tallyspan._store._store_traces import (
     EntryData,
     LedgerData,
     SpanData,
@@ -40,8 +42,6 @@ from tallyspan._datasets._model import (
     ViolationData,
     span_data,
 )
-from tallyspan._engine._taxonomy import FAILURE_CLASS_OF, ViolationType
-from tallyspan._errors import ConfigError
 
 __all__ = ["DEFAULT_MAX_BUFFERED_SPANS", "OTLPFileReader", "ReadStats", "attributes_of", "read_span"]
 

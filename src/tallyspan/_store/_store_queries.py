@@ -33,13 +33,6 @@ from typing import Any, Final
 
 from tallyspan import semconv
 from tallyspan._books._ledger import Discrepancy
-from tallyspan._datasets._model import (
-    EntryData,
-    LedgerData,
-    TraceData,
-    ViolationData,
-    span_data,
-)
 from tallyspan._errors import TallyspanError
 from tallyspan._store._store_ledger import (
     DEFAULT_BOOKS_LIMIT,
@@ -67,6 +60,13 @@ from tallyspan._store._store_schema import (
     SPANS,
     VIOLATIONS,
     connect,
+)
+from tallyspan._store._store_traces import (
+    EntryData,
+    LedgerData,
+    TraceData,
+    ViolationData,
+    span_data,
 )
 
 __all__ = [
