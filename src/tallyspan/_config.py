@@ -1,6 +1,9 @@
 """Configuration: keyword argument, then environment variable, then documented default.
 
 A bad environment value is logged and the default used; a bad argument raises ``ConfigError``.
+Configuration knows no contract and no ledger type: it imports only the top's leaf modules, and what
+``instrument()`` makes of it (``Settings``, with the loaded contracts and the ledger's sinks) is in
+``tallyspan._state``.
 Every environment variable we read is a constant here, but one: ``TALLYSPAN_NO_EXTENSIONS``, which the
 check engine asks ``tallyspan._extensions`` about when it loads (the engine knows no configuration).
 """
@@ -12,16 +15,12 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from tallyspan._errors import ConfigError
 from tallyspan._fork import renew_lock_after_fork
-
-if TYPE_CHECKING:  # types only: loading the settings must not import the check engine or the ledger
-    from tallyspan._books._ledger_api import LedgerSink
-    from tallyspan._contract._contracts import ContractSet
 
 __all__ = [
     "DEFAULT_DB_PATH",
@@ -54,7 +53,6 @@ __all__ = [
     "GRPC_INSTALL_HINT",
     "ExportSettings",
     "OTLPProtocol",
-    "Settings",
     "ShutdownBudget",
     "export_settings",
     "otlp_logs_protocol",
@@ -374,31 +372,3 @@ def otlp_logs_protocol() -> OTLPProtocol:
     ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``http/protobuf``; ``http/json`` or an unknown value warns
     (once) and gives ``http/protobuf``."""
     return _otlp_protocol(ENV_EXPORTER_OTLP_LOGS_PROTOCOL)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything ``instrument()`` resolved, handed to each component factory (see ``_instrument``)."""
-
-    capture_content: bool = False
-    db_path: Path | None = None
-    """The embedded store, or None when the user passed ``store=None``."""
-    contracts: ContractSet | None = None
-    """The loaded contracts, or None when no contracts were given."""
-    service_name: str | None = None
-    mark_error_status: bool = True
-    """Set status ERROR on violating spans so every backend highlights them."""
-    evaluation_events: bool = False
-    """Also mirror each check as a ``gen_ai.evaluation.result`` event."""
-    ledger_log_tool: str = "log_action"
-    """The tool through which the agent logs its own actions."""
-    ledger_sinks: tuple[LedgerSink, ...] = ()
-    """Where the ledger processor writes entries and reconciliations."""
-    otlp_traces: bool = False
-    otlp_logs: bool = False
-    otlp_traces_protocol: OTLPProtocol = DEFAULT_OTLP_PROTOCOL
-    otlp_logs_protocol: OTLPProtocol = DEFAULT_OTLP_PROTOCOL
-    export: ExportSettings = field(default_factory=ExportSettings)
-    """The spool, its limits, and the timeouts of OTLP export."""
-    shutdown_budget: ShutdownBudget = field(default_factory=ShutdownBudget, compare=False, repr=False)
-    """The one deadline of this instrumentation's shutdown, shared by every link of its chain."""

@@ -41,7 +41,6 @@ from tallyspan._config import (
     ENV_SERVICE_NAME,
     GRPC_INSTALL_HINT,
     OTLPProtocol,
-    Settings,
     ShutdownBudget,
     export_settings,
     otlp_logs_protocol,
@@ -58,7 +57,7 @@ from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
 from tallyspan._requirements import dependency_conflict
 from tallyspan._selfstats import swallowed
-from tallyspan._state import RunningState, set_active
+from tallyspan._state import RunningState, Settings, set_active
 
 if TYPE_CHECKING:
     # For the types only: importing it costs about 15 ms (packaging's parsers), which our instrumentors

@@ -22,8 +22,8 @@ from tests.recording import RecordingLedgerSink
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._config import Settings
 from tallyspan._content import ToolContent, content_buffer
+from tallyspan._state import Settings
 from tallyspan.ledger import LedgerEntry, LedgerRecord, LogToolSpec
 from tallyspan_processors import LedgerProcessor, OffThreadProcessor
 from tallyspan_processors._ledger import ledger_component

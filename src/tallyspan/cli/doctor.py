@@ -33,7 +33,6 @@ from tallyspan._config import (
     ENV_EXPORTER_OTLP_LOGS_ENDPOINT,
     ENV_EXPORTER_OTLP_TRACES_ENDPOINT,
     ENV_SERVICE_NAME,
-    Settings,
     otlp_logs_requested,
     otlp_traces_requested,
     resolve_capture_content,
@@ -42,6 +41,7 @@ from tallyspan._errors import ContractError
 from tallyspan._instrument import INSTRUMENTOR_GROUP
 from tallyspan._instrument import _with_otlp as resolve_otlp  # the resolution instrument() itself uses
 from tallyspan._selfstats import is_problem
+from tallyspan._state import Settings
 from tallyspan._store._store_queries import StoreNotFoundError, StoreOverview, open_store, store_overview
 from tallyspan._version import __version__
 from tallyspan.cli._render import emit, table
