@@ -1,11 +1,12 @@
 """Configuration: keyword argument, then environment variable, then documented default.
 
 A bad environment value is logged and the default used; a bad argument raises ``ConfigError``.
+Every environment variable we read is a constant here, but one: ``TALLYSPAN_NO_EXTENSIONS``, which the
+check engine asks ``tallyspan._extensions`` about when it loads (the engine knows no configuration).
+
 Configuration knows no contract and no ledger type: it imports only the top's leaf modules, and what
 ``instrument()`` makes of it (``Settings``, with the loaded contracts and the ledger's sinks) is in
 ``tallyspan._state``.
-Every environment variable we read is a constant here, but one: ``TALLYSPAN_NO_EXTENSIONS``, which the
-check engine asks ``tallyspan._extensions`` about when it loads (the engine knows no configuration).
 """
 
 from __future__ import annotations
