@@ -97,6 +97,10 @@ _MIN_KANA = 10
 _JAPANESE_SENTENCE_END = re.compile(r"[\u3041-\u309F][。！？]")
 #: A kana-less text with more Latin words than CJK characters is English (with a few kanji terms).
 _CJK_PER_WORD = 1
+#: Fewest Latin words that, without an English function word or a sentence's end, are code, not prose.
+_MIN_IDENTIFIER_WORDS = 5
+# A sentence's end in Latin-script prose: a letter, then . ! or ?, then a space or the end.
+_PROSE_SENTENCE_END = re.compile(r"[A-Za-zÀ-ÿ][.!?](?:\s|\Z)")
 _ENGLISH_REQUEST = re.compile(r"(?i)英語で|英語に|英訳|英文|英作文|\bin english\b|\binto english\b")
 
 
@@ -188,12 +192,18 @@ _MAX_PARSED_CHARS = 20_000
 def _is_code_document(text: str) -> bool:
     """The whole deliverable (after an optional label line) is a JSON document, truncated or not, or a
     Python module: told by the parsers made for them, not by the look of its lines."""
-    body = _LABEL_LINE.sub("", text, count=1).strip()
-    if not body or len(body) > _MAX_PARSED_CHARS:
+    if len(text) > _MAX_PARSED_CHARS:
         return False
-    if body[0] in "{[":
-        return _is_json(body) or _is_json(_closed(body))
-    return _is_python(body)
+    # With the first line as a label ("JSON Object:"), and as it is ("def main():" is code, not a label).
+    for body in {_LABEL_LINE.sub("", text, count=1).strip(), text.strip()}:
+        if not body:
+            continue
+        if body[0] in "{[":
+            if _is_json(body) or _is_json(_closed(body)):
+                return True
+        elif _is_python(body):
+            return True
+    return False
 
 
 def _closed(text: str) -> str:
@@ -424,7 +434,11 @@ def profile(text: str) -> ScriptProfile:
         return result
     in_code = _profile_of(_MARKUP.sub(" ", code))
     if in_code.kana or in_code.han:
-        # CJK text inside code (a JSON deliverable): judge its script, not the keys and identifiers.
+        # CJK text inside code (a JSON deliverable): judge its script, not the keys and identifiers; of
+        # a JSON document, only the strings that hold CJK text (a formula beside a kanji key is no prose).
+        cjk_strings = _cjk_strings_of_json(code)
+        if cjk_strings:
+            in_code = _profile_of(cjk_strings)
         return ScriptProfile(
             in_code.primary,
             in_code.kana,
@@ -434,6 +448,31 @@ def profile(text: str) -> ScriptProfile:
             chinese_chars=in_code.chinese_chars,
         )
     return ScriptProfile("code", words=in_code.words) if in_code.words else ScriptProfile("none")
+
+
+def _cjk_strings_of_json(code: str) -> str:
+    """The keys and string values of a JSON document that hold CJK text, one a line ("" if not JSON)."""
+    stripped = code.strip()
+    if stripped[:1] not in ("{", "["):
+        return ""
+    try:
+        ok, document = parse_json_output(stripped)
+    except ValueError:  # nested too deep to parse
+        return ""
+    if not ok:
+        return ""
+    found: list[str] = []
+    pending: list[object] = [document]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(value.values())
+            found.extend(key for key in value if _CJK.search(key))
+        elif isinstance(value, list):
+            pending.extend(value)
+        elif isinstance(value, str) and _CJK.search(value):
+            found.append(value)
+    return "\n".join(found)
 
 
 def english_requested(prompt: str | None) -> bool:
@@ -496,6 +535,17 @@ def language_violations(
     counts = f"{found.kana} kana, {found.han} han, {found.words} latin words"
     if required == "ja":
         if not found.japanese and found.primary != "ja":
+            if (
+                found.primary == "en"
+                and (found.words >= _MIN_IDENTIFIER_WORDS or _has_code_signs(text))
+                and not (found.function_words or found.han or found.hangul)
+                and _PROSE_SENTENCE_END.search(text) is None
+            ):
+                # Latin words without one English function word (the, is, of, to ...) and without a
+                # sentence's end: identifiers and keywords (an unfenced Java class, an SQL query) are no
+                # prose. Prose in another Latin-script language ends sentences; a short English reply
+                # ("OK", "Error: connection refused") is English all the same.
+                return []
             return [(ViolationType.NOT_JAPANESE, f"primary language {found.primary}, not ja ({counts})")]
         found_violations = _japanese_violations(found, english_wanted)
         if "zh" in requested:
