@@ -545,3 +545,17 @@ def test_a_json_deliverable_is_judged_by_its_cjk_strings_alone() -> None:
     assert check(answer, Contract(language="ja")).violation_types == ()
     chinese = '{"答案": "我们认为这个方案是可行的"}'
     assert check(chinese, Contract(language="ja")).violation_types == ("not_japanese",)
+
+
+def test_titles_in_corner_brackets_and_html_tags_with_attributes_are_not_english_in_the_prose() -> None:
+    title = "ハインラインの長編SFです。原題《The Moon is a Harsh Mistress》として知られています。"
+    assert check(title, Contract(language="ja")).violation_types == ()
+    page = (
+        '以下に簡単なHTMLコードを示します：\n<!DOCTYPE html>\n<html lang="ja">\n <head>\n'
+        '    <meta charset="UTF-8" />\n    <title>ジョークサイト</title>\n </head>\n <body>\n'
+        '    <button onclick="showJoke()">ボタンを押してジョークを選択</button>\n </body>\n</html>'
+    )
+    assert check(page, Contract(language="ja")).violation_types == ()
+    # English prose between the tags is still English inside Japanese.
+    mixed = "説明します。<p>This paragraph explains the whole design in English words.</p>以上です。"
+    assert check(mixed, Contract(language="ja")).violation_types == ("broken_language_mix",)

@@ -47,13 +47,16 @@ _MATH = re.compile(
     r"|\\[A-Za-z]+"
 )
 # Chat-template and markup tokens (<|im_end|>, <<SYS>>, </s>) are not words of any language.
-_MARKUP = re.compile(r"<\|[^|<>\n]{1,40}\|>|<<?/?[A-Za-z_]{1,20}>>?")
+# HTML and XML tags with their attributes (<meta charset="UTF-8" />) are markup too.
+_MARKUP = re.compile(
+    r"<\|[^|<>\n]{1,40}\|>|<<?/?[A-Za-z_]{1,20}>>?|</?[A-Za-z][\w:-]{0,30}(?:\s[^<>\n]{0,300})?/?>|<!DOCTYPE[^<>\n]*>"
+)
 # Quotes: 「」『』"" “” and '...' around CJK text (an apostrophe in English is not a quote).
 _QUOTED = re.compile(
-    r"「[^」「\n]{0,400}」|『[^』『\n]{0,400}』|\"[^\"\n]{0,400}\"|“[^”“\n]{0,400}”"
+    r"「[^」「\n]{0,400}」|『[^』『\n]{0,400}』|《[^》《\n]{0,400}》|〈[^〉〈\n]{0,400}〉|\"[^\"\n]{0,400}\"|“[^”“\n]{0,400}”"
     r"|'[^'\n]{0,400}?[\u3041-\u30FF\u4E00-\u9FFF][^'\n]{0,400}?'"
 )
-_QUOTE_MARKS = ("「", "『", '"', "“", "'")
+_QUOTE_MARKS = ("「", "『", "《", "〈", '"', "“", "'")
 # A line without CJK that is code: starts like code, ends like code, or is an assignment or formula;
 # never a line with four words in a row (English prose that happens to hold "=" or end in ";").
 _CODE_LINE = re.compile(
