@@ -76,6 +76,8 @@ SPOOL_GRACE_S: Final = 1.0
 _RENEW_S: Final = LEASE_S / 3
 _ORPHAN_SCAN_S: Final = 10.0
 """How often an idle sender looks for records another process left in the spool."""
+_MESSAGE_CHARS: Final = 300
+"""How much of a backend's partial-success message is logged."""
 _PERMANENT: Final = frozenset({"http_400", "http_413", "unsent"})
 """Causes that another try of the same batch cannot fix: split it, drop the record at fault alone."""
 
@@ -87,6 +89,11 @@ class Attempt:
     cause: str | None = None
     """``http_<status>``, ``timeout``, ``connection``; None when no request was made."""
     retry_after_s: float | None = None
+    rejected: int = 0
+    """Records the backend said it rejected in an answer that accepted the request (OTLP partial
+    success: ``rejected_spans`` / ``rejected_log_records``)."""
+    message: str = ""
+    """The backend's ``partial_success.error_message``, when it gave one."""
 
 
 class AttemptObserver(Protocol):
@@ -209,6 +216,7 @@ class Outbox(Generic[T]):
         self._retry_after_until = 0.0
         self._batch_limit = MAX_BATCH
         self._failed_while_stopping = False
+        self._partial_logged = False
         self._look_for_orphans = self._spool is not None
         self._next_orphan_scan = 0.0
         self._next_renew = time.monotonic() + _RENEW_S
@@ -552,12 +560,23 @@ class Outbox(Generic[T]):
                     break
                 batch.append(_Entry(item.ticket, item.record, 0))
             self._in_flight = {entry.ticket for entry in batch if not entry.seq}
+            verdicts = any(entry.seq for entry in batch) or any(
+                item.ticket in self._in_flight for item in self._durable
+            )
         if not batch:
             return
         batch.sort(key=_TICKET)
-        outcome = "failed"
+        outcome, rejected = "failed", 0
         try:
-            outcome = self._export([entry.record for entry in batch])
+            outcome, rejected = self._export([entry.record for entry in batch])
+            if outcome == "partial" and verdicts and rejected < len(batch):
+                # The backend accepted the request but rejected some of its records for good, without
+                # saying which: like a 400, the batch is sent again in halves until the records at
+                # fault are alone (the others arrive again, with their ids), so a record with a verdict
+                # leaves the spool only once it is accepted or found to be one of the rejected.
+                outcome = "rejected"
+                with self._condition:
+                    self._batch_limit = max(1, len(batch) // 2)
         finally:
             if outcome == "failed" or (outcome == "rejected" and len(batch) > 1):
                 with self._condition:
@@ -573,6 +592,8 @@ class Outbox(Generic[T]):
             self._in_flight = set()
             if outcome == "rejected":
                 self._lose(1, "rejected")
+            elif outcome == "partial":
+                self._lose(min(rejected, len(batch)), "partial_rejected")
             delivered = {entry.ticket for entry in batch if not entry.seq}
             if delivered:
                 # The intake may have dropped some of them meanwhile (a full queue): take what is left.
@@ -597,8 +618,10 @@ class Outbox(Generic[T]):
                 self._resolve([ticket for seq in unreadable if (ticket := self._spooled.pop(seq, 0))])
         return readable
 
-    def _export(self, records: Sequence[T]) -> str:
-        """Export one batch: ``accepted``, ``rejected`` (for good: split it), or ``failed`` (retry later)."""
+    def _export(self, records: Sequence[T]) -> tuple[str, int]:
+        """Export one batch: ``accepted``, ``partial`` (accepted, but the backend rejected the number of
+        records given, without saying which), ``rejected`` (for good: split it), or ``failed`` (retry
+        later)."""
         if self._attempts is not None:
             self._attempts.reset()
         try:
@@ -615,16 +638,37 @@ class Outbox(Generic[T]):
                 # in: sent at once, a steady stream went out one request per export's round trip.
                 self._gather_until = time.monotonic() + SCHEDULE_DELAY_S
                 self._batch_limit = min(MAX_BATCH, self._batch_limit * 2)
-                return "accepted"
+                rejected = min(max(0, attempt.rejected), len(records))
+                if rejected or attempt.message:
+                    self._note_partial(rejected, len(records), attempt.message)
+                return ("partial", rejected) if rejected else ("accepted", 0)
             cause = attempt.cause or (
                 "unsent" if self._attempts is not None and result is not None else "failed"
             )
             count(f"errors.otlp.{self._signal}.{cause}")
             if cause in _PERMANENT:
                 self._batch_limit = max(1, len(records) // 2)
-                return "rejected"
+                return "rejected", 0
             self._note_failure(cause, attempt.retry_after_s)
-            return "failed"
+            return "failed", 0
+
+    def _note_partial(self, rejected: int, sent: int, message: str) -> None:
+        """Count a partial success and log the backend's message, once per outbox (under the condition)."""
+        if rejected:
+            count(f"errors.otlp.{self._signal}.partial_success")
+        if self._partial_logged:
+            return
+        self._partial_logged = True
+        # The message is the backend's text: shown quoted and cut short, never as a format string.
+        _logger.warning(
+            "the OTLP backend accepted %s but rejected %d of %d records; it said: %r "
+            "(counted in dropped.otlp.%s.partial_rejected; logged once)",
+            self._signal,
+            rejected,
+            sent,
+            message[:_MESSAGE_CHARS],
+            self._signal,
+        )
 
     def _note_failure(self, cause: str, retry_after_s: float | None) -> None:
         """Wait before the next try (under the condition); flushes waiting for it answer False now."""
