@@ -18,6 +18,7 @@ import contextlib
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -63,6 +64,8 @@ class FaultyReceiver:
         self.status = 200
         self.retry_after: str | None = None
         self.delay = 0.0
+        self.on_accept: Callable[[str], None] | None = None
+        """Called with the path of each request about to be accepted, before the answer is sent."""
         self._release = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self.port = 0
@@ -154,7 +157,10 @@ class FaultyReceiver:
             return self.status, headers, b""
         if mode == "slow":
             time.sleep(self.delay)
-        return 200, {}, self._keep(path, body)
+        kept = self._keep(path, body)
+        if self.on_accept is not None:
+            self.on_accept(path)
+        return 200, {}, kept
 
     def _keep(self, path: str, body: bytes) -> bytes:
         with self.lock:
