@@ -443,7 +443,11 @@ class Spool:
             db.execute("PRAGMA synchronous = NORMAL")
             db.executescript(_SCHEMA)
             if "sending" not in {str(row[1]) for row in db.execute("PRAGMA table_info(records)")}:
-                db.execute("ALTER TABLE records ADD COLUMN sending INTEGER NOT NULL DEFAULT 0")
+                try:
+                    db.execute("ALTER TABLE records ADD COLUMN sending INTEGER NOT NULL DEFAULT 0")
+                except sqlite3.OperationalError as error:
+                    if "duplicate column" not in str(error):
+                        raise  # else another process added it a moment ago
             if db.execute("SELECT count(*) FROM record_counts").fetchone()[0] == 0:
                 with transaction(db, "BEGIN IMMEDIATE"):  # a spool of an earlier version: count it once
                     if db.execute("SELECT count(*) FROM record_counts").fetchone()[0] == 0:

@@ -386,3 +386,43 @@ def test_a_capped_spool_counts_each_record_delivered_or_evicted_never_both(
         made.durable_spans
     )
     assert len(logs) + logs_dropped["spool_full"] == len(made.ledger_records)
+
+
+def test_a_spool_an_earlier_version_wrote_gets_the_new_column_and_its_rows_counted(tmp_path: Path) -> None:
+    """Spools written before ``sending`` and ``record_counts`` existed: both are added when the file is
+    opened, the rows already there counted once, and the spool works on."""
+    path = tmp_path / "s.db"
+    earlier = sqlite3.connect(path)
+    try:
+        earlier.executescript(
+            """
+            CREATE TABLE records (seq INTEGER PRIMARY KEY AUTOINCREMENT, signal TEXT NOT NULL,
+                record_id TEXT NOT NULL, body TEXT NOT NULL, size INTEGER NOT NULL,
+                created_unix_nano INTEGER NOT NULL, owner TEXT, lease_until REAL,
+                attempts INTEGER NOT NULL DEFAULT 0);
+            CREATE INDEX records_by_signal ON records (signal, seq);
+            """
+        )
+        now = time.time_ns()
+        earlier.executemany(
+            "INSERT INTO records (signal, record_id, body, size, created_unix_nano) VALUES (?, ?, ?, ?, ?)",
+            [("logs", "a", "x", 1, now), ("logs", "b", "y", 1, now), ("traces", "c", "z", 1, now)],
+        )
+        earlier.commit()
+    finally:
+        earlier.close()
+    spool = Spool(path, max_bytes=1 << 20, max_age_s=3600)
+    assert spool.append("traces", [("d", "w")]) == [4]
+    claimed = spool.claim("logs", 10)
+    assert [row.record_id for row in claimed or []] == ["a", "b"]
+    assert spool.delete([row.seq for row in claimed or []])
+    spool.close()
+    check = sqlite3.connect(path)
+    try:
+        assert dict(check.execute("SELECT signal, n FROM record_counts").fetchall()) == {
+            "logs": 0,
+            "traces": 2,
+        }
+        assert check.execute("SELECT count(*) FROM records WHERE sending = 0").fetchone() == (2,)
+    finally:
+        check.close()
