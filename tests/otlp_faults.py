@@ -72,6 +72,8 @@ class FaultyReceiver:
         self.rejected_spans: Counter[str] = Counter()
         self.rejected_logs: Counter[str] = Counter()
         self.partial_answers: Counter[str] = Counter()  # answers that rejected some records, by path
+        self.on_accept: Callable[[str], None] | None = None
+        """Called with the path of each request about to be accepted, before the answer is sent."""
         self._release = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self.port = 0
@@ -163,7 +165,10 @@ class FaultyReceiver:
             return self.status, headers, b""
         if mode == "slow":
             time.sleep(self.delay)
-        return 200, {}, self._keep(path, body)
+        kept = self._keep(path, body)
+        if self.on_accept is not None:
+            self.on_accept(path)
+        return 200, {}, kept
 
     def _keep(self, path: str, body: bytes) -> bytes:
         with self.lock:

@@ -25,9 +25,16 @@ good), ``unspooled`` (a durable record the spool could not take and memory could
 ``shutdown`` (memory records not delivered within the shutdown budget), ``undecodable`` (a spooled record
 this version cannot read), and the spool's ``spool_full`` / ``spool_expired``.
 
+A spool that fails (a full disk, an I/O error: ``Spool`` leaves it alone for ``RETRY_S`` after each
+failure) does not stop delivery: durable records the intake cannot write wait in memory with the clean
+ones (bounded by ``queue_size``, beyond it ``unspooled``), and the sender sends memory while it cannot
+claim; what the spool already holds waits there, durable, until it works again. A batch the backend
+accepted whose rows the spool cannot delete is remembered: nothing is claimed until those rows are
+deleted, so they are not sent twice by this process.
+
 Records are sent at least once; the receiver tells a repeat by its id (a span's span id, a ledger
 record's ``tallyspan.ledger.record_id``). A repeat only happens when the process ends between the
-backend's acceptance and the spool's delete.
+backend's acceptance and the spool's delete (or with a disk still too full to delete at exit).
 """
 
 from __future__ import annotations
@@ -204,6 +211,7 @@ class Outbox(Generic[T]):
         self._durable: deque[_Item[T]] = deque()  # durable records the spool could not take
         self._clean: deque[_Item[T]] = deque()
         self._spooled: dict[int, int] = {}  # seq -> ticket of the rows this process spooled
+        self._unsettled: list[int] = []  # seqs the backend accepted that the spool could not delete yet
         self._outstanding: set[int] = set()
         self._next_ticket = 1
         self._flushes: list[_Flush] = []
@@ -290,6 +298,11 @@ class Outbox(Generic[T]):
         if sender is not None:
             sender.join(max(0.0, deadline - time.monotonic()))
         with self._condition:
+            unsettled, self._unsettled = self._unsettled, []
+        if unsettled and self._spool is not None:
+            # Accepted while the spool could not delete them: one last try, or the next start sends them again.
+            self._spool.delete(unsettled, now=True)
+        with self._condition:
             self._closed = True
             left = len(self._incoming) + len(self._durable) + len(self._clean)
             self._incoming.clear()
@@ -370,7 +383,8 @@ class Outbox(Generic[T]):
         while time.monotonic() < deadline:
             with self._condition:
                 failures = self._failures
-                if not self._pending() or time.monotonic() < self._retry_after_until:
+                now = time.monotonic()
+                if not (self._pending() and self._sendable(now)) or now < self._retry_after_until:
                     break
             self._send_one_batch()
             with self._condition:
@@ -479,8 +493,13 @@ class Outbox(Generic[T]):
     def _pending(self) -> int:
         return len(self._spooled) + len(self._durable) + len(self._clean)
 
-    def _has_work(self) -> bool:
-        return bool(self._pending() or self._look_for_orphans)
+    def _sendable(self, now: float) -> bool:
+        """True when a batch could go now: memory holds records, or the spool works and holds some."""
+        if self._durable or self._clean:
+            return True
+        if self._spool is None or not (self._spooled or self._look_for_orphans or self._unsettled):
+            return False
+        return now >= self._spool.available()
 
     def _wait_for_work(self) -> bool:
         """Wait until a batch should be tried; False when the sender should stop.
@@ -496,7 +515,7 @@ class Outbox(Generic[T]):
                     self._look_for_orphans = False  # only our own records are worth the budget
                     if now >= self._budget.start() or self._failed_while_stopping:
                         return False
-                    if self._has_work():
+                    if self._sendable(now):
                         return now >= self._retry_after_until
                     if self._intake is None or not self._intake.is_alive():
                         return False
@@ -505,7 +524,7 @@ class Outbox(Generic[T]):
                 if self._spool is not None and not self._look_for_orphans and now >= self._next_orphan_scan:
                     self._look_for_orphans = True
                 timeout: float | None = None
-                if self._has_work():
+                if self._sendable(now):
                     forced = bool(self._flushes) and now >= self._retry_after_until
                     gathering = now < self._gather_until and 0 < self._pending() < self._batch_limit
                     if forced or (now >= self._next_attempt and not gathering):
@@ -516,6 +535,13 @@ class Outbox(Generic[T]):
                         renew = True
                     else:
                         timeout = min(timeout, max(0.0, self._next_renew - now))
+                elif self._spool is not None and (
+                    self._pending() or self._look_for_orphans or self._unsettled
+                ):
+                    # The spool failed a moment ago and memory is empty: wait for the spool's next try, and
+                    # a flush waiting for spooled records answers False now rather than at its timeout.
+                    self._fail_flushes()
+                    timeout = max(0.0, self._spool.available() - now)
                 elif self._spool is not None:
                     timeout = max(0.0, self._next_orphan_scan - now)
                 if not renew:
@@ -528,17 +554,23 @@ class Outbox(Generic[T]):
         queue in the order they were submitted, so a healthy backend sees them as they came."""
         with self._condition:
             limit = self._batch_limit
+            unsettled, self._unsettled = self._unsettled, []
             from_spool = self._spool is not None and (bool(self._spooled) or self._look_for_orphans)
+        if unsettled and self._spool is not None and not self._spool.delete(unsettled):
+            # Accepted rows the spool still cannot delete: claiming now would send them again.
+            with self._condition:
+                self._unsettled = unsettled + self._unsettled
+            from_spool = False
         rows: list[_Row[T]] = []
         claimed_count = 0
         if from_spool and self._spool is not None:
             claimed = self._spool.claim(self._signal, limit)
             if claimed is None:
-                with self._condition:
-                    self._note_failure("spool", None)
-                return
-            claimed_count = len(claimed)
-            rows = self._readable(claimed)
+                # The spool fails (a full disk?): what it holds waits there, memory is sent meanwhile.
+                from_spool = False
+            else:
+                claimed_count = len(claimed)
+                rows = self._readable(claimed)
         batch: list[_Entry[T]] = []
         with self._condition:
             if from_spool and claimed_count < limit:
@@ -566,6 +598,7 @@ class Outbox(Generic[T]):
         if not batch:
             return
         batch.sort(key=_TICKET)
+        seqs = [entry.seq for entry in batch if entry.seq]
         outcome, rejected = "failed", 0
         try:
             outcome, rejected = self._export([entry.record for entry in batch])
@@ -581,15 +614,16 @@ class Outbox(Generic[T]):
             if outcome == "failed" or (outcome == "rejected" and len(batch) > 1):
                 with self._condition:
                     self._in_flight = set()  # retried later (a rejected batch in smaller pieces)
+                if seqs and self._spool is not None:
+                    self._spool.unclaim(seqs)  # not being sent now: the size limit may evict them again
         if outcome == "failed" or (outcome == "rejected" and len(batch) > 1):
             return
-        seqs = [entry.seq for entry in batch if entry.seq]
-        if seqs and self._spool is not None and not self._spool.delete(seqs):
-            with self._condition:
-                self._in_flight = set()
-            return  # still spooled: sent again later (the receiver tells a repeat by its id)
+        deleted = not seqs or self._spool is None or self._spool.delete(seqs)
         with self._condition:
             self._in_flight = set()
+            if not deleted:
+                # Delivered, but still spooled: deleted before the next claim, which would send them again.
+                self._unsettled.extend(seqs)
             if outcome == "rejected":
                 self._lose(1, "rejected")
             elif outcome == "partial":
