@@ -34,7 +34,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 from tallyspan import semconv
-from tallyspan._adopt import Borrowed, Guarded, adopt, give_back, remove
+from tallyspan._adopt import Borrowed, Guarded, adoptable, give_back, remove, take_over
 from tallyspan._config import (
     DEFAULT_OTLP_PROTOCOL,
     ENV_SERVICE_NAME,
@@ -247,7 +247,7 @@ def instrument(
             ledger_log_tool=ledger_log_tool,
         )
         provider = _resolve_provider(tracer_provider, service_name)
-        adopted = adopt(provider, keep=_Switch) if adopt_processors else ()
+        adopted = adoptable(provider, keep=_Switch) if adopt_processors else ()
         settings = _with_otlp(settings, adopted)
         _forget_entry_points()
         guarded = tuple(
@@ -255,7 +255,7 @@ def instrument(
         )
         chain, names = _build_chain(settings, guarded, ledger_sinks)
         head = _Switch(chain)
-        provider.add_span_processor(head)
+        take_over(provider, head, adopted)
         enabled = _instrument_libraries(instrumentors, provider, settings)
         _current = Instrumentation(
             tracer_provider=provider,
