@@ -51,13 +51,14 @@ from tallyspan._config import (
     resolve_contracts,
     resolve_db_path,
     resolve_shutdown_timeout,
+    store_problem,
     warn_once,
 )
 from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
 from tallyspan._ledger_api import LedgerSink
 from tallyspan._requirements import dependency_conflict
-from tallyspan._selfstats import swallowed
+from tallyspan._selfstats import count, swallowed
 from tallyspan._state import RunningState, set_active
 
 if TYPE_CHECKING:
@@ -84,6 +85,8 @@ _SINKS: Final = ("otlp", "store")
 _CHAIN_ORDER: Final = ("ledger", "checks")
 #: Where the SDK's OTLP span exporters (HTTP and gRPC) live: an adopted one already exports over OTLP.
 _OTLP_EXPORTER_MODULES: Final = "opentelemetry.exporter.otlp."
+#: Counted in ``tallyspan.stats()`` when the store cannot be written and ``instrument()`` goes on without it.
+STORE_UNWRITABLE: Final = "errors.store.unwritable"
 
 
 class _DefaultStore:
@@ -235,6 +238,7 @@ def instrument(
         db_path = (
             None if store is None else resolve_db_path(None if isinstance(store, _DefaultStore) else store)
         )
+        db_path = _writable_store(db_path)
         settings = Settings(
             capture_content=resolve_capture_content(capture_content),
             db_path=db_path,
@@ -292,6 +296,25 @@ def uninstrument() -> None:
     except Exception:  # the app's processors stay fed by our (stopped) chain: log it, go on
         swallowed(_logger, "uninstrument.give_back", "could not give the app's span processors back")
     current.shutdown()
+
+
+def _writable_store(db_path: Path | None) -> Path | None:
+    """``db_path``, or None when the store there cannot be written: said once, with the path and the
+    reason, and counted (``errors.store.unwritable``), rather than every span and ledger record lost with
+    nothing but an ``sqlite3.OperationalError`` at exit. The rest of the chain runs without the store."""
+    problem = None if db_path is None else store_problem(db_path)
+    if problem is None:
+        return db_path
+    count(STORE_UNWRITABLE)
+    warn_once(
+        ("store", f"unwritable {db_path}"),
+        "tallyspan: the store %s cannot be written (%s), so no span or ledger record is stored there; "
+        "the checks, the ledger and the exports run without it. Point TALLYSPAN_DB or "
+        "instrument(store=...) at a writable path, or pass store=None. `tallyspan doctor` says the same.",
+        db_path,
+        problem,
+    )
+    return None
 
 
 def _load_contracts(contracts: Any) -> ContractSet | None:
