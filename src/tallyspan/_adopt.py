@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from opentelemetry.context import Context
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach, detach, set_value
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 from tallyspan._config import ShutdownBudget
@@ -135,7 +135,15 @@ class Guarded(SpanProcessor):
         self.processor.on_start(span, parent_context=parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
-        self.processor.on_end(span)
+        # Our worker runs with instrumentation suppressed (our own exports are not to be traced), but the
+        # app's processor is owed the context it would have had on the provider, where spans end in the
+        # app's code: Logfire's root processor drops every span that ends while instrumentation is
+        # suppressed. The SDK's processors suppress their own exports themselves.
+        token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, False))
+        try:
+            self.processor.on_end(span)
+        finally:
+            detach(token)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         flushed = self.processor.force_flush(timeout_millis)

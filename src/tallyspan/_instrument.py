@@ -334,12 +334,27 @@ def _resolve_provider(tracer_provider: TracerProvider | None, service_name: str 
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):
         return current
+    inner = _delegate(current)
+    if inner is not None:
+        return inner
     if _own_provider is None:
         name = service_name or os.environ.get(ENV_SERVICE_NAME) or Path(sys.argv[0] or "python").stem
         _own_provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
         trace.set_tracer_provider(_own_provider)
         logging.getLogger(trace.__name__).addFilter(_ReplacedProviderHint())
     return _own_provider
+
+
+def _delegate(provider: object) -> TracerProvider | None:
+    """The SDK provider a global provider of another kind hands its work to, if it says which.
+
+    ``logfire.configure()`` sets a ``ProxyTracerProvider`` of its own as the global provider (so it can
+    be configured again) and keeps the SDK provider it made, with Logfire's processors, in ``provider``.
+    Taking that one is what ``instrument()`` does with any SDK global provider; a provider of our own
+    could not become global (OpenTelemetry refuses a second), and Logfire would receive nothing.
+    """
+    inner = getattr(provider, "provider", None)
+    return inner if isinstance(inner, TracerProvider) else None
 
 
 class _ReplacedProviderHint(logging.Filter):
