@@ -96,3 +96,4 @@ def test_register_then_instrument_sends_the_checked_spans_to_phoenix(
     (run,) = [span for span in spans if span["name"] == _RUN_SPAN]
     assert run["attributes"][semconv.RUN_VIOLATION_TYPES] == ["not_japanese"]
     assert run["status_code"] == "ERROR"
+    assert run["status_message"] == "not_japanese in 1 of 1 call"
