@@ -201,14 +201,16 @@ def instrument(
             ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``; default False. The checks read the
             content in process either way.
         store: path of the embedded SQLite store; default ``TALLYSPAN_DB`` or
-            ``./.tallyspan/tallyspan.db``; None writes no store.
+            ``./.tallyspan/tallyspan.db``; None writes no store. One that cannot be written is said
+            once (path and reason), counted as ``errors.store.unwritable`` and left out.
         instrumentors: entry point names to enable (``opentelemetry_instrumentor`` group; a bare
             library name such as ``"anthropic"`` means ``tallyspan_anthropic`` unless another package
             registered that exact name); default all of tallyspan's whose library is installed. A name
             that matches nothing, or whose library is missing, is warned about once; one already
             instrumented (by ``opentelemetry-instrument``, or by the app) is left to its owner.
         tracer_provider: the SDK provider to add our processors to; default the global one if it is
-            an SDK provider, else a new one that becomes global.
+            an SDK provider (or the SDK provider a proxy such as Logfire's hands its work to), else a
+            new one that becomes global.
         mark_error_status: set status ERROR on violating spans.
         evaluation_events: also add a ``gen_ai.evaluation.result`` event per check.
         ledger_log_tool: the tool through which the agent logs its own actions.
