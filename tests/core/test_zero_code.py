@@ -345,6 +345,8 @@ def test_phoenix_register_in_the_app_under_opentelemetry_instrument_exports_the_
     """The app sets Phoenix's provider up in code; the hook takes it at the first span. The exporter
     ``register()`` made must still be alive then: Phoenix's provider shuts it down at the first
     ``add_span_processor``."""
+    if sys.version_info < (3, 11):  # CI runs this file on 3.10 too, where it cannot be installed
+        pytest.skip("arize-phoenix-otel needs Python 3.11 or later")
     if importlib.util.find_spec("phoenix.otel") is None:
         skip_or_fail_in_ci("arize-phoenix-otel is not installed (it needs Python 3.11 or later)")
     app = tmp_path / "register_app.py"
