@@ -580,3 +580,17 @@ def test_the_apps_waits_for_the_worker_are_shown_but_are_no_problem(tmp_path: Pa
     text = CliRunner().invoke(main, ["--db", str(path), "doctor"])
     assert f"    backpressure.worker_turns {turns}" in text.output.splitlines()
     assert text.output.rstrip().endswith("No problems found.")
+
+
+def test_doctor_reports_a_store_that_cannot_be_written(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # even root cannot create anything under a regular file
+    store = blocker / "t.db"
+    code, data = _doctor("--db", str(store))
+    assert code == 1
+    reason = f"cannot be written: {blocker} is not a directory; tallyspan.instrument() stores nothing"
+    assert data["store"]["error"] == reason
+    assert f"the store at {store} {reason}" in data["problems"]
+    text = CliRunner().invoke(main, ["--db", str(store), "doctor"]).output
+    assert f"Store: {store} {reason}" in text
+    assert "No problems found" not in text
