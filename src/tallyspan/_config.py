@@ -66,6 +66,7 @@ __all__ = [
     "resolve_db_path",
     "resolve_shutdown_timeout",
     "resolve_spool_path",
+    "store_problem",
     "warn_once",
 ]
 
@@ -188,6 +189,33 @@ def resolve_db_path(argument: str | os.PathLike[str] | None = None) -> Path:
         return Path(argument)
     raw = os.environ.get(ENV_DB, "").strip()
     return Path(raw) if raw else DEFAULT_DB_PATH
+
+
+def store_problem(db_path: Path) -> str | None:
+    """Why the store at ``db_path`` cannot be written, or None when nothing says it cannot.
+
+    Asked of the file system without creating anything (no folder, no database, no ``sqlite3``): the
+    nearest folder that exists must be a folder we may write in (SQLite keeps its journal beside the
+    database), and a database already there a file we may write.
+    """
+    if os.fspath(db_path) == ":memory:":
+        return None
+    try:
+        if db_path.exists():
+            if db_path.is_dir():
+                return f"{db_path} is a directory"
+            if not os.access(db_path, os.W_OK):
+                return f"{db_path} is not writable"
+        folder = db_path.absolute().parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            return f"{folder} is not a directory"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"{folder} is not writable"
+    except OSError as exc:  # e.g. a folder on the way we may not even look into
+        return f"{exc.strerror or exc}"
+    return None
 
 
 def resolve_spool_path(db_path: Path | None) -> Path | None:
