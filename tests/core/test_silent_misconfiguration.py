@@ -139,7 +139,10 @@ def test_a_provider_set_after_instrument_gets_the_fix_named(tmp_path: Path) -> N
 
 
 def test_a_store_that_cannot_be_written_is_said_once_at_instrument_with_its_path_and_reason(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tracer_provider: TracerProvider,
 ) -> None:
     # Under a regular file: not even root can create it (the tests run as root, for whom no mode bit counts).
     blocker = tmp_path / "a-file"
@@ -147,7 +150,10 @@ def test_a_store_that_cannot_be_written_is_said_once_at_instrument_with_its_path
     store = blocker / "t.db"
     monkeypatch.setenv("TALLYSPAN_DB", str(store))
     with caplog.at_level(logging.WARNING):
-        instrumentation = tallyspan.instrument(contracts=CONTRACTS, instrumentors=["tallyspan_openai"])
+        # Our own provider: the process's global one can be set only once, and later tests rely on theirs.
+        instrumentation = tallyspan.instrument(
+            tracer_provider=tracer_provider, contracts=CONTRACTS, instrumentors=["tallyspan_openai"]
+        )
         with (
             OpenAICompatibleServer(replies=[ScriptedReply(text="The report is done.")] * 2) as server,
             openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client,
