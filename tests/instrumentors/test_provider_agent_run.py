@@ -103,7 +103,7 @@ def run_on_anthropic(replies: Sequence[ScriptedReply], model: str) -> str:
                     {
                         "type": "tool_result",
                         "tool_use_id": use.id,
-                        "content": TRACED_TOOLS[use.name](**use.input, tool_call_id=use.id),  # type: ignore[arg-type]
+                        "content": TRACED_TOOLS[use.name](**use.input, tool_call_id=use.id),
                     }
                     for use in uses
                 ]
@@ -114,7 +114,7 @@ def run_on_anthropic(replies: Sequence[ScriptedReply], model: str) -> str:
 def run_on_ollama(replies: Sequence[ScriptedReply], model: str) -> str:
     """Ollama's tool calls carry no ids, so the harness numbers the ones it executes."""
     with OllamaServer(replies=replies) as server, ollama.Client(host=server.base_url) as client:
-        tools = {"get_weather": get_weather, "send_email": send_email}
+        tools: dict[str, Callable[..., str]] = {"get_weather": get_weather, "send_email": send_email}
         messages: list[dict[str, object]] = [{"role": "user", "content": TASK}]
         executed = 0
         with tallyspan.run("weekly_agent"):
