@@ -38,7 +38,7 @@ from typing import Any
 
 from tallyspan import Contract, check, semconv
 from tallyspan._datasets._diagnosis import diagnose
-from tallyspan._datasets._model import SpanData, ViolationData
+from tallyspan._store._store_traces import SpanData, ViolationData
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data"

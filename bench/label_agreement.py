@@ -18,7 +18,7 @@ whether a rule helps beyond the model it was written from.
 Usage::
 
     python bench/label_agreement.py [--data ../shared/data] [--elyza-git-dir DIR] [--misses] [--json FILE]
-                                    [--no-analyser]
+                                    [--no-analyser] [--lomo]
 """
 
 from __future__ import annotations
@@ -211,6 +211,57 @@ def report(results: Sequence[tuple[Case, frozenset[str]]], misses: bool) -> dict
     }
 
 
+#: The off_topic rule's two thresholds, and the values leave-one-model-out chooses among.
+LOMO_GRID: dict[str, tuple[float, ...]] = {
+    "_MIN_RANK": (0.3, 0.4, 0.5, 0.6),
+    "_MIN_UNRELATED_CHARS": (150, 300, 500),
+}
+
+
+def leave_one_model_out(cases: Sequence[Case]) -> None:
+    """For each model: the thresholds that give the other models' answers the most exact verdicts,
+    then that model's exact share with them. Prints each model's figure beside the fixed thresholds'."""
+    from itertools import product
+
+    from tallyspan._engine import _relevance
+
+    defaults = {name: getattr(_relevance, name) for name in LOMO_GRID}
+    exact_by_point: dict[tuple[float, ...], list[bool]] = {}
+    try:
+        for point in product(*LOMO_GRID.values()):
+            for name, value in zip(LOMO_GRID, point, strict=True):
+                setattr(_relevance, name, value)
+            exact_by_point[point] = [case.labels == frozenset(judge(case).violation_types) for case in cases]
+    finally:
+        for name, value in defaults.items():
+            setattr(_relevance, name, value)
+    fixed = tuple(defaults[name] for name in LOMO_GRID)
+    models = sorted({(case.set, case.model) for case in cases})
+    held_total = fixed_total = 0
+    print("\n| set | model | answers | exact, fixed thresholds | exact, held out | chosen on the others |")
+    print("|---|---|---|---|---|---|")
+    for model in models:
+        mine = [index for index, case in enumerate(cases) if (case.set, case.model) == model]
+        rest = [index for index, case in enumerate(cases) if (case.set, case.model) != model]
+        best = max(
+            exact_by_point, key=lambda point: (sum(exact_by_point[point][i] for i in rest), point == fixed)
+        )
+        held = sum(exact_by_point[best][i] for i in mine)
+        at_fixed = sum(exact_by_point[fixed][i] for i in mine)
+        held_total += held
+        fixed_total += at_fixed
+        chosen = ", ".join(
+            f"{name.strip('_').lower()} {value:g}" for name, value in zip(LOMO_GRID, best, strict=True)
+        )
+        print(
+            f"| {model[0]} | {model[1]} | {len(mine)} | {at_fixed / len(mine):.1%} | {held / len(mine):.1%} "
+            f"| {chosen} |"
+        )
+    print(
+        f"\nall: fixed thresholds {fixed_total / len(cases):.1%}, leave-one-model-out {held_total / len(cases):.1%}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -223,6 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--misses", action="store_true", help="list every answer not given its labels")
     parser.add_argument("--json", type=Path, help="write the figures to this file too")
     parser.add_argument(
+        "--lomo", action="store_true", help="leave one model out: thresholds chosen on the other models"
+    )
+    parser.add_argument(
         "--no-analyser", action="store_true", help="judge as without tallyspan[ja] (bigrams for words)"
     )
     args = parser.parse_args(argv)
@@ -232,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = load_cases(args.data, args.elyza_git_dir)
     results = [(case, frozenset(judge(case).violation_types)) for case in cases]
     figures = report(results, args.misses)
+    if args.lomo:
+        leave_one_model_out(cases)
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1), encoding="utf-8")
     return 0

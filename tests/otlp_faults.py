@@ -18,6 +18,7 @@ import contextlib
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -63,6 +64,16 @@ class FaultyReceiver:
         self.status = 200
         self.retry_after: str | None = None
         self.delay = 0.0
+        #: OTLP partial success: spans (by name) and log records (by ledger record id) for which this
+        #: returns True are rejected, not kept; the 200 answer says how many, with ``partial_message``.
+        self.reject_span: Callable[[str], bool] = lambda name: False
+        self.reject_log: Callable[[str], bool] = lambda record_id: False
+        self.partial_message = ""
+        self.rejected_spans: Counter[str] = Counter()
+        self.rejected_logs: Counter[str] = Counter()
+        self.partial_answers: Counter[str] = Counter()  # answers that rejected some records, by path
+        self.on_accept: Callable[[str], None] | None = None
+        """Called with the path of each request about to be accepted, before the answer is sent."""
         self._release = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self.port = 0
@@ -154,28 +165,100 @@ class FaultyReceiver:
             return self.status, headers, b""
         if mode == "slow":
             time.sleep(self.delay)
-        return 200, {}, self._keep(path, body)
+        kept = self._keep(path, body)
+        if self.on_accept is not None:
+            self.on_accept(path)
+        return 200, {}, kept
 
     def _keep(self, path: str, body: bytes) -> bytes:
         with self.lock:
             if path == "/v1/traces":
-                for resource_spans in ExportTraceServiceRequest.FromString(body).resource_spans:
-                    for scope_spans in resource_spans.scope_spans:
-                        for span in scope_spans.spans:
-                            key = f"{span.trace_id.hex()}/{span.span_id.hex()}"
-                            self.spans[key] += 1
-                            self.span_names[key] = span.name
-                return bytes(ExportTraceServiceResponse().SerializeToString())
-            for resource_logs in ExportLogsServiceRequest.FromString(body).resource_logs:
-                for scope_logs in resource_logs.scope_logs:
-                    for record in scope_logs.log_records:
-                        ids = [
-                            kv.value.string_value
-                            for kv in record.attributes
-                            if kv.key == semconv.LEDGER_RECORD_ID
-                        ]
-                        self.logs[ids[0] if ids else "<no id>"] += 1
-            return bytes(ExportLogsServiceResponse().SerializeToString())
+                return bytes(self.keep_spans(ExportTraceServiceRequest.FromString(body)).SerializeToString())
+            return bytes(self.keep_logs(ExportLogsServiceRequest.FromString(body)).SerializeToString())
+
+    def keep_spans(self, request: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
+        """Keep the spans of ``request`` (the caller holds the lock); the answer, with the partial
+        success when some were rejected."""
+        rejected = 0
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    key = f"{span.trace_id.hex()}/{span.span_id.hex()}"
+                    if self.reject_span(span.name):
+                        rejected += 1
+                        self.rejected_spans[key] += 1
+                        continue
+                    self.spans[key] += 1
+                    self.span_names[key] = span.name
+        response = ExportTraceServiceResponse()
+        if rejected:
+            self.partial_answers["/v1/traces"] += 1
+            response.partial_success.rejected_spans = rejected
+            response.partial_success.error_message = self.partial_message
+        return response
+
+    def keep_logs(self, request: ExportLogsServiceRequest) -> ExportLogsServiceResponse:
+        """Keep the log records of ``request`` by ledger record id (the caller holds the lock)."""
+        rejected = 0
+        for resource_logs in request.resource_logs:
+            for scope_logs in resource_logs.scope_logs:
+                for record in scope_logs.log_records:
+                    ids = [
+                        kv.value.string_value
+                        for kv in record.attributes
+                        if kv.key == semconv.LEDGER_RECORD_ID
+                    ]
+                    record_id = ids[0] if ids else "<no id>"
+                    if self.reject_log(record_id):
+                        rejected += 1
+                        self.rejected_logs[record_id] += 1
+                        continue
+                    self.logs[record_id] += 1
+        response = ExportLogsServiceResponse()
+        if rejected:
+            self.partial_answers["/v1/logs"] += 1
+            response.partial_success.rejected_log_records = rejected
+            response.partial_success.error_message = self.partial_message
+        return response
+
+
+class GrpcReceiver(FaultyReceiver):
+    """The same receiver over OTLP/gRPC (a real ``grpc`` server on 127.0.0.1): it keeps, rejects and
+    answers like the HTTP one (``ok`` mode only)."""
+
+    def _listen(self, port: int = 0) -> None:
+        from concurrent import futures
+
+        import grpc  # type: ignore[import-untyped]
+        from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+        receiver = self
+
+        class Traces(trace_service_pb2_grpc.TraceServiceServicer):
+            def Export(self, request: ExportTraceServiceRequest, context: Any) -> ExportTraceServiceResponse:
+                with receiver.lock:
+                    receiver.requests.append(Request(time.monotonic(), "/v1/traces", 200))
+                    return receiver.keep_spans(request)
+
+        class Logs(logs_service_pb2_grpc.LogsServiceServicer):
+            def Export(self, request: ExportLogsServiceRequest, context: Any) -> ExportLogsServiceResponse:
+                with receiver.lock:
+                    receiver.requests.append(Request(time.monotonic(), "/v1/logs", 200))
+                    return receiver.keep_logs(request)
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)  # type: ignore[no-untyped-call]
+        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), server)  # type: ignore[no-untyped-call]
+        self.port = server.add_insecure_port(f"127.0.0.1:{port}")
+        server.start()
+        self._grpc_server = server
+
+    def refuse(self) -> None:
+        server = getattr(self, "_grpc_server", None)
+        if server is not None:
+            server.stop(None)
+            self._grpc_server = None
 
 
 def span_key(span: ReadableSpan) -> str:

@@ -25,9 +25,16 @@ good), ``unspooled`` (a durable record the spool could not take and memory could
 ``shutdown`` (memory records not delivered within the shutdown budget), ``undecodable`` (a spooled record
 this version cannot read), and the spool's ``spool_full`` / ``spool_expired``.
 
+A spool that fails (a full disk, an I/O error: ``Spool`` leaves it alone for ``RETRY_S`` after each
+failure) does not stop delivery: durable records the intake cannot write wait in memory with the clean
+ones (bounded by ``queue_size``, beyond it ``unspooled``), and the sender sends memory while it cannot
+claim; what the spool already holds waits there, durable, until it works again. A batch the backend
+accepted whose rows the spool cannot delete is remembered: nothing is claimed until those rows are
+deleted, so they are not sent twice by this process.
+
 Records are sent at least once; the receiver tells a repeat by its id (a span's span id, a ledger
 record's ``tallyspan.ledger.record_id``). A repeat only happens when the process ends between the
-backend's acceptance and the spool's delete.
+backend's acceptance and the spool's delete (or with a disk still too full to delete at exit).
 """
 
 from __future__ import annotations
@@ -76,6 +83,8 @@ SPOOL_GRACE_S: Final = 1.0
 _RENEW_S: Final = LEASE_S / 3
 _ORPHAN_SCAN_S: Final = 10.0
 """How often an idle sender looks for records another process left in the spool."""
+_MESSAGE_CHARS: Final = 300
+"""How much of a backend's partial-success message is logged."""
 _PERMANENT: Final = frozenset({"http_400", "http_413", "unsent"})
 """Causes that another try of the same batch cannot fix: split it, drop the record at fault alone."""
 
@@ -87,6 +96,11 @@ class Attempt:
     cause: str | None = None
     """``http_<status>``, ``timeout``, ``connection``; None when no request was made."""
     retry_after_s: float | None = None
+    rejected: int = 0
+    """Records the backend said it rejected in an answer that accepted the request (OTLP partial
+    success: ``rejected_spans`` / ``rejected_log_records``)."""
+    message: str = ""
+    """The backend's ``partial_success.error_message``, when it gave one."""
 
 
 class AttemptObserver(Protocol):
@@ -197,6 +211,7 @@ class Outbox(Generic[T]):
         self._durable: deque[_Item[T]] = deque()  # durable records the spool could not take
         self._clean: deque[_Item[T]] = deque()
         self._spooled: dict[int, int] = {}  # seq -> ticket of the rows this process spooled
+        self._unsettled: list[int] = []  # seqs the backend accepted that the spool could not delete yet
         self._outstanding: set[int] = set()
         self._next_ticket = 1
         self._flushes: list[_Flush] = []
@@ -209,6 +224,7 @@ class Outbox(Generic[T]):
         self._retry_after_until = 0.0
         self._batch_limit = MAX_BATCH
         self._failed_while_stopping = False
+        self._partial_logged = False
         self._look_for_orphans = self._spool is not None
         self._next_orphan_scan = 0.0
         self._next_renew = time.monotonic() + _RENEW_S
@@ -281,6 +297,11 @@ class Outbox(Generic[T]):
             intake.join(max(SPOOL_GRACE_S, deadline - time.monotonic()))
         if sender is not None:
             sender.join(max(0.0, deadline - time.monotonic()))
+        with self._condition:
+            unsettled, self._unsettled = self._unsettled, []
+        if unsettled and self._spool is not None:
+            # Accepted while the spool could not delete them: one last try, or the next start sends them again.
+            self._spool.delete(unsettled, now=True)
         with self._condition:
             self._closed = True
             left = len(self._incoming) + len(self._durable) + len(self._clean)
@@ -362,7 +383,8 @@ class Outbox(Generic[T]):
         while time.monotonic() < deadline:
             with self._condition:
                 failures = self._failures
-                if not self._pending() or time.monotonic() < self._retry_after_until:
+                now = time.monotonic()
+                if not (self._pending() and self._sendable(now)) or now < self._retry_after_until:
                     break
             self._send_one_batch()
             with self._condition:
@@ -471,8 +493,13 @@ class Outbox(Generic[T]):
     def _pending(self) -> int:
         return len(self._spooled) + len(self._durable) + len(self._clean)
 
-    def _has_work(self) -> bool:
-        return bool(self._pending() or self._look_for_orphans)
+    def _sendable(self, now: float) -> bool:
+        """True when a batch could go now: memory holds records, or the spool works and holds some."""
+        if self._durable or self._clean:
+            return True
+        if self._spool is None or not (self._spooled or self._look_for_orphans or self._unsettled):
+            return False
+        return now >= self._spool.available()
 
     def _wait_for_work(self) -> bool:
         """Wait until a batch should be tried; False when the sender should stop.
@@ -488,7 +515,7 @@ class Outbox(Generic[T]):
                     self._look_for_orphans = False  # only our own records are worth the budget
                     if now >= self._budget.start() or self._failed_while_stopping:
                         return False
-                    if self._has_work():
+                    if self._sendable(now):
                         return now >= self._retry_after_until
                     if self._intake is None or not self._intake.is_alive():
                         return False
@@ -497,7 +524,7 @@ class Outbox(Generic[T]):
                 if self._spool is not None and not self._look_for_orphans and now >= self._next_orphan_scan:
                     self._look_for_orphans = True
                 timeout: float | None = None
-                if self._has_work():
+                if self._sendable(now):
                     forced = bool(self._flushes) and now >= self._retry_after_until
                     gathering = now < self._gather_until and 0 < self._pending() < self._batch_limit
                     if forced or (now >= self._next_attempt and not gathering):
@@ -508,6 +535,13 @@ class Outbox(Generic[T]):
                         renew = True
                     else:
                         timeout = min(timeout, max(0.0, self._next_renew - now))
+                elif self._spool is not None and (
+                    self._pending() or self._look_for_orphans or self._unsettled
+                ):
+                    # The spool failed a moment ago and memory is empty: wait for the spool's next try, and
+                    # a flush waiting for spooled records answers False now rather than at its timeout.
+                    self._fail_flushes()
+                    timeout = max(0.0, self._spool.available() - now)
                 elif self._spool is not None:
                     timeout = max(0.0, self._next_orphan_scan - now)
                 if not renew:
@@ -520,17 +554,23 @@ class Outbox(Generic[T]):
         queue in the order they were submitted, so a healthy backend sees them as they came."""
         with self._condition:
             limit = self._batch_limit
+            unsettled, self._unsettled = self._unsettled, []
             from_spool = self._spool is not None and (bool(self._spooled) or self._look_for_orphans)
+        if unsettled and self._spool is not None and not self._spool.delete(unsettled):
+            # Accepted rows the spool still cannot delete: claiming now would send them again.
+            with self._condition:
+                self._unsettled = unsettled + self._unsettled
+            from_spool = False
         rows: list[_Row[T]] = []
         claimed_count = 0
         if from_spool and self._spool is not None:
             claimed = self._spool.claim(self._signal, limit)
             if claimed is None:
-                with self._condition:
-                    self._note_failure("spool", None)
-                return
-            claimed_count = len(claimed)
-            rows = self._readable(claimed)
+                # The spool fails (a full disk?): what it holds waits there, memory is sent meanwhile.
+                from_spool = False
+            else:
+                claimed_count = len(claimed)
+                rows = self._readable(claimed)
         batch: list[_Entry[T]] = []
         with self._condition:
             if from_spool and claimed_count < limit:
@@ -552,27 +592,42 @@ class Outbox(Generic[T]):
                     break
                 batch.append(_Entry(item.ticket, item.record, 0))
             self._in_flight = {entry.ticket for entry in batch if not entry.seq}
+            verdicts = any(entry.seq for entry in batch) or any(
+                item.ticket in self._in_flight for item in self._durable
+            )
         if not batch:
             return
         batch.sort(key=_TICKET)
-        outcome = "failed"
+        seqs = [entry.seq for entry in batch if entry.seq]
+        outcome, rejected = "failed", 0
         try:
-            outcome = self._export([entry.record for entry in batch])
+            outcome, rejected = self._export([entry.record for entry in batch])
+            if outcome == "partial" and verdicts and rejected < len(batch):
+                # The backend accepted the request but rejected some of its records for good, without
+                # saying which: like a 400, the batch is sent again in halves until the records at
+                # fault are alone (the others arrive again, with their ids), so a record with a verdict
+                # leaves the spool only once it is accepted or found to be one of the rejected.
+                outcome = "rejected"
+                with self._condition:
+                    self._batch_limit = max(1, len(batch) // 2)
         finally:
             if outcome == "failed" or (outcome == "rejected" and len(batch) > 1):
                 with self._condition:
                     self._in_flight = set()  # retried later (a rejected batch in smaller pieces)
+                if seqs and self._spool is not None:
+                    self._spool.unclaim(seqs)  # not being sent now: the size limit may evict them again
         if outcome == "failed" or (outcome == "rejected" and len(batch) > 1):
             return
-        seqs = [entry.seq for entry in batch if entry.seq]
-        if seqs and self._spool is not None and not self._spool.delete(seqs):
-            with self._condition:
-                self._in_flight = set()
-            return  # still spooled: sent again later (the receiver tells a repeat by its id)
+        deleted = not seqs or self._spool is None or self._spool.delete(seqs)
         with self._condition:
             self._in_flight = set()
+            if not deleted:
+                # Delivered, but still spooled: deleted before the next claim, which would send them again.
+                self._unsettled.extend(seqs)
             if outcome == "rejected":
                 self._lose(1, "rejected")
+            elif outcome == "partial":
+                self._lose(min(rejected, len(batch)), "partial_rejected")
             delivered = {entry.ticket for entry in batch if not entry.seq}
             if delivered:
                 # The intake may have dropped some of them meanwhile (a full queue): take what is left.
@@ -597,8 +652,10 @@ class Outbox(Generic[T]):
                 self._resolve([ticket for seq in unreadable if (ticket := self._spooled.pop(seq, 0))])
         return readable
 
-    def _export(self, records: Sequence[T]) -> str:
-        """Export one batch: ``accepted``, ``rejected`` (for good: split it), or ``failed`` (retry later)."""
+    def _export(self, records: Sequence[T]) -> tuple[str, int]:
+        """Export one batch: ``accepted``, ``partial`` (accepted, but the backend rejected the number of
+        records given, without saying which), ``rejected`` (for good: split it), or ``failed`` (retry
+        later)."""
         if self._attempts is not None:
             self._attempts.reset()
         try:
@@ -615,16 +672,37 @@ class Outbox(Generic[T]):
                 # in: sent at once, a steady stream went out one request per export's round trip.
                 self._gather_until = time.monotonic() + SCHEDULE_DELAY_S
                 self._batch_limit = min(MAX_BATCH, self._batch_limit * 2)
-                return "accepted"
+                rejected = min(max(0, attempt.rejected), len(records))
+                if rejected or attempt.message:
+                    self._note_partial(rejected, len(records), attempt.message)
+                return ("partial", rejected) if rejected else ("accepted", 0)
             cause = attempt.cause or (
                 "unsent" if self._attempts is not None and result is not None else "failed"
             )
             count(f"errors.otlp.{self._signal}.{cause}")
             if cause in _PERMANENT:
                 self._batch_limit = max(1, len(records) // 2)
-                return "rejected"
+                return "rejected", 0
             self._note_failure(cause, attempt.retry_after_s)
-            return "failed"
+            return "failed", 0
+
+    def _note_partial(self, rejected: int, sent: int, message: str) -> None:
+        """Count a partial success and log the backend's message, once per outbox (under the condition)."""
+        if rejected:
+            count(f"errors.otlp.{self._signal}.partial_success")
+        if self._partial_logged:
+            return
+        self._partial_logged = True
+        # The message is the backend's text: shown quoted and cut short, never as a format string.
+        _logger.warning(
+            "the OTLP backend accepted %s but rejected %d of %d records; it said: %r "
+            "(counted in dropped.otlp.%s.partial_rejected; logged once)",
+            self._signal,
+            rejected,
+            sent,
+            message[:_MESSAGE_CHARS],
+            self._signal,
+        )
 
     def _note_failure(self, cause: str, retry_after_s: float | None) -> None:
         """Wait before the next try (under the condition); flushes waiting for it answer False now."""

@@ -54,7 +54,7 @@ from tallyspan.plugin import (
 )
 from tallyspan_exporters._codec import decode_log_record, encode_log_record
 from tallyspan_exporters._delivery import Codec, Outbox
-from tallyspan_exporters._otlp import ObservedSession, observed_session, open_spool, otlp_log_exporter
+from tallyspan_exporters._otlp import Observer, observed_session, open_spool, otlp_log_exporter
 
 __all__ = ["OTLPLedgerSink"]
 
@@ -140,7 +140,7 @@ class OTLPLedgerSink:
         budget: ShutdownBudget | None = None,
     ) -> None:
         settings = settings or ExportSettings()
-        session: ObservedSession | None = None
+        session: Observer | None = None
         if exporter is None:
             protocol = protocol or otlp_logs_protocol()
             session = observed_session("logs", protocol)

@@ -20,10 +20,18 @@ connection, a timeout, ``Retry-After``), so failures are counted by cause and th
 as long as the backend asks, and that makes an unreachable backend fail the export at once (the
 exporter's own retries would sleep through the shutdown budget; the spool retries instead).
 Delivery itself (spool, retries, counted losses) is ``_delivery.Outbox``.
+
+OTLP partial success (a 2xx whose ``Export*ServiceResponse`` says ``rejected_spans`` or
+``rejected_log_records``) is read here, not from the exporters: both answer a bare SUCCESS and drop the
+response (the HTTP exporter keeps only the status, ``_OTLPHTTPClient.export``; the gRPC one discards
+what ``Export`` returns). So the observed HTTP session parses the body of each 2xx answer it receives,
+and over gRPC the exporter's stub is wrapped (``_ObservedStub``) to see the response message; both
+report the rejected count and the backend's message in the ``Attempt`` the outbox reads.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import os
@@ -34,6 +42,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Final, cast
 
 import requests
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -53,6 +63,7 @@ from tallyspan_exporters._spool import Spool, shared_spool
 
 __all__ = [
     "BackendUnreachableError",
+    "GrpcObserver",
     "OTLPSpanProcessor",
     "ObservedSession",
     "carries_verdict",
@@ -108,6 +119,35 @@ def _retry_after(value: str | None) -> float | None:
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
+_LARGEST_ANSWER: Final = 1 << 20
+"""The largest answer body read for a partial success; a larger one is not an OTLP response."""
+
+
+def partial_success(signal: str, body: bytes | object) -> tuple[int, str]:
+    """What a 2xx answer's ``Export*ServiceResponse`` says was rejected: (count, the backend's message).
+    (0, "") for an empty, oversized or unreadable body: the backend accepted everything."""
+    if signal == "traces":
+        response: Any = ExportTraceServiceResponse()
+    else:
+        response = ExportLogsServiceResponse()
+    if isinstance(body, (bytes, bytearray)):
+        if not body or len(body) > _LARGEST_ANSWER:
+            return 0, ""
+        try:
+            response.ParseFromString(bytes(body))
+        except Exception:  # protobuf's DecodeError: not an OTLP answer
+            return 0, ""
+    elif type(body) is type(response):
+        response = body
+    else:
+        return 0, ""
+    if not response.HasField("partial_success"):
+        return 0, ""
+    partial = response.partial_success
+    rejected = partial.rejected_spans if signal == "traces" else partial.rejected_log_records
+    return max(0, int(rejected)), str(partial.error_message)
+
+
 class BackendUnreachableError(Exception):
     """The backend could not be reached (refused, reset, timed out): raised by :class:`ObservedSession`
     in place of the ``requests`` error, so the exporter gives up at once instead of sleeping through
@@ -122,8 +162,9 @@ class ObservedSession(requests.Session):
     not retry. Used by one sender thread at a time (each exporter has its own outbox).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, signal: str = "traces") -> None:
         super().__init__()
+        self._signal = signal
         self._attempt = Attempt()
 
     def reset(self) -> None:
@@ -147,11 +188,72 @@ class ObservedSession(requests.Session):
             self._attempt = Attempt("failed")
             raise
         status = response.status_code
+        rejected, message = 0, ""
+        if 200 <= status < 300:
+            try:  # the exporter reads only the status: a partial success is seen here or never
+                rejected, message = partial_success(self._signal, response.content)
+            except Exception:  # a body we cannot read says nothing was rejected
+                rejected, message = 0, ""
         self._attempt = Attempt(
             f"http_{status}",
             _retry_after(response.headers.get("retry-after")) if status in (429, 503) else None,
+            rejected,
+            message,
         )
         return response
+
+
+class GrpcObserver:
+    """What the gRPC exporter's last ``Export`` call met, for the outbox: the partial success of its
+    answer, or a failure (counted as ``failed``: the exporter does not show us the status)."""
+
+    def __init__(self, signal: str) -> None:
+        self._signal = signal
+        self._attempt = Attempt("failed")
+
+    def reset(self) -> None:
+        self._attempt = Attempt("failed")  # no call made (the exporter shut down): a failure, as before
+
+    def last(self) -> Attempt:
+        return self._attempt
+
+    def answered(self, response: object) -> None:
+        try:
+            rejected, message = partial_success(self._signal, response)
+        except Exception:
+            rejected, message = 0, ""
+        self._attempt = Attempt("grpc_ok", None, rejected, message)
+
+    def install(self, exporter: object) -> None:
+        """Wrap ``exporter``'s stub, and the stub it makes again when it reconnects, so each ``Export``
+        is seen. An exporter without the attributes we know (another SDK version) is left alone."""
+        stub_class = getattr(exporter, "_stub", None)
+        client = getattr(exporter, "_client", None)
+        if stub_class is None or client is None or not hasattr(client, "Export"):
+            return
+        exporter._stub = functools.partial(_ObservedStub.made, stub_class, self)  # type: ignore[attr-defined]
+        exporter._client = _ObservedStub(client, self)  # type: ignore[attr-defined]
+
+
+class _ObservedStub:
+    """A gRPC export stub whose ``Export`` hands its answer to a :class:`GrpcObserver`."""
+
+    def __init__(self, stub: Any, observer: GrpcObserver) -> None:
+        self._stub = stub
+        self._observer = observer
+
+    @classmethod
+    def made(cls, stub_class: Any, observer: GrpcObserver, channel: Any) -> _ObservedStub:
+        return cls(stub_class(channel), observer)
+
+    def Export(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 (the gRPC method's name)
+        response = self._stub.Export(*args, **kwargs)
+        self._observer.answered(response)
+        return response
+
+
+Observer = ObservedSession | GrpcObserver
+"""What sees an exporter's requests: the HTTP session, or the gRPC observer."""
 
 
 def _configured(names: Sequence[str]) -> bool:
@@ -163,7 +265,7 @@ def _exporter(
     protocol: str,
     exporters: Mapping[str, tuple[str, str]],
     timeout_s: float | None,
-    session: ObservedSession | None,
+    session: Observer | None,
 ) -> object:
     """A new exporter of ``signal`` over ``protocol``, configured by the ``OTEL_EXPORTER_OTLP_*`` variables."""
     if protocol not in exporters:
@@ -180,21 +282,27 @@ def _exporter(
     arguments: dict[str, Any] = {}
     if timeout_s is not None and not _configured(_TIMEOUT_ENV[signal]):
         arguments["timeout"] = timeout_s
-    if session is not None and protocol != "grpc":
+    if isinstance(session, ObservedSession) and protocol != "grpc":
         arguments["session"] = session
-    return getattr(module, class_name)(**arguments)
+    exporter = getattr(module, class_name)(**arguments)
+    if isinstance(session, GrpcObserver) and protocol == "grpc":
+        session.install(exporter)
+    return cast(object, exporter)
 
 
-def observed_session(signal: str, protocol: OTLPProtocol) -> ObservedSession | None:
-    """A session for the HTTP exporter of ``signal``; None over gRPC, or when a credential provider
-    (``OTEL_PYTHON_EXPORTER_OTLP_HTTP_*CREDENTIAL_PROVIDER``) gives the exporter its own."""
-    if protocol == "grpc" or _configured(_CREDENTIAL_ENV[signal]):
+def observed_session(signal: str, protocol: OTLPProtocol) -> Observer | None:
+    """What sees the exporter of ``signal``'s requests: a session for the HTTP exporter, a
+    :class:`GrpcObserver` over gRPC; None when a credential provider
+    (``OTEL_PYTHON_EXPORTER_OTLP_HTTP_*CREDENTIAL_PROVIDER``) gives the HTTP exporter its own session."""
+    if protocol == "grpc":
+        return GrpcObserver(signal)
+    if _configured(_CREDENTIAL_ENV[signal]):
         return None
-    return ObservedSession()
+    return ObservedSession(signal)
 
 
 def otlp_span_exporter(
-    protocol: OTLPProtocol, *, timeout_s: float | None = None, session: ObservedSession | None = None
+    protocol: OTLPProtocol, *, timeout_s: float | None = None, session: Observer | None = None
 ) -> SpanExporter:
     """An OTLP span exporter over ``protocol``, configured by the ``OTEL_EXPORTER_OTLP_*`` variables.
 
@@ -211,7 +319,7 @@ def otlp_span_exporter(
 
 
 def otlp_log_exporter(
-    protocol: OTLPProtocol, *, timeout_s: float | None = None, session: ObservedSession | None = None
+    protocol: OTLPProtocol, *, timeout_s: float | None = None, session: Observer | None = None
 ) -> LogRecordExporter:
     """An OTLP log record exporter over ``protocol``, configured by the ``OTEL_EXPORTER_OTLP_*`` variables.
 
@@ -276,7 +384,7 @@ class OTLPSpanProcessor(SpanProcessor):
         *,
         settings: ExportSettings | None = None,
         budget: ShutdownBudget | None = None,
-        session: ObservedSession | None = None,
+        session: Observer | None = None,
     ) -> None:
         settings = settings or ExportSettings()
         self._outbox: Outbox[ReadableSpan] = Outbox(

@@ -56,6 +56,7 @@ from tallyspan import semconv
 from tallyspan.ledger import (
     PROTOCOL_TYPES,
     Claim,
+    Discrepancy,
     LedgerEntry,
     LedgerRecord,
     LedgerSink,
@@ -87,6 +88,8 @@ DEFAULT_MAX_OPEN_RUNS: Final = 1024
 DEFAULT_MAX_ENTRIES_PER_RUN: Final = 100_000
 DEFAULT_MAX_SPAN_EVENTS: Final = 1000
 _MAX_CLOSED_RUNS: Final = 4096
+#: The calls of one run remembered one by one for its status ("in 2 of 5 calls"); past that, only counted.
+_MAX_CALLS_PER_RUN: Final = 4096
 
 
 @dataclass
@@ -100,6 +103,38 @@ class _Books:
     violation_types: set[str] = field(default_factory=set)
     nested_runs: int = 0
     """Runs that ended inside this one (a run with only these is their container)."""
+    calls: dict[int, tuple[int, bool]] = field(default_factory=dict)
+    """The calls below the run span (model calls, and any span with verdicts): span id -> (its parent's
+    span id, violated); for the status, "... in 2 of 5 calls"."""
+    more_calls: int = 0
+    more_violating_calls: int = 0
+    """Calls counted elsewhere: in runs that ended inside this one, or past ``_MAX_CALLS_PER_RUN``."""
+
+    def add_call(self, span_id: int, parent_id: int, violated: bool) -> None:
+        if len(self.calls) < _MAX_CALLS_PER_RUN:
+            self.calls[span_id] = (parent_id, violated)
+        else:
+            self.more_calls += 1
+            self.more_violating_calls += violated
+
+    def call_counts(self) -> tuple[int, int]:
+        """The calls below the run and how many of them violated. A span nested in another counted one
+        is the same call (another instrumentation's span around ours, or inside it): counted once,
+        violating if either is."""
+        calls = self.calls
+        outermost: dict[int, bool] = {}
+        for span_id, (_, violated) in calls.items():
+            top = span_id
+            for _ in range(len(calls)):  # span ids never form a cycle; bounded all the same
+                parent_id = calls[top][0]
+                if parent_id not in calls:
+                    break
+                top = parent_id
+            outermost[top] = outermost.get(top, False) or violated
+        return (
+            len(outermost) + self.more_calls,
+            sum(outermost.values()) + self.more_violating_calls,
+        )
 
 
 class LedgerProcessor(WrappingProcessor):
@@ -215,8 +250,9 @@ class LedgerProcessor(WrappingProcessor):
             span = self._redact_claim_events(span, run_id)
         if run_id != span_id:
             own_count, own_types = _verdicts(span)
-            if own_count:
-                self._add_verdicts(run_id, context.trace_id, own_count, own_types)
+            if own_count or _is_model_call(span):
+                parent_id = span.parent.span_id if span.parent is not None else 0
+                self._add_verdicts(run_id, context.trace_id, own_count, own_types, call=(span_id, parent_id))
             return span
         with self._lock:
             books = self._runs.pop(span_id, None)
@@ -236,12 +272,14 @@ class LedgerProcessor(WrappingProcessor):
             books = _Books(context.trace_id)
         if parent_run is not None:
             own_count, own_types = _verdicts(span)
+            calls, violating_calls = books.call_counts()
             self._add_verdicts(
                 parent_run,
                 context.trace_id,
                 books.violation_count + own_count,
                 books.violation_types | set(own_types),
                 nested_run=True,
+                nested_calls=(calls + bool(own_count), violating_calls + bool(own_count)),
             )
         has_books = bool(books.entries) or books.dropped > 0
         container = is_run_container(attributes, nested_runs=books.nested_runs, has_books=has_books)
@@ -332,18 +370,32 @@ class LedgerProcessor(WrappingProcessor):
         return books
 
     def _add_verdicts(
-        self, run_id: int, trace_id: int, violations: int, types: Iterable[str], *, nested_run: bool = False
+        self,
+        run_id: int,
+        trace_id: int,
+        violations: int,
+        types: Iterable[str],
+        *,
+        call: tuple[int, int] | None = None,
+        nested_run: bool = False,
+        nested_calls: tuple[int, int] = (0, 0),
     ) -> None:
-        """Roll verdicts up into run ``run_id``; ``nested_run``: they come with a run that ended in it."""
+        """Roll verdicts up into run ``run_id``: those of one ``call`` below it (its span id and its
+        parent's), or, ``nested_run``, those of a run that ended in it with its ``nested_calls`` (calls,
+        violating calls)."""
         with self._lock:
             if not violations and run_id in self._closed_runs:
-                return  # a clean nested run that ended after its parent: nothing was lost
+                return  # a clean call or nested run that ended after its run: nothing was lost
             books = self._open_books(run_id, trace_id, "dropped.run_late_verdicts")
             if books is not None:
                 books.violation_count += violations
                 books.violation_types.update(types)
+                if call is not None:
+                    books.add_call(call[0], call[1], violations > 0)
                 if nested_run:
                     books.nested_runs += 1
+                    books.more_calls += nested_calls[0]
+                    books.more_violating_calls += nested_calls[1]
 
     def _enter(self, run_id: int, trace_id: int, entry: RawEntry) -> None:
         with self._lock:
@@ -375,7 +427,7 @@ class LedgerProcessor(WrappingProcessor):
             attributes[semconv.RUN_VIOLATION_COUNT] = books.violation_count
             attributes[semconv.RUN_VIOLATION_TYPES] = types
             attributes[semconv.VIOLATED] = True
-            problems.append(f"tallyspan: violations below: {', '.join(types)}")
+            problems.append(_violations_text(types, *books.call_counts()))
         status = None
         if problems and self._mark_error_status and span.status.status_code is not StatusCode.ERROR:
             status = Status(StatusCode.ERROR, "; ".join(problems))
@@ -428,8 +480,7 @@ class LedgerProcessor(WrappingProcessor):
         self._describe(span, result, records, observed_count, len(claims), books.dropped, attributes, events)
         record_run(result.balanced)
         if not result.balanced:
-            unbalanced = [t for t in result.discrepancy_types if t not in PROTOCOL_TYPES]
-            problems.append(f"ledger unbalanced: {', '.join(unbalanced)}")
+            problems.append(_unbalanced_text(result.discrepancies))
 
     def _record(self, trace_id: int, run_span_id: int, seq: int, entry: RawEntry) -> LedgerEntry:
         return LedgerEntry(
@@ -526,6 +577,35 @@ class LedgerProcessor(WrappingProcessor):
                     _logger, "ledger.sink.shutdown", f"ledger sink {type(sink).__name__} failed to shut down"
                 )
         super().shutdown()
+
+
+def _is_model_call(span: ReadableSpan) -> bool:
+    return (span.attributes or {}).get(semconv.GEN_AI_OPERATION_NAME) in semconv.MODEL_OPERATIONS
+
+
+def _violations_text(types: Sequence[str], calls: int, violating_calls: int) -> str:
+    """The run's status for the violations below it, what failed first (a trace list cuts the rest):
+    ``not_japanese, refusal in 2 of 5 calls``."""
+    named = ", ".join(types)
+    if not violating_calls:  # verdicts whose spans were not counted (none seen here): the types alone
+        return f"{named} below"
+    return f"{named} in {violating_calls} of {calls} call{'' if calls == 1 else 's'}"
+
+
+def _unbalanced_text(discrepancies: Iterable[Discrepancy]) -> str:
+    """The run's status for books that do not balance: each discrepancy type with the tool of its call,
+    ``ledger unbalanced: phantom_log issue_refund``. The protocol findings leave the books balanced and
+    are left out; a claimed tool the run never observed is named only with content capture on (else the
+    books hold ``unobserved`` in its place, and the type stands alone)."""
+    named: set[str] = set()
+    for discrepancy in discrepancies:
+        if discrepancy.type in PROTOCOL_TYPES:
+            continue
+        tool = discrepancy.tool_name
+        named.add(
+            f"{discrepancy.type} {tool}" if tool and tool != semconv.LEDGER_UNOBSERVED else discrepancy.type
+        )
+    return f"ledger unbalanced: {', '.join(sorted(named))}"
 
 
 def _verdicts(span: ReadableSpan) -> tuple[int, tuple[str, ...]]:

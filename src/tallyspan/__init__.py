@@ -20,7 +20,8 @@ from tallyspan._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from tallyspan import ledger
-    from tallyspan._contract._contracts import Contract, ContractSet, load_contracts
+    from tallyspan._contract._contracts import Contract, ContractSet
+    from tallyspan._contract_loading import load_contracts
     from tallyspan._engine._checks import CheckResult, Violation, check
     from tallyspan._instrument import (
         DEFAULT_STORE,
@@ -43,7 +44,7 @@ _LAZY = {
     "check": _ENGINE,
     "Contract": _CONTRACTS,
     "ContractSet": _CONTRACTS,
-    "load_contracts": _CONTRACTS,
+    "load_contracts": f"{__name__}._contract_loading",  # the contracts with the file limit of the environment
     "DEFAULT_STORE": _INSTRUMENT,
     "Instrumentation": _INSTRUMENT,
     "instrument": _INSTRUMENT,

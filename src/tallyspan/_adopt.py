@@ -9,6 +9,13 @@ enriched spans, and ``uninstrument()`` gives them back to the provider, first in
 The SDK has no public way to remove a processor; both of its multi-processors keep a tuple in
 ``_span_processors`` guarded by ``_lock``, which is what we read and replace. A provider of another
 shape is left alone (nothing adopted).
+
+Our chain's head goes on the provider the same way, never through ``provider.add_span_processor``: a
+subclass may do more there, and phoenix.otel's ``TracerProvider`` (what ``register()`` returns) shuts
+its default processor, the very exporter ``register()`` set up, down at the first call, so an adopted
+processor would be dead before its first span. The adopted processors come off and the head goes on in
+one step under the provider's lock (``take_over``): no span ends between the two with nobody to
+export it.
 """
 
 from __future__ import annotations
@@ -18,14 +25,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from opentelemetry.context import Context
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach, detach, set_value
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 from tallyspan._config import ShutdownBudget
 from tallyspan._fork import start_thread
 from tallyspan._selfstats import count, swallowed
 
-__all__ = ["Borrowed", "Guarded", "adopt", "count_batch_drops", "give_back", "remove"]
+__all__ = ["Borrowed", "Guarded", "adoptable", "count_batch_drops", "give_back", "remove", "take_over"]
 
 _logger = logging.getLogger(__name__)
 
@@ -128,7 +135,15 @@ class Guarded(SpanProcessor):
         self.processor.on_start(span, parent_context=parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
-        self.processor.on_end(span)
+        # Our worker runs with instrumentation suppressed (our own exports are not to be traced), but the
+        # app's processor is owed the context it would have had on the provider, where spans end in the
+        # app's code: Logfire's root processor drops every span that ends while instrumentation is
+        # suppressed. The SDK's processors suppress their own exports themselves.
+        token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, False))
+        try:
+            self.processor.on_end(span)
+        finally:
+            detach(token)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         flushed = self.processor.force_flush(timeout_millis)
@@ -155,17 +170,35 @@ class Guarded(SpanProcessor):
             count("errors.app_processor.shutdown_timeout")
 
 
-def adopt(provider: TracerProvider, keep: type[SpanProcessor]) -> tuple[Borrowed, ...]:
-    """Take the provider's processors off it (all but those of type ``keep``) and return them wrapped."""
+def adoptable(provider: TracerProvider, keep: type[SpanProcessor]) -> tuple[Borrowed, ...]:
+    """The provider's processors (all but those of type ``keep``), wrapped; they stay on the provider
+    until ``take_over`` takes them off (so a chain that fails to build leaves the app's export as it
+    was). Nothing on a provider of an unknown shape."""
     found = _multi(provider)
     if found is None:
         return ()
     multi, lock = found
     with lock:
         current: tuple[SpanProcessor, ...] = multi._span_processors
-        taken = tuple(processor for processor in current if not isinstance(processor, keep))
-        multi._span_processors = tuple(processor for processor in current if isinstance(processor, keep))
-    return tuple(Borrowed(processor) for processor in taken)
+    return tuple(Borrowed(processor) for processor in current if not isinstance(processor, keep))
+
+
+def take_over(provider: TracerProvider, head: SpanProcessor, borrowed: tuple[Borrowed, ...]) -> None:
+    """Take the ``borrowed`` processors off the provider and put ``head`` on it, last, in one step.
+
+    Never through the provider's ``add_span_processor`` (see the module's docstring: phoenix.otel's
+    shuts the exporter ``register()`` set up down there); only a provider of an unknown shape, from
+    which nothing was borrowed, gets ``head`` that way.
+    """
+    found = _multi(provider)
+    if found is None:
+        provider.add_span_processor(head)
+        return
+    multi, lock = found
+    taken = {id(item.processor) for item in borrowed}
+    with lock:
+        current: tuple[SpanProcessor, ...] = multi._span_processors
+        multi._span_processors = (*(item for item in current if id(item) not in taken), head)
 
 
 def give_back(provider: TracerProvider, borrowed: tuple[Borrowed, ...]) -> None:

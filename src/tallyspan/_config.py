@@ -1,7 +1,12 @@
 """Configuration: keyword argument, then environment variable, then documented default.
 
 A bad environment value is logged and the default used; a bad argument raises ``ConfigError``.
-Every environment variable we read is a constant here.
+Every environment variable we read is a constant here, but one: ``TALLYSPAN_NO_EXTENSIONS``, which the
+check engine asks ``tallyspan._extensions`` about when it loads (the engine knows no configuration).
+
+Configuration knows no contract and no ledger type: it imports only the top's leaf modules, and what
+``instrument()`` makes of it (``Settings``, with the loaded contracts and the ledger's sinks) is in
+``tallyspan._state``.
 """
 
 from __future__ import annotations
@@ -11,19 +16,14 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from tallyspan._errors import ConfigError
 from tallyspan._fork import renew_lock_after_fork
 
-if TYPE_CHECKING:  # types only: loading the settings must not import the check engine or the ledger
-    from tallyspan._books._ledger_api import LedgerSink
-    from tallyspan._contract._contracts import ContractSet
-
 __all__ = [
-    "DEFAULT_CONTRACTS_MAX_BYTES",
     "DEFAULT_DB_PATH",
     "DEFAULT_EXPORT_TIMEOUT_S",
     "DEFAULT_OTLP_PROTOCOL",
@@ -54,7 +54,6 @@ __all__ = [
     "GRPC_INSTALL_HINT",
     "ExportSettings",
     "OTLPProtocol",
-    "Settings",
     "ShutdownBudget",
     "export_settings",
     "otlp_logs_protocol",
@@ -67,6 +66,7 @@ __all__ = [
     "resolve_db_path",
     "resolve_shutdown_timeout",
     "resolve_spool_path",
+    "store_problem",
     "warn_once",
 ]
 
@@ -81,18 +81,14 @@ The OpenTelemetry GenAI instrumentations also accept ``span_only``, ``event_only
 ENV_DB = "TALLYSPAN_DB"
 """Path of the embedded SQLite store; default ``./.tallyspan/tallyspan.db``."""
 
-ENV_NO_EXTENSIONS = "TALLYSPAN_NO_EXTENSIONS"
-"""Set (to anything but empty) to use the pure-Python scans even where the optional C module
-``tallyspan._engine._scan`` was built: the same verdicts, at about one and a half times the checks' cost. For
-telling a fault of the module from one of the checks."""
-
 ENV_CONTRACTS = "TALLYSPAN_CONTRACTS"
 """Path of the contracts file (YAML or TOML) used when ``instrument()`` is given no ``contracts``: how
 ``opentelemetry-instrument python app.py`` (zero-code) gets its contracts, and what ``tallyspan doctor``
 reads. Unset: no contracts, only the checks that need none (timeouts, process errors) and the ledger."""
 
 ENV_CONTRACTS_MAX_BYTES = "TALLYSPAN_CONTRACTS_MAX_BYTES"
-"""Largest contracts file read, in bytes; default 1 MiB. A larger file is refused unread."""
+"""Largest contracts file read, in bytes; default 1 MiB (``tallyspan._contract._contract_files.MAX_FILE_BYTES``).
+A larger file is refused unread."""
 
 ENV_SERVICE_NAME = "OTEL_SERVICE_NAME"
 ENV_EXPORTER_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -151,8 +147,6 @@ DEFAULT_RETRY_MAX_S: Final = 30.0
 DEFAULT_SHUTDOWN_TIMEOUT_S: Final = 3.0
 DEFAULT_OTLP_QUEUE_SIZE: Final = 2048
 _SPOOL_OFF: Final = frozenset({"off", "none", "false", "0"})
-DEFAULT_CONTRACTS_MAX_BYTES: Final = 1 << 20
-"""1 MiB: a contracts file is a few kilobytes; parsing 1 MiB of YAML takes about a second."""
 
 OTLPProtocol = Literal["grpc", "http/protobuf"]
 """The OTLP transports the Python exporters implement (``http/json`` is not one of them)."""
@@ -195,6 +189,33 @@ def resolve_db_path(argument: str | os.PathLike[str] | None = None) -> Path:
         return Path(argument)
     raw = os.environ.get(ENV_DB, "").strip()
     return Path(raw) if raw else DEFAULT_DB_PATH
+
+
+def store_problem(db_path: Path) -> str | None:
+    """Why the store at ``db_path`` cannot be written, or None when nothing says it cannot.
+
+    Asked of the file system without creating anything (no folder, no database, no ``sqlite3``): the
+    nearest folder that exists must be a folder we may write in (SQLite keeps its journal beside the
+    database), and a database already there a file we may write.
+    """
+    if os.fspath(db_path) == ":memory:":
+        return None
+    try:
+        if db_path.exists():
+            if db_path.is_dir():
+                return f"{db_path} is a directory"
+            if not os.access(db_path, os.W_OK):
+                return f"{db_path} is not writable"
+        folder = db_path.absolute().parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            return f"{folder} is not a directory"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"{folder} is not writable"
+    except OSError as exc:  # e.g. a folder on the way we may not even look into
+        return f"{exc.strerror or exc}"
+    return None
 
 
 def resolve_spool_path(db_path: Path | None) -> Path | None:
@@ -283,11 +304,12 @@ def resolve_shutdown_timeout() -> float:
     return _positive_env(ENV_SHUTDOWN_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT_S, float)
 
 
-def resolve_contracts_max_bytes() -> int:
-    """Largest contracts file read: ``TALLYSPAN_CONTRACTS_MAX_BYTES`` if valid, else 1 MiB."""
+def resolve_contracts_max_bytes(default: int) -> int:
+    """Largest contracts file read: ``TALLYSPAN_CONTRACTS_MAX_BYTES`` if valid, else ``default`` (the
+    contracts' own bound, 1 MiB: the caller passes it, configuration knows no contract)."""
     raw = os.environ.get(ENV_CONTRACTS_MAX_BYTES, "").strip()
     if not raw:
-        return DEFAULT_CONTRACTS_MAX_BYTES
+        return default
     try:
         value = int(raw) if len(raw) < 20 else -1
     except ValueError:
@@ -298,9 +320,9 @@ def resolve_contracts_max_bytes() -> int:
             "%s=%r is not a positive number of bytes; using %d",
             ENV_CONTRACTS_MAX_BYTES,
             raw[:40],
-            DEFAULT_CONTRACTS_MAX_BYTES,
+            default,
         )
-        return DEFAULT_CONTRACTS_MAX_BYTES
+        return default
     return value
 
 
@@ -379,31 +401,3 @@ def otlp_logs_protocol() -> OTLPProtocol:
     ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``http/protobuf``; ``http/json`` or an unknown value warns
     (once) and gives ``http/protobuf``."""
     return _otlp_protocol(ENV_EXPORTER_OTLP_LOGS_PROTOCOL)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything ``instrument()`` resolved, handed to each component factory (see ``_instrument``)."""
-
-    capture_content: bool = False
-    db_path: Path | None = None
-    """The embedded store, or None when the user passed ``store=None``."""
-    contracts: ContractSet | None = None
-    """The loaded contracts, or None when no contracts were given."""
-    service_name: str | None = None
-    mark_error_status: bool = True
-    """Set status ERROR on violating spans so every backend highlights them."""
-    evaluation_events: bool = False
-    """Also mirror each check as a ``gen_ai.evaluation.result`` event."""
-    ledger_log_tool: str = "log_action"
-    """The tool through which the agent logs its own actions."""
-    ledger_sinks: tuple[LedgerSink, ...] = ()
-    """Where the ledger processor writes entries and reconciliations."""
-    otlp_traces: bool = False
-    otlp_logs: bool = False
-    otlp_traces_protocol: OTLPProtocol = DEFAULT_OTLP_PROTOCOL
-    otlp_logs_protocol: OTLPProtocol = DEFAULT_OTLP_PROTOCOL
-    export: ExportSettings = field(default_factory=ExportSettings)
-    """The spool, its limits, and the timeouts of OTLP export."""
-    shutdown_budget: ShutdownBudget = field(default_factory=ShutdownBudget, compare=False, repr=False)
-    """The one deadline of this instrumentation's shutdown, shared by every link of its chain."""

@@ -34,14 +34,13 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 from tallyspan import semconv
-from tallyspan._adopt import Borrowed, Guarded, adopt, give_back, remove
+from tallyspan._adopt import Borrowed, Guarded, adoptable, give_back, remove, take_over
 from tallyspan._books._ledger_api import LedgerSink
 from tallyspan._config import (
     DEFAULT_OTLP_PROTOCOL,
     ENV_SERVICE_NAME,
     GRPC_INSTALL_HINT,
     OTLPProtocol,
-    Settings,
     ShutdownBudget,
     export_settings,
     otlp_logs_protocol,
@@ -52,13 +51,14 @@ from tallyspan._config import (
     resolve_contracts,
     resolve_db_path,
     resolve_shutdown_timeout,
+    store_problem,
     warn_once,
 )
 from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
 from tallyspan._requirements import dependency_conflict
-from tallyspan._selfstats import swallowed
-from tallyspan._state import RunningState, set_active
+from tallyspan._selfstats import count, swallowed
+from tallyspan._state import RunningState, Settings, set_active
 
 if TYPE_CHECKING:
     # For the types only: importing it costs about 15 ms (packaging's parsers), which our instrumentors
@@ -84,6 +84,8 @@ _SINKS: Final = ("otlp", "store")
 _CHAIN_ORDER: Final = ("ledger", "checks")
 #: Where the SDK's OTLP span exporters (HTTP and gRPC) live: an adopted one already exports over OTLP.
 _OTLP_EXPORTER_MODULES: Final = "opentelemetry.exporter.otlp."
+#: Counted in ``tallyspan.stats()`` when the store cannot be written and ``instrument()`` goes on without it.
+STORE_UNWRITABLE: Final = "errors.store.unwritable"
 
 
 class _DefaultStore:
@@ -198,14 +200,16 @@ def instrument(
             ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``; default False. The checks read the
             content in process either way.
         store: path of the embedded SQLite store; default ``TALLYSPAN_DB`` or
-            ``./.tallyspan/tallyspan.db``; None writes no store.
+            ``./.tallyspan/tallyspan.db``; None writes no store. One that cannot be written is said
+            once (path and reason), counted as ``errors.store.unwritable`` and left out.
         instrumentors: entry point names to enable (``opentelemetry_instrumentor`` group; a bare
             library name such as ``"anthropic"`` means ``tallyspan_anthropic`` unless another package
             registered that exact name); default all of tallyspan's whose library is installed. A name
             that matches nothing, or whose library is missing, is warned about once; one already
             instrumented (by ``opentelemetry-instrument``, or by the app) is left to its owner.
         tracer_provider: the SDK provider to add our processors to; default the global one if it is
-            an SDK provider, else a new one that becomes global.
+            an SDK provider (or the SDK provider a proxy such as Logfire's hands its work to), else a
+            new one that becomes global.
         mark_error_status: set status ERROR on violating spans.
         evaluation_events: also add a ``gen_ai.evaluation.result`` event per check.
         ledger_log_tool: the tool through which the agent logs its own actions.
@@ -235,6 +239,7 @@ def instrument(
         db_path = (
             None if store is None else resolve_db_path(None if isinstance(store, _DefaultStore) else store)
         )
+        db_path = _writable_store(db_path)
         settings = Settings(
             capture_content=resolve_capture_content(capture_content),
             db_path=db_path,
@@ -247,7 +252,7 @@ def instrument(
             ledger_log_tool=ledger_log_tool,
         )
         provider = _resolve_provider(tracer_provider, service_name)
-        adopted = adopt(provider, keep=_Switch) if adopt_processors else ()
+        adopted = adoptable(provider, keep=_Switch) if adopt_processors else ()
         settings = _with_otlp(settings, adopted)
         _forget_entry_points()
         guarded = tuple(
@@ -255,7 +260,7 @@ def instrument(
         )
         chain, names = _build_chain(settings, guarded, ledger_sinks)
         head = _Switch(chain)
-        provider.add_span_processor(head)
+        take_over(provider, head, adopted)
         enabled = _instrument_libraries(instrumentors, provider, settings)
         _current = Instrumentation(
             tracer_provider=provider,
@@ -294,10 +299,29 @@ def uninstrument() -> None:
     current.shutdown()
 
 
+def _writable_store(db_path: Path | None) -> Path | None:
+    """``db_path``, or None when the store there cannot be written: said once, with the path and the
+    reason, and counted (``errors.store.unwritable``), rather than every span and ledger record lost with
+    nothing but an ``sqlite3.OperationalError`` at exit. The rest of the chain runs without the store."""
+    problem = None if db_path is None else store_problem(db_path)
+    if problem is None:
+        return db_path
+    count(STORE_UNWRITABLE)
+    warn_once(
+        ("store", f"unwritable {db_path}"),
+        "tallyspan: the store %s cannot be written (%s), so no span or ledger record is stored there; "
+        "the checks, the ledger and the exports run without it. Point TALLYSPAN_DB or "
+        "instrument(store=...) at a writable path, or pass store=None. `tallyspan doctor` says the same.",
+        db_path,
+        problem,
+    )
+    return None
+
+
 def _load_contracts(contracts: Any) -> ContractSet | None:
     if contracts is None:
         return None
-    from tallyspan._contract._contracts import load_contracts
+    from tallyspan._contract_loading import load_contracts
 
     return load_contracts(contracts)
 
@@ -311,12 +335,27 @@ def _resolve_provider(tracer_provider: TracerProvider | None, service_name: str 
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):
         return current
+    inner = _delegate(current)
+    if inner is not None:
+        return inner
     if _own_provider is None:
         name = service_name or os.environ.get(ENV_SERVICE_NAME) or Path(sys.argv[0] or "python").stem
         _own_provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
         trace.set_tracer_provider(_own_provider)
         logging.getLogger(trace.__name__).addFilter(_ReplacedProviderHint())
     return _own_provider
+
+
+def _delegate(provider: object) -> TracerProvider | None:
+    """The SDK provider a global provider of another kind hands its work to, if it says which.
+
+    ``logfire.configure()`` sets a ``ProxyTracerProvider`` of its own as the global provider (so it can
+    be configured again) and keeps the SDK provider it made, with Logfire's processors, in ``provider``.
+    Taking that one is what ``instrument()`` does with any SDK global provider; a provider of our own
+    could not become global (OpenTelemetry refuses a second), and Logfire would receive nothing.
+    """
+    inner = getattr(provider, "provider", None)
+    return inner if isinstance(inner, TracerProvider) else None
 
 
 class _ReplacedProviderHint(logging.Filter):

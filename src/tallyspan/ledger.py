@@ -29,7 +29,8 @@ from tallyspan._books._ledger import (
     parse_log_arguments,
     reconcile,
 )
-from tallyspan._books._ledger_api import LedgerEntry, LedgerRecord, LedgerSink, claim
+from tallyspan._books._ledger_api import LedgerEntry, LedgerRecord, LedgerSink
+from tallyspan._claim import claim
 
 __all__ = [
     "BALANCE_TYPES",

@@ -44,7 +44,6 @@ from tallyspan._config import (
     GRPC_INSTALL_HINT,
     ExportSettings,
     OTLPProtocol,
-    Settings,
     ShutdownBudget,
     otlp_logs_protocol,
     otlp_traces_protocol,
@@ -70,7 +69,7 @@ from tallyspan._requirements import UnmetRequirements, dependency_conflict
 from tallyspan._selfstats import count, stats, swallowed
 from tallyspan._span_reading import SDK_SPAN_TYPES, plain_attributes
 from tallyspan._stage import current_stage
-from tallyspan._state import RunningState, active
+from tallyspan._state import RunningState, Settings, active
 from tallyspan._store._store_schema import (
     BUSY_TIMEOUT_MS,
     LEDGER_ENTRIES,

@@ -234,3 +234,18 @@ def test_the_output_and_prompt_files_are_read_as_utf8_whatever_the_locale(
         "--contracts", str(contracts), "--stage", "weekly_report", "--prompt-file", str(prompt), str(output)
     )
     assert (code, out, err) == (0, "weekly_report (contract weekly_report): ok\n", "")
+
+
+def test_an_output_no_rule_found_fault_with_but_one_rule_could_not_check_is_not_ok(tmp_path: Path) -> None:
+    # JSON nested deeper than the checks parse: the json_schema rule cannot run, and nothing else fails.
+    contracts = tmp_path / "json.yaml"
+    contracts.write_text(
+        "contracts:\n  report:\n    max_repeated_share: null\n    json_schema: {type: object}\n",
+        encoding="utf-8",
+    )
+    deep = "".join(f'{{"k{n}":' for n in range(100)) + "1" + "}" * 100
+    code, out, _ = _run("--contracts", str(contracts), "--stage", "report", "-", stdin=deep)
+    assert (code, out) == (
+        3,
+        "report (contract report): not fully checked, 1 rule(s) could not run\n  could not check: json_schema\n",
+    )

@@ -498,24 +498,30 @@ def test_doctor_names_what_is_asked_for_but_cannot_be_exported_or_read(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
     bogus = tmp_path / "notes.db"
     bogus.write_bytes(b"not a database at all" * 200)
-    code, data = _doctor("--db", str(bogus))
+    refused = CliRunner().invoke(main, ["--db", str(bogus), "doctor"])
+    assert (refused.exit_code, refused.output) == (
+        2,
+        f"Error: {bogus} is not a tallyspan store: it is not an SQLite database; it was left untouched\n",
+    )
+    missing = tmp_path / "none.db"
+    code, data = _doctor("--db", str(missing))
     assert code == 1
-    assert data["store"]["path"] == str(bogus)
-    assert (data["store"]["exists"], data["store"]["overview"]) == (True, None)
-    assert data["store"]["error"].startswith("could not be read: ")
+    assert (data["store"]["path"], data["store"]["exists"], data["store"]["overview"]) == (
+        str(missing),
+        False,
+        None,
+    )
     assert data["otlp"][1]["endpoint"] == "http://127.0.0.1:14318/v1/logs"
     assert data["problems"] == [
-        f"the store at {bogus} {data['store']['error']}",
         "OTLP traces over grpc were asked for but are not exported: pip install 'tallyspan[grpc]'",
     ]
-    text = CliRunner().invoke(main, ["--db", str(bogus), "doctor"]).output.splitlines()
+    text = CliRunner().invoke(main, ["--db", str(missing), "doctor"]).output.splitlines()
     otlp = text.index("OTLP")
-    assert text[otlp - 1] == f"Store: {bogus} {data['store']['error']}"
     assert text[otlp + 1 : otlp + 3] == [
         "  traces (checked spans): http://127.0.0.1:14318 over grpc (NOT exported)",
         "  logs (ledger records): http://127.0.0.1:14318/v1/logs over http/protobuf",
     ]
-    assert text[-3:] == ["Problems", *(f"  - {problem}" for problem in data["problems"])]
+    assert text[-2:] == ["Problems", *(f"  - {problem}" for problem in data["problems"])]
 
 
 def test_a_stage_with_calls_and_no_contract_in_a_file_without_any(recorded: Recorded, tmp_path: Path) -> None:
@@ -574,3 +580,17 @@ def test_the_apps_waits_for_the_worker_are_shown_but_are_no_problem(tmp_path: Pa
     text = CliRunner().invoke(main, ["--db", str(path), "doctor"])
     assert f"    backpressure.worker_turns {turns}" in text.output.splitlines()
     assert text.output.rstrip().endswith("No problems found.")
+
+
+def test_doctor_reports_a_store_that_cannot_be_written(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # even root cannot create anything under a regular file
+    store = blocker / "t.db"
+    code, data = _doctor("--db", str(store))
+    assert code == 1
+    reason = f"cannot be written: {blocker} is not a directory; tallyspan.instrument() stores nothing"
+    assert data["store"]["error"] == reason
+    assert f"the store at {store} {reason}" in data["problems"]
+    text = CliRunner().invoke(main, ["--db", str(store), "doctor"]).output
+    assert f"Store: {store} {reason}" in text
+    assert "No problems found" not in text

@@ -159,7 +159,7 @@ def test_prune_called_from_a_script_deletes_unless_asked_for_a_dry_run(filled: F
     old = filled.trace_id("invoke_agent reporter")
     age_trace(filled.path, old, days=10)
     cutoff = time.time_ns() - 7 * 86400 * 10**9
-    with open_store(filled.path) as db:
+    with open_store(filled.path, write=True) as db:
         would = prune(db, cutoff, dry_run=True)
         assert _table_counts(filled.path)["spans"] == 5
         assert prune(db, cutoff) == would

@@ -170,8 +170,10 @@ def test_a_file_that_is_not_a_store_is_reported_not_raised(tmp_path: Path) -> No
     bogus = tmp_path / "notes.db"
     bogus.write_bytes(b"not a database at all" * 200)
     result = CliRunner().invoke(main, ["--db", str(bogus), "report"])
-    assert result.exit_code == 1
-    assert result.output.startswith(f"Error: The tallyspan store at {bogus} could not be read: ")
+    assert result.exit_code == 2  # bad input: the file given is not a store
+    assert result.output == (
+        f"Error: {bogus} is not a tallyspan store: it is not an SQLite database; it was left untouched\n"
+    )
 
 
 def test_version_and_python_dash_m(tmp_path: Path) -> None:

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from jsonschema.exceptions import SchemaError
 
+from tallyspan._contract._contracts import compile_schema
 from tallyspan._engine._jsonschema import (
     MAX_JSON_DEPTH,
     JsonTooDeepError,
-    compile_schema,
     parse_json_output,
     schema_problems,
     too_deep,

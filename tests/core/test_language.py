@@ -511,3 +511,51 @@ def test_every_language_type_follows_the_language_the_question_asks_for() -> Non
     assert check(mixed, japanese, prompt="日本語で答えてください。").violation_types == (
         "broken_language_mix",
     )
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "SELECT name, COUNT(*) AS orders\nFROM customers c\nJOIN orders o ON o.customer_id = c.id\n"
+        "GROUP BY name\nORDER BY orders DESC\nLIMIT 5;",
+        'public class Main {\n    public static void main(String[] args) {\n        System.out.println("Hello");\n'
+        "    }\n}",
+        "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)",
+        '#include <iostream>\nint main() {\n    std::cout << "Enter a positive integer to calculate it."'
+        " << std::endl;\n}",
+    ],
+)
+def test_unfenced_code_without_english_grammar_has_no_language(code: str) -> None:
+    """Identifiers and keywords with no English function word and no sentence's end are no prose; the
+    words inside string literals are quoted, not the answer's own."""
+    assert check(code, Contract(language="ja")).violation_types == ()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["OK", "Error: connection refused", "Du må være en ren og fornuftig ansatt.", "The weather is fine."],
+)
+def test_short_replies_and_prose_in_any_latin_language_are_still_not_japanese(text: str) -> None:
+    assert check(text, Contract(language="ja")).violation_types == ("not_japanese",)
+
+
+def test_a_json_deliverable_is_judged_by_its_cjk_strings_alone() -> None:
+    """Kanji keys beside formula values: the keys are kanji-only Japanese, the formulas no prose."""
+    answer = '{\n  "方程式1": "y = (3/4)*x^3 - e^(2x) + sin(pi*x)",\n  "方程式2": "E = m(c^2) + gamma*(v/d) to 5"\n}'
+    assert check(answer, Contract(language="ja")).violation_types == ()
+    chinese = '{"答案": "我们认为这个方案是可行的"}'
+    assert check(chinese, Contract(language="ja")).violation_types == ("not_japanese",)
+
+
+def test_titles_in_corner_brackets_and_html_tags_with_attributes_are_not_english_in_the_prose() -> None:
+    title = "ハインラインの長編SFです。原題《The Moon is a Harsh Mistress》として知られています。"
+    assert check(title, Contract(language="ja")).violation_types == ()
+    page = (
+        '以下に簡単なHTMLコードを示します：\n<!DOCTYPE html>\n<html lang="ja">\n <head>\n'
+        '    <meta charset="UTF-8" />\n    <title>ジョークサイト</title>\n </head>\n <body>\n'
+        '    <button onclick="showJoke()">ボタンを押してジョークを選択</button>\n </body>\n</html>'
+    )
+    assert check(page, Contract(language="ja")).violation_types == ()
+    # English prose between the tags is still English inside Japanese.
+    mixed = "説明します。<p>This paragraph explains the whole design in English words.</p>以上です。"
+    assert check(mixed, Contract(language="ja")).violation_types == ("broken_language_mix",)

@@ -47,8 +47,17 @@ _ONE_PER_ALTERNATIVE = (
     "I must decline.",
     "I am sorry, I don't know.",
     "I do not have enough information.",
+    "I'm not able to help with that.",
+    "I won't be able to help.",
+    "That's not something I can help with.",
+    "I'm not comfortable answering this.",
     "申し訳ないが、わかりません。",
     "お答えできません。",
+    "お答えしかねます。",
+    "私には答えられません。",
+    "回答を差し控えさせていただきます。",
+    "この件には回答しません。",
+    "それに答えることは適切ではありません。",
     "AIですので、感情は持っていません。",
     "お断りいたします。",
     "私は感情を持ちません。",
@@ -134,6 +143,10 @@ def test_every_refusal_alternative_holds_an_anchor_word_the_cheap_scan_finds() -
         ("データがないので、推測することはできません。", False),
         ("その計算をすることはできません。ただし、概算なら計算できます。", False),
         ("私には感情がありません。", True),
+        # a courtesy sentence (an apology) before the refusal, and a general answer after a disclaimer
+        ("申し訳ございません。私にはその情報がありません。", True),
+        ("申し訳ありませんが、正確な数字はわかりません。ただし、一般的には約30%と言われています。", False),
+        ("私はAIなので個人的な意見はありませんが、一般的には次のような見方があります。", False),
         ("抱歉，我无法回答这个问题。", True),
     ],
 )
@@ -375,3 +388,29 @@ def test_reasoning_before_a_lone_closing_tag_is_still_a_leak() -> None:
     assert find_reasoning_leak("<think>\nThe user wants the capital.\n</think>\n東京です。") == (
         "think block in the output"
     )
+
+
+_DECLINES = (
+    "申し訳ありませんが、その質問にはお答えしかねます。",
+    "私はAIなので、個人的な意見は持っておりません。",
+    "その内容については回答を差し控えさせていただきます。",
+    "不適切な内容が含まれるため、回答しません。",
+    "恐れ入りますが、そのご要望にはお応えいたしかねます。",
+    "ごめんなさい、それについてはわかりません。",
+    "その質問に答えることは適切ではないと考えます。",
+    "残念ながら、そのようなことはお手伝いできません。",
+    "I apologize, but I'm not able to provide that information.",
+    "I'm not comfortable providing an answer to this question.",
+    "I won't be able to help with this.",
+    "That's not something I can assist with.",
+)
+
+
+@pytest.mark.parametrize("text", _DECLINES)
+def test_refusals_in_other_words_decline_object_or_defer_in_either_language(text: str) -> None:
+    assert is_refusal(text)
+    # Under a Japanese contract an English refusal is both: it says no, and not in Japanese.
+    expected = (
+        ("refusal",) if any("\u3040" <= char <= "\u30ff" for char in text) else ("not_japanese", "refusal")
+    )
+    assert check(text, Contract(language="ja")).violation_types == expected

@@ -7,12 +7,8 @@ import time
 import pytest
 
 from tallyspan import Contract, check
-from tallyspan._engine._repetition import (
-    DEFAULT_MAX_REPEATED_SHARE,
-    _common_prefix,
-    _primitive,
-    repeated_share,
-)
+from tallyspan._contract._contracts import DEFAULT_MAX_REPEATED_SHARE
+from tallyspan._engine._repetition import _common_prefix, _primitive, repeated_share
 
 ANSWER = "日本の三大都市圏は人口が集中し、経済の中心になっています。交通網も整備されています。"
 

@@ -9,6 +9,7 @@ import textwrap
 import uuid
 from pathlib import Path
 
+import openai
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -16,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import tallyspan
 from tallyspan import semconv
+from tallyspan.testing import OpenAICompatibleServer, ScriptedReply
 
 CONTRACTS = {"contracts": {"weekly_report": {"language": "ja"}, "triage": {"min_chars": 5}}}
 
@@ -134,3 +136,33 @@ def test_a_provider_set_after_instrument_gets_the_fix_named(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("Overriding of current TracerProvider is not allowed") == 2
     assert done.stderr.count("tallyspan.instrument(tracer_provider=provider)") == 1
+
+
+def test_a_store_that_cannot_be_written_is_said_once_at_instrument_with_its_path_and_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Under a regular file: not even root can create it (the tests run as root, for whom no mode bit counts).
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    store = blocker / "t.db"
+    monkeypatch.setenv("TALLYSPAN_DB", str(store))
+    with caplog.at_level(logging.WARNING):
+        instrumentation = tallyspan.instrument(contracts=CONTRACTS, instrumentors=["tallyspan_openai"])
+        with (
+            OpenAICompatibleServer(replies=[ScriptedReply(text="The report is done.")] * 2) as server,
+            openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client,
+            tallyspan.run("agent"),
+            tallyspan.stage("weekly_report"),
+        ):
+            for _ in range(2):
+                client.chat.completions.create(model="m", messages=[{"role": "user", "content": "週報"}])
+        assert instrumentation.force_flush()
+        tallyspan.uninstrument()
+
+    [message] = _warnings(caplog, str(store))
+    assert f"the store {store} cannot be written ({blocker} is not a directory)" in message
+    assert "TALLYSPAN_DB" in message
+    assert instrumentation.settings.db_path is None  # the chain runs on without it
+    assert tallyspan.stats() == {"errors.store.unwritable": 1}  # and nothing else failed or was lost
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not store.exists()

@@ -10,6 +10,7 @@ installed metadata predates it, the subprocess gets it from a throwaway dist-inf
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from tests.conftest import OTLPReceiver
+from tests.conftest import OTLPReceiver, skip_or_fail_in_ci
 from tests.modules import load_script
 
 import tallyspan
@@ -324,3 +325,47 @@ def test_libraries_instrumented_already_are_left_to_their_owner(tracer_provider:
         assert owned.is_instrumented_by_opentelemetry  # our uninstrument() did not take it away
     finally:
         owned.uninstrument()
+
+
+REGISTER_APP = """
+import os
+
+import openai
+from phoenix.otel import register
+
+register(project_name="weekly-agent", endpoint=os.environ["REGISTER_ENDPOINT"], batch=True, verbose=False)
+with openai.OpenAI(base_url=os.environ["OPENAI_BASE_URL"], api_key="test-key", max_retries=0) as client:
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "今週の週報を書いてください"}])
+"""
+
+
+def test_phoenix_register_in_the_app_under_opentelemetry_instrument_exports_the_checked_span(
+    run_instrumented: Callable[..., Ran], otlp_receiver: OTLPReceiver, tmp_path: Path
+) -> None:
+    """The app sets Phoenix's provider up in code; the hook takes it at the first span. The exporter
+    ``register()`` made must still be alive then: Phoenix's provider shuts it down at the first
+    ``add_span_processor``."""
+    if sys.version_info < (3, 11):  # CI runs this file on 3.10 too, where it cannot be installed
+        pytest.skip("arize-phoenix-otel needs Python 3.11 or later")
+    if importlib.util.find_spec("phoenix.otel") is None:
+        skip_or_fail_in_ci("arize-phoenix-otel is not installed (it needs Python 3.11 or later)")
+    app = tmp_path / "register_app.py"
+    app.write_text(REGISTER_APP, encoding="utf-8")
+    ran = run_instrumented(
+        {
+            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "openai",
+            "REGISTER_ENDPOINT": f"{otlp_receiver.endpoint}/v1/traces",
+        },
+        replies=[ScriptedReply(text="The weekly report: all tickets were closed on time this week.")],
+        script=app,
+    )
+
+    assert ran.model_requests == 1
+    assert "already shutdown" not in ran.completed.stderr
+    with otlp_receiver.lock:  # the program has exited: its batch processor sent everything at exit
+        spans = list(otlp_receiver.spans)
+    assert [span.name for span in spans] == ["chat m"]
+    attributes = {attribute.key: attribute.value for attribute in spans[0].attributes}
+    assert [value.string_value for value in attributes[semconv.VIOLATION_TYPES].array_value.values] == [
+        "not_japanese"
+    ]

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._config import Settings
+from tallyspan._state import Settings
 from tallyspan._store._store_schema import connect
 from tallyspan.ledger import Claim, LedgerEntry, LedgerRecord, LedgerSink, Observed, reconcile
 from tallyspan_exporters import OTLPLedgerSink, SQLiteLedgerSink, ledger_sinks_component

@@ -11,7 +11,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import tallyspan
 from tallyspan import ConfigError
-from tallyspan._config import ENV_EXPORTER_OTLP_TRACES_ENDPOINT, Settings
+from tallyspan._config import ENV_EXPORTER_OTLP_TRACES_ENDPOINT
+from tallyspan._state import Settings
 from tallyspan_exporters import otlp_component
 from tallyspan_exporters._otlp import OTLPSpanProcessor, otlp_log_exporter, otlp_span_exporter
 

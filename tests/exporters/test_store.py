@@ -22,7 +22,7 @@ from tests.core.test_json_encoding import TRICKY_ATTRIBUTES
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._config import Settings
+from tallyspan._state import Settings
 from tallyspan._store import _store_schema
 from tallyspan._store._store_queries import LedgerRun, ledger_runs
 from tallyspan._store._store_schema import MIGRATIONS, applied_migrations, connect, migrate

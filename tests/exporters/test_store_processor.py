@@ -20,7 +20,8 @@ from opentelemetry.util.types import Attributes
 from tests.busy_app import work_between_spans
 
 import tallyspan
-from tallyspan._config import Settings, ShutdownBudget
+from tallyspan._config import ShutdownBudget
+from tallyspan._state import Settings
 from tallyspan._store._store_schema import connect
 from tallyspan_exporters import SQLiteSpanExporter, StoreProcessor, store_component
 

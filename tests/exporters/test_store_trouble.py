@@ -135,9 +135,12 @@ def test_a_store_that_cannot_be_opened_never_reaches_the_app_through_the_chain(
     span_exporter: InMemorySpanExporter,
     make_instrumented: MakeInstrumented,
 ) -> None:
+    # Writable when instrument() looks (an unwritable one is left out there, said once); then the folder
+    # the store was to be made in turns out to be a file.
     folder = tmp_path / "a-folder"
-    folder.mkdir()
-    instrumentation = make_instrumented(store=folder, instrumentors=[]).instrumentation
+    instrumentation = make_instrumented(store=folder / "t.db", instrumentors=[]).instrumentation
+    assert "store" in instrumentation.components
+    folder.write_text("not a folder")
     tracer = tracer_provider.get_tracer("app")
     for index in range(40):
         with tracer.start_as_current_span(f"request-{index}"):

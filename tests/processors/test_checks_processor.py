@@ -20,8 +20,8 @@ from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._config import Settings
 from tallyspan._content import ModelContent, ToolCallContent, content_buffer
+from tallyspan._state import Settings
 from tallyspan_processors import ChecksProcessor, WrappingProcessor, checks_component
 
 CONTRACTS = {

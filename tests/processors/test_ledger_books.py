@@ -22,8 +22,8 @@ from tests.recording import RecordingLedgerSink
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._config import Settings
 from tallyspan._content import ToolContent, content_buffer
+from tallyspan._state import Settings
 from tallyspan.ledger import LedgerEntry, LedgerRecord, LogToolSpec
 from tallyspan_processors import LedgerProcessor, OffThreadProcessor
 from tallyspan_processors._ledger import ledger_component
@@ -229,11 +229,64 @@ def test_the_status_names_unbalanced_types_only_and_the_violations_below(chain: 
         "unlogged_refusal",
     )
     assert run.status.description == (
-        "ledger unbalanced: unlogged_call, unlogged_refusal; tallyspan: violations below: not_json, too_short"
+        # what failed first, each discrepancy with its call's tool
+        "ledger unbalanced: unlogged_call fetch, unlogged_refusal refund; not_json, too_short in 1 of 1 call"
     )
     assert _attrs(run)[semconv.RUN_VIOLATION_COUNT] == 2
     assert _attrs(run)[semconv.RUN_VIOLATION_TYPES] == ["not_json", "too_short"]
     assert _attrs(run)[semconv.VIOLATED] is True
+
+
+def _chat(chain: _Chain, *violation_types: str) -> Any:
+    attributes: dict[str, Any] = {semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_CHAT}
+    if violation_types:
+        attributes[semconv.VIOLATION_TYPES] = list(violation_types)
+    return chain.tracer.start_as_current_span("chat m", attributes=attributes)
+
+
+def test_the_status_leads_with_what_failed_and_in_how_many_of_the_runs_calls(chain: _Chain) -> None:
+    # Phoenix's trace list shows the first ~30 characters of a status: the types come first.
+    with chain.run():
+        for types in [("not_japanese",), (), ("refusal", "not_japanese"), (), ()]:
+            with _chat(chain, *types):
+                pass
+        chain.tool("issue_refund", "c1")
+        chain.log("c1", "issue_refund")
+        chain.log("c9", "issue_refund")  # a second refund the agent says it made: nobody observed it
+    run = chain.finished()
+    assert run.status.description == (
+        "ledger unbalanced: phantom_log issue_refund; not_japanese, refusal in 2 of 5 calls"
+    )
+
+
+def test_a_claimed_tool_the_run_never_saw_stays_out_of_the_status_with_content_capture_off(
+    chain: _Chain,
+) -> None:
+    with chain.run():
+        chain.log("c9", "wire_transfer_to_acct_12345")  # the agent's own words
+    assert chain.finished().status.description == "ledger unbalanced: phantom_log"
+
+
+def test_a_model_span_around_another_is_one_call(chain: _Chain) -> None:
+    # Another instrumentation's span around ours (or ours inside a wrapper's): one call, violating.
+    with chain.run(), _chat(chain), _chat(chain, "refusal"):
+        pass
+    with chain.run("invoke_agent other"), _chat(chain):
+        pass
+    assert chain.finished().status.description == "refusal in 1 of 1 call"
+    assert chain.finished("invoke_agent other").status.status_code is StatusCode.UNSET
+
+
+def test_the_calls_of_a_run_inside_another_count_in_both(chain: _Chain) -> None:
+    with chain.run("invoke_agent outer"):
+        with _chat(chain):
+            pass
+        with chain.run("invoke_agent inner"):
+            for types in [("too_short",), ()]:
+                with _chat(chain, *types):
+                    pass
+    assert chain.finished("invoke_agent inner").status.description == "too_short in 1 of 2 calls"
+    assert chain.finished("invoke_agent outer").status.description == "too_short in 1 of 3 calls"
 
 
 def test_an_error_status_of_the_run_span_is_kept(chain: _Chain) -> None:

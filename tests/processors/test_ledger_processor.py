@@ -150,7 +150,7 @@ def test_unlogged_call_unbalances_the_run_with_an_event_and_error_status(books: 
         }
     ]
     assert run.status.status_code is StatusCode.ERROR
-    assert run.status.description == "ledger unbalanced: unlogged_refusal"
+    assert run.status.description == "ledger unbalanced: unlogged_refusal refund"
 
 
 def test_protocol_only_discrepancy_keeps_the_status(books: _Books) -> None:

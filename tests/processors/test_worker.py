@@ -397,7 +397,8 @@ def test_force_flush_hands_the_downstream_what_is_left_of_its_timeout() -> None:
 
 
 def test_the_worker_component_shuts_down_within_the_instrumentations_budget() -> None:
-    from tallyspan._config import Settings, ShutdownBudget
+    from tallyspan._config import ShutdownBudget
+    from tallyspan._state import Settings
     from tallyspan_processors._worker import worker_component
 
     stuck = _Blocking()

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import Any, Final
 
@@ -121,6 +121,8 @@ class Discrepancy:
     type: str
     call_id: str | None
     detail: str
+    tool_name: str | None = field(default=None, compare=False)
+    """The tool of the call, or the tool its claim names (for a run's status); not compared."""
 
 
 @dataclass(frozen=True)
@@ -262,14 +264,16 @@ def reconcile(
         else:
             same_id = unpaired_by_id.get(entry.call_id)
             if same_id is None:
-                found.append((entry.seq, Discrepancy(_PHANTOM_LOG, entry.call_id, _phantom(entry))))
+                found.append(
+                    (entry.seq, Discrepancy(_PHANTOM_LOG, entry.call_id, _phantom(entry), entry.tool_name))
+                )
             elif same_id:
                 pair_of[same_id.pop()] = entry
             else:
                 found.append(
                     (
                         entry.seq,
-                        Discrepancy(_DUPLICATE_LOG, entry.call_id, "claimed again"),
+                        Discrepancy(_DUPLICATE_LOG, entry.call_id, "claimed again", entry.tool_name),
                     )
                 )
 
@@ -283,14 +287,19 @@ def reconcile(
             if candidates:
                 pair_of[candidates.pop()] = entry
             else:
-                found.append((entry.seq, Discrepancy(_PHANTOM_LOG, None, _phantom(entry))))
+                found.append((entry.seq, Discrepancy(_PHANTOM_LOG, None, _phantom(entry), entry.tool_name)))
 
     for i, call in enumerate(calls):
         paired = pair_of[i]
         if paired is None:
             kind = _UNLOGGED.get(call.outcome, _UNLOGGED_CALL)
             found.append(
-                (call.seq, Discrepancy(kind, call.call_id, f"{call.tool_name} {call.outcome}, not logged"))
+                (
+                    call.seq,
+                    Discrepancy(
+                        kind, call.call_id, f"{call.tool_name} {call.outcome}, not logged", call.tool_name
+                    ),
+                )
             )
             continue
         differences = []
@@ -306,7 +315,7 @@ def reconcile(
             found.append(
                 (
                     paired.seq,
-                    Discrepancy(_MISMATCHED_RESULT, call.call_id, "; ".join(differences)),
+                    Discrepancy(_MISMATCHED_RESULT, call.call_id, "; ".join(differences), call.tool_name),
                 )
             )
         after = next_seq[i]

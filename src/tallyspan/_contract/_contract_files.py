@@ -3,11 +3,12 @@
 The file may come from someone else (a tenant's configuration, a shared repository), so reading it
 must not hang or exhaust the process that calls ``instrument()``:
 
-- only a regular file is read (``/dev/zero``, a FIFO, a directory are refused unopened), at most
-  ``TALLYSPAN_CONTRACTS_MAX_BYTES`` (1 MiB by default; a larger file is refused unread);
+- only a regular file is read (``/dev/zero``, a FIFO, a directory are refused unopened), at most the
+  limit the caller gives (:data:`MAX_FILE_BYTES`, 1 MiB, unless ``TALLYSPAN_CONTRACTS_MAX_BYTES`` says
+  otherwise: the runtime reads it); a larger file is refused unread;
 - it must be UTF-8 (a byte-order mark is accepted); UTF-16, UTF-32 and Latin-1 are named as such;
-- YAML is parsed by libyaml when present (``tallyspan._contract._contract_yaml``, imported only for a YAML
-  file), composed by a loader that counts: more than
+- YAML is parsed by libyaml when present (``tallyspan._contract._contract_yaml``, imported by the loader
+  only for a YAML file; it takes its bounds from here), composed by a loader that counts: more than
   :data:`MAX_DEPTH` levels of nesting or :data:`MAX_NODES` values is refused while composing, before
   Python's recursion limit; a number longer than :data:`MAX_NUMBER_CHARS` characters is refused
   before it is converted;
@@ -28,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from tallyspan._config import ENV_CONTRACTS_MAX_BYTES
 from tallyspan._errors import ContractError
 
 if TYPE_CHECKING:
@@ -36,16 +36,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_FILE_BYTES",
     "MAX_NODES",
     "MAX_NUMBER_CHARS",
     "TOP_KEYS",
     "check_shape",
     "contract_error_at",
-    "parse_contracts_text",
+    "parse_toml",
     "read_contracts_text",
     "wrap_node",
 ]
 
+MAX_FILE_BYTES: Final = 1 << 20
+"""Largest contracts file read unless the caller says otherwise: 1 MiB. A contracts file is a few
+kilobytes; parsing 1 MiB of YAML takes about a second."""
 MAX_DEPTH: Final = 32
 """Deepest nesting of mappings and lists in a contracts file (``json_schema`` included)."""
 MAX_NODES: Final = 100_000
@@ -76,8 +80,11 @@ _SHOWN_LEVELS = 8
 # --- reading ---------------------------------------------------------------------------------------
 
 
-def read_contracts_text(path: Path, max_bytes: int) -> str:
+def read_contracts_text(path: Path, max_bytes: int, *, limit_setting: str | None = None) -> str:
     """The text of the contracts file at ``path``: a regular file of at most ``max_bytes``, UTF-8.
+
+    ``limit_setting`` names what sets ``max_bytes`` (an environment variable), for the refusal of a larger
+    file to say how to raise it.
 
     Raises:
         ContractError: naming the file; nothing is read from a file that is not regular or too large.
@@ -85,32 +92,33 @@ def read_contracts_text(path: Path, max_bytes: int) -> str:
     file = str(path)
     try:
         info = os.stat(path)
-        _check_regular(info, file, max_bytes)
+        _check_regular(info, file, max_bytes, limit_setting)
         # O_NONBLOCK: should the path turn into a FIFO after the stat, open() must not wait for a writer.
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
         with os.fdopen(descriptor, "rb") as stream:
-            _check_regular(os.fstat(stream.fileno()), file, max_bytes)
+            _check_regular(os.fstat(stream.fileno()), file, max_bytes, limit_setting)
             data = stream.read(max_bytes + 1)  # a file that grows after the stat is still cut short
     except OSError as exc:
         raise ContractError(f"cannot read the contracts file: {exc.strerror or exc}", file=file) from exc
     if len(data) > max_bytes:
-        raise ContractError(_too_large(len(data), max_bytes, at_least=True), file=file)
+        raise ContractError(_too_large(len(data), max_bytes, limit_setting, at_least=True), file=file)
     return _decoded(data, file)
 
 
-def _check_regular(info: os.stat_result, file: str, max_bytes: int) -> None:
+def _check_regular(info: os.stat_result, file: str, max_bytes: int, limit_setting: str | None) -> None:
     if not stat.S_ISREG(info.st_mode):
         kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)), "not a regular file")
         raise ContractError(f"the contracts file is {kind}, not a regular file; refused unread", file=file)
     if info.st_size > max_bytes:
-        raise ContractError(_too_large(info.st_size, max_bytes), file=file)
+        raise ContractError(_too_large(info.st_size, max_bytes, limit_setting), file=file)
 
 
-def _too_large(size: int, max_bytes: int, *, at_least: bool = False) -> str:
+def _too_large(size: int, max_bytes: int, limit_setting: str | None, *, at_least: bool = False) -> str:
     more = "more than " if at_least else ""
+    set_by = f" ({limit_setting} sets it)" if limit_setting else ""
     return (
         f"the contracts file holds {more}{size - (1 if at_least else 0):,} bytes, more than the limit of "
-        f"{max_bytes:,} ({ENV_CONTRACTS_MAX_BYTES} sets it); refused unread"
+        f"{max_bytes:,}{set_by}; refused unread"
     )
 
 
@@ -141,21 +149,12 @@ def _decoded(data: bytes, file: str) -> str:
 # --- parsing ---------------------------------------------------------------------------------------
 
 
-def parse_contracts_text(text: str, *, file: str, toml: bool) -> tuple[Any, yaml.Node | None]:
-    """The data of a contracts file and, for YAML, its node tree (for line numbers).
+def parse_toml(text: str, file: str) -> Any:
+    """The data of a TOML contracts file (a YAML file is parsed by ``tallyspan._contract._contract_yaml``).
 
     Raises:
         ContractError: invalid syntax, or over a limit while parsing; names the file and the line.
     """
-    if toml:
-        return _parse_toml(text, file), None
-    # Imported here: PyYAML costs about 10 ms to import, and contracts given as a mapping never need it.
-    from tallyspan._contract._contract_yaml import parse_yaml
-
-    return parse_yaml(text, file)
-
-
-def _parse_toml(text: str, file: str) -> Any:
     # Imported here: a YAML file (the usual case) does not pay for the TOML parser's regexes.
     if sys.version_info >= (3, 11):
         import tomllib

@@ -1,4 +1,4 @@
-"""Parsing a YAML contracts file within bounds: the loader behind ``parse_contracts_text`` for YAML.
+"""Parsing a YAML contracts file within bounds: what ``_contracts`` calls for a YAML file.
 
 A module of its own so that PyYAML (about 10 ms to import) loads only when a YAML file is read:
 contracts given as a mapping, a list or objects, or a TOML file, never import it. The bounds are

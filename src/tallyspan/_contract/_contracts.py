@@ -19,8 +19,12 @@ keys all match, then the contract named like the stage, then ``default``. Regexe
 load with the ``regex`` package (multi-line mode: ``^`` and ``$`` match at line ends), after a check
 of their structure, and matched with a time limit shared by a span's patterns, so a hostile pattern
 cannot hang or exhaust the process (``tallyspan._contract._patterns``). Files are read within bounds
-(``tallyspan._contract._contract_files``); every failure is a ``ContractError`` naming the file, the stage, the
-field and the line.
+(``tallyspan._contract._contract_files``, and ``_contract_yaml`` for YAML); every failure is a
+``ContractError`` naming the file, the stage, the field and the line. Loading goes one way: this module
+imports the reading and the parsing, which never import it nor each other's callers.
+
+Nothing here reads the environment: the file size limit comes from the caller (``tallyspan.load_contracts``,
+in ``tallyspan._contract_loading``, passes ``TALLYSPAN_CONTRACTS_MAX_BYTES``).
 """
 
 from __future__ import annotations
@@ -42,19 +46,17 @@ from pydantic import (
     model_validator,
 )
 
-from tallyspan._config import resolve_contracts_max_bytes, warn_once
 from tallyspan._contract._contract_files import (
+    MAX_FILE_BYTES,
     TOP_KEYS,
     check_shape,
     contract_error_at,
-    parse_contracts_text,
+    parse_toml,
     read_contracts_text,
     wrap_node,
 )
 from tallyspan._contract._patterns import REGEX_TIMEOUT_S as REGEX_TIMEOUT_S  # where it was first defined
 from tallyspan._contract._patterns import PatternLoadBudget, compile_pattern, contract_flags, load_budget_of
-from tallyspan._engine._repetition import DEFAULT_MAX_REPEATED_SHARE
-from tallyspan._engine._taxonomy import SUPPORTED_LANGUAGES
 from tallyspan._errors import ContractError
 
 if TYPE_CHECKING:
@@ -62,7 +64,37 @@ if TYPE_CHECKING:
     import yaml  # only a YAML file loads it (tallyspan._contract._contract_yaml)
     from jsonschema.protocols import Validator  # jsonschema loads only for a contract with json_schema
 
-__all__ = ["Claims", "Contract", "ContractSet", "MatchRule", "NamedPattern", "load_contracts"]
+__all__ = [
+    "DEFAULT_MAX_REPEATED_SHARE",
+    "SUPPORTED_LANGUAGES",
+    "Claims",
+    "Contract",
+    "ContractSet",
+    "MatchRule",
+    "NamedPattern",
+    "compile_schema",
+    "load_contracts",
+]
+
+#: Languages a contract may require; the engine's language checks judge these (``tallyspan._engine._language``).
+SUPPORTED_LANGUAGES = frozenset({"ja", "en", "zh", "ko"})
+#: The default of ``Contract.max_repeated_share``: more than this share of the output repeating one unit
+#: back to back is ``degenerate_repetition`` (``tallyspan._engine._repetition``).
+DEFAULT_MAX_REPEATED_SHARE = 0.5
+
+
+def compile_schema(schema: dict[str, Any]) -> Validator:
+    """A validator for ``schema`` (its own ``$schema`` draft, else 2020-12): a contract's ``json_schema``,
+    compiled at load; the engine validates the output with it (``tallyspan._engine._jsonschema``).
+
+    Raises:
+        jsonschema.exceptions.SchemaError: when the schema itself is invalid.
+    """
+    from jsonschema import validators  # only a contract with a json_schema loads jsonschema
+
+    validator_class = validators.validator_for(schema, default=validators.Draft202012Validator)
+    validator_class.check_schema(schema)
+    return validator_class(schema)
 
 
 class NamedPattern(BaseModel):
@@ -157,8 +189,6 @@ class Contract(BaseModel):
         if value is not None:
             from jsonschema.exceptions import SchemaError
 
-            from tallyspan._engine._jsonschema import compile_schema
-
             try:
                 compile_schema(value)
             except SchemaError as exc:
@@ -174,9 +204,6 @@ class Contract(BaseModel):
         self._forbidden = tuple(_compiled(item, budget) for item in self.forbidden)
         self._schema_validator = None
         if self.json_schema is not None:
-            # Imported here, with jsonschema: only a contract that has a schema needs them.
-            from tallyspan._engine._jsonschema import compile_schema
-
             self._schema_validator = compile_schema(self.json_schema)
         return self
 
@@ -271,21 +298,18 @@ class ContractSet(BaseModel):
 # --- loading ---------------------------------------------------------------------------------------
 
 
-def load_contracts(source: Any) -> ContractSet:
+def load_contracts(
+    source: Any, *, max_bytes: int = MAX_FILE_BYTES, limit_setting: str | None = None
+) -> ContractSet:
     """Load contracts from a file path (YAML or TOML), a mapping, a list, or a ``ContractSet``.
 
-    A file is read within bounds (``tallyspan._contract._contract_files``: a regular UTF-8 file of at most
-    ``TALLYSPAN_CONTRACTS_MAX_BYTES``, 1 MiB by default, nesting and size limited) and its patterns
-    are checked before they are compiled (``tallyspan._contract._patterns``).
+    ``tallyspan.load_contracts`` (``tallyspan._contract_loading``) is this with the file limit of the
+    environment; see its docstring for ``source``.
 
     Args:
-        source: a ``str``/``PathLike`` path to ``.yaml``/``.yml``/``.toml``; a mapping in the file's
-            form (``{"contracts": {...}, "default": ..., "match": [...]}``) or just ``{stage: contract}``;
-            a list of ``Contract`` objects or mappings, each with a ``stage`` key (for mappings) or
-            used in order as ``stage_0``...; or a ``ContractSet``.
-
-    Returns:
-        The validated, compiled ``ContractSet``.
+        source: a path, a mapping, a list of contracts or a ``ContractSet``.
+        max_bytes: the largest file read (a larger one is refused unread).
+        limit_setting: what sets ``max_bytes``, named in the refusal of a larger file.
 
     Raises:
         ContractError: naming the file, the stage, the field and (YAML) the line.
@@ -293,7 +317,7 @@ def load_contracts(source: Any) -> ContractSet:
     if isinstance(source, ContractSet):
         return source
     if isinstance(source, (str, os.PathLike)):
-        return _load_file(Path(source))
+        return _load_file(Path(source), max_bytes, limit_setting)
     if isinstance(source, Contract):
         return ContractSet(default=source)
     if isinstance(source, Mapping):
@@ -305,28 +329,30 @@ def load_contracts(source: Any) -> ContractSet:
     )
 
 
-def _load_file(path: Path) -> ContractSet:
+def _load_file(path: Path, max_bytes: int, limit_setting: str | None) -> ContractSet:
     file = str(path)
     try:
-        text = read_contracts_text(path, resolve_contracts_max_bytes())
-        data, node = parse_contracts_text(text, file=file, toml=path.suffix.lower() == ".toml")
+        text = read_contracts_text(path, max_bytes, limit_setting=limit_setting)
+        data, node = _parsed(text, file, toml=path.suffix.lower() == ".toml")
         if data is None:
-            contracts = ContractSet()
-        elif not isinstance(data, Mapping):
+            return ContractSet()
+        if not isinstance(data, Mapping):
             raise ContractError("the file must hold a mapping with a 'contracts' section", file=file, line=1)
-        else:
-            contracts = _from_mapping(dict(data), file=file, node=node)
+        return _from_mapping(dict(data), file=file, node=node)
     except ContractError:
         raise
     except Exception as exc:  # any other failure is still a bad file: name it, never a bare traceback
         raise ContractError(f"cannot load the contracts: {type(exc).__name__}: {exc}", file=file) from exc
-    if not (contracts.contracts or contracts.default or contracts.match):
-        warn_once(
-            ("contracts.empty", file),
-            "the contracts file %s holds no contracts: no output will be checked against one",
-            file,
-        )
-    return contracts
+
+
+def _parsed(text: str, file: str, *, toml: bool) -> tuple[Any, yaml.Node | None]:
+    """The data of a contracts file and, for YAML, its node tree (for line numbers)."""
+    if toml:
+        return parse_toml(text, file), None
+    # Imported here: PyYAML costs about 10 ms to import, and contracts given as a mapping never need it.
+    from tallyspan._contract._contract_yaml import parse_yaml
+
+    return parse_yaml(text, file)
 
 
 def _from_mapping(data: dict[str, Any], *, file: str | None, node: yaml.Node | None) -> ContractSet:

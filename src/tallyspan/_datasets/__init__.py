@@ -1,8 +1,9 @@
 """Failures as data: the failure-log and error-diagnosis exports (``tallyspan export``).
 
-Private: the command and the pytest plugin are the way in. ``_model`` is what a source yields (the
-store: ``tallyspan._store._store_queries.iter_traces``; an OTLP JSON file: ``_otlp_file``), ``_failure_logs``
-and ``_diagnosis`` turn it into records, ``_terms`` says each verdict in words, ``_judge`` asks a model.
+Private: the command and the pytest plugin are the way in. ``tallyspan._store._store_traces`` is what a
+source yields (the store: ``tallyspan._store._store_queries.iter_traces``; an OTLP JSON file:
+``_otlp_file``), ``_failure_logs`` and ``_diagnosis`` turn it into records, ``_terms`` says each verdict
+in words, ``_judge`` asks a model.
 The records' JSON Schemas are in ``schemas/``.
 """
 

@@ -32,9 +32,9 @@ from tallyspan import semconv
 from tallyspan._books._ledger import DEFAULT_LOG_TOOL, normalize_outcome
 from tallyspan._contract._contracts import ContractSet
 from tallyspan._datasets._failure_logs import iso_utc
-from tallyspan._datasets._model import EntryData, LedgerData, SpanData, TraceData
 from tallyspan._datasets._terms import explain
 from tallyspan._engine._taxonomy import FailureClass, most_severe
+from tallyspan._store._store_traces import EntryData, LedgerData, SpanData, TraceData
 
 __all__ = [
     "EVIDENCE_ERROR",

@@ -24,9 +24,9 @@ from datetime import datetime, timezone
 from typing import Any, Final
 
 from tallyspan._contract._contracts import ContractSet
-from tallyspan._datasets._model import SpanData, TraceData
 from tallyspan._datasets._terms import explain
 from tallyspan._engine._taxonomy import FailureClass, most_severe
+from tallyspan._store._store_traces import SpanData, TraceData
 
 __all__ = [
     "FIELDS",

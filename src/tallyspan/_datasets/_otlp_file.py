@@ -16,6 +16,12 @@ Spans of one trace may be spread over many lines. A trace is complete when its l
 SDK exports a span when it ends, and a root ends last), so spans wait in a buffer until then; the buffer
 is bounded (``max_buffered_spans``): past it the oldest trace is emitted as it is and counted, so memory
 stays bounded whatever the size of the file. Traces whose root never came are emitted at the end.
+
+A line is read within bounds: at most ``MAX_LINE_CHARS`` characters (read no further), nested at most
+``MAX_DEPTH`` levels (a linear scan before the parser), and its spans of the types OTLP/JSON gives; a
+line beyond a bound or with values of the wrong type stops the read with a ``ConfigError`` naming the
+file, the line and the reason (``tallyspan export`` exits 2). A line that is not JSON at all is
+skipped and counted, as before.
 """
 
 from __future__ import annotations
@@ -32,7 +38,10 @@ from typing import IO, Any, Final
 from tallyspan import semconv
 from tallyspan._books._ledger import Discrepancy
 from tallyspan._books._runs import declares_run
-from tallyspan._datasets._model import (
+from tallyspan._engine._jsonschema import too_deep
+from tallyspan._engine._taxonomy import FAILURE_CLASS_OF, ViolationType
+from tallyspan._errors import ConfigError
+from tallyspan._store._store_traces import (
     EntryData,
     LedgerData,
     SpanData,
@@ -40,15 +49,27 @@ from tallyspan._datasets._model import (
     ViolationData,
     span_data,
 )
-from tallyspan._engine._taxonomy import FAILURE_CLASS_OF, ViolationType
-from tallyspan._errors import ConfigError
 
-__all__ = ["DEFAULT_MAX_BUFFERED_SPANS", "OTLPFileReader", "ReadStats", "attributes_of", "read_span"]
+__all__ = [
+    "DEFAULT_MAX_BUFFERED_SPANS",
+    "MAX_DEPTH",
+    "MAX_LINE_CHARS",
+    "OTLPFileReader",
+    "ReadStats",
+    "attributes_of",
+    "read_span",
+]
 
 _logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BUFFERED_SPANS: Final = 200_000
 """Spans held while their traces are incomplete; past this the oldest trace is emitted early."""
+MAX_LINE_CHARS: Final = 16 << 20
+"""The longest line read (one export request): a longer one is refused unread past this."""
+MAX_DEPTH: Final = 64
+"""The deepest nesting of a line's arrays and objects (OTLP/JSON needs about 12, more for nested
+``kvlistValue``s); deeper is refused before ``json.loads``, whose recursion it would exhaust."""
+_REASON_CHARS: Final = 200
 
 # OTLP span flags: bit 8 says whether the parent's remoteness is known, bit 9 that it is remote.
 _FLAG_HAS_IS_REMOTE: Final = 0x100
@@ -238,24 +259,52 @@ def read_span(span: Mapping[str, Any]) -> tuple[SpanData, LedgerData | None] | N
     return data, _ledger(span_id, attributes, events, end)
 
 
+def _refused(path: Path, line: int, reason: str) -> ConfigError:
+    reason = reason if len(reason) <= _REASON_CHARS else reason[:_REASON_CHARS] + "..."
+    return ConfigError(f"{path}, line {line}: {reason}".replace("\n", " ").replace("\r", " "))
+
+
 def _requests(
-    lines: IO[str], stats: ReadStats, on_line: Callable[[int], object] | None
-) -> Iterator[Mapping[str, Any]]:
-    for line in lines:
+    path: Path,
+    lines: IO[str],
+    stats: ReadStats,
+    on_line: Callable[[int], object] | None,
+    max_line_chars: int,
+) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    while True:
+        line = lines.readline(max_line_chars + 1)
+        if not line:
+            return
         stats.lines += 1
+        if len(line) > max_line_chars:
+            raise _refused(path, stats.lines, f"longer than {max_line_chars} characters; not read further")
         if on_line is not None:
             on_line(len(line.encode("utf-8")))
         if not line.strip():
             continue
+        if too_deep(line, MAX_DEPTH):
+            raise _refused(path, stats.lines, f"nested deeper than {MAX_DEPTH} levels")
         try:
             request = json.loads(line)
+        except RecursionError:  # within MAX_DEPTH, but the stack was short already
+            raise _refused(path, stats.lines, "nested too deeply to parse") from None
         except ValueError:
             stats.bad_lines += 1
             continue
         if isinstance(request, Mapping):
-            yield request
+            yield stats.lines, request
         else:
             stats.bad_lines += 1
+
+
+def _read_spans(
+    path: Path, number: int, request: Mapping[str, Any]
+) -> list[tuple[SpanData, LedgerData | None]]:
+    """The usable spans of one request; a value of the wrong type refuses the line."""
+    try:
+        return [read for raw in _spans(request) if (read := read_span(raw)) is not None]
+    except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as error:
+        raise _refused(path, number, f"not OTLP/JSON: {type(error).__name__}: {error}") from None
 
 
 def _spans(request: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
@@ -275,7 +324,8 @@ class OTLPFileReader:
         on_bytes: called with the size of each line read (a progress bar's ``update``).
 
     Raises:
-        ConfigError: the file cannot be opened (raised when iteration starts).
+        ConfigError: the file cannot be opened (raised when iteration starts), or a line is beyond a
+            bound or holds values of the wrong type (raised when that line is read).
     """
 
     def __init__(
@@ -284,9 +334,11 @@ class OTLPFileReader:
         *,
         max_buffered_spans: int = DEFAULT_MAX_BUFFERED_SPANS,
         on_bytes: Callable[[int], object] | None = None,
+        max_line_chars: int = MAX_LINE_CHARS,
     ) -> None:
         self.path = path
         self.max_buffered_spans = max_buffered_spans
+        self.max_line_chars = max_line_chars
         self.on_bytes = on_bytes
         self.stats = ReadStats()
 
@@ -302,12 +354,9 @@ class OTLPFileReader:
         pending: OrderedDict[str, TraceData] = OrderedDict()
         buffered = 0
         with self._open() as lines:
-            for request in _requests(lines, self.stats, self.on_bytes):
-                for raw in _spans(request):
-                    read = read_span(raw)
-                    if read is None:
-                        continue
-                    span, books = read
+            requests = _requests(self.path, lines, self.stats, self.on_bytes, self.max_line_chars)
+            for number, request in requests:
+                for span, books in _read_spans(self.path, number, request):
                     self.stats.spans += 1
                     trace = pending.get(span.trace_id)
                     if trace is None:

@@ -6,9 +6,11 @@
 (``_jsonschema``), and the violation taxonomy (``_taxonomy``). The CLI, a pytest test and the checks
 processor call the same code.
 
-The bottom room of the core: it reads no environment and knows no OpenTelemetry and no configuration.
-It may import the standard library, ``regex``, ``jsonschema`` and, of the core, only itself and the
+It reads no environment and knows no OpenTelemetry and no configuration (whether to use the C scans
+it asks once, at import, of the leaf ``tallyspan._extensions``). It may import the standard library,
+``regex``, ``jsonschema`` and, of the core, only itself, the contracts below it (``tallyspan._contract``:
+the ``Contract`` it checks against, the pattern budget, the languages a contract may require) and the
 top's leaf modules, which import nothing of the core but each other (``_errors``, ``_selfstats``,
-``_fork``, ``_version``, ``semconv``). Every other room may import it. The imports that still break
-this rule are listed in docs/architecture.md ("Layout of the core").
+``_fork``, ``_version``, ``semconv``, ``_extensions``). The ledger, the store and the runtime may import
+it. ``tests/core/test_layers.py`` holds the rule (docs/architecture.md, "Layout of the core").
 """

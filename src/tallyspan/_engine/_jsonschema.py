@@ -7,7 +7,8 @@ itself declares (any other key of the output shows as ``*``).
 
 The parser refuses deep nesting before it parses: an output of 100,000 ``[`` is rejected by a linear,
 non-recursive scan (``JsonTooDeepError``) instead of reaching the recursive parser and validator; the
-check engine records that the json_schema rule could not judge the output.
+check engine records that the json_schema rule could not judge the output. The validator comes compiled
+with the contract (``tallyspan._contract._contracts.compile_schema``, at load).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_JSON_DEPTH",
     "JsonTooDeepError",
-    "compile_schema",
     "parse_json_output",
     "schema_problems",
     "too_deep",
@@ -83,19 +83,6 @@ def parse_json_output(text: str) -> tuple[bool, Any]:
         return True, json.loads(body)
     except ValueError:
         return False, None
-
-
-def compile_schema(schema: dict[str, Any]) -> Validator:
-    """A validator for ``schema`` (its own ``$schema`` draft, else 2020-12).
-
-    Raises:
-        jsonschema.exceptions.SchemaError: when the schema itself is invalid.
-    """
-    from jsonschema import validators
-
-    validator_class = validators.validator_for(schema, default=validators.Draft202012Validator)
-    validator_class.check_schema(schema)
-    return validator_class(schema)
 
 
 def _declared_names(schema: Any) -> frozenset[str]:

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import NamedTuple
 
+from tallyspan._contract._contracts import SUPPORTED_LANGUAGES
 from tallyspan._engine._jsonschema import parse_json_output
 from tallyspan._engine._scripts import KANA, MARKS, chinese_evidence, has_fence, latin_bounds, script_counts
-from tallyspan._engine._taxonomy import SUPPORTED_LANGUAGES, ViolationType
+from tallyspan._engine._taxonomy import ViolationType
 
 __all__ = ["SUPPORTED_LANGUAGES", "ScriptProfile", "language_violations", "profile", "requested_languages"]
 
@@ -47,13 +48,16 @@ _MATH = re.compile(
     r"|\\[A-Za-z]+"
 )
 # Chat-template and markup tokens (<|im_end|>, <<SYS>>, </s>) are not words of any language.
-_MARKUP = re.compile(r"<\|[^|<>\n]{1,40}\|>|<<?/?[A-Za-z_]{1,20}>>?")
+# HTML and XML tags with their attributes (<meta charset="UTF-8" />) are markup too.
+_MARKUP = re.compile(
+    r"<\|[^|<>\n]{1,40}\|>|<<?/?[A-Za-z_]{1,20}>>?|</?[A-Za-z][\w:-]{0,30}(?:\s[^<>\n]{0,300})?/?>|<!DOCTYPE[^<>\n]*>"
+)
 # Quotes: 「」『』"" “” and '...' around CJK text (an apostrophe in English is not a quote).
 _QUOTED = re.compile(
-    r"「[^」「\n]{0,400}」|『[^』『\n]{0,400}』|\"[^\"\n]{0,400}\"|“[^”“\n]{0,400}”"
+    r"「[^」「\n]{0,400}」|『[^』『\n]{0,400}』|《[^》《\n]{0,400}》|〈[^〉〈\n]{0,400}〉|\"[^\"\n]{0,400}\"|“[^”“\n]{0,400}”"
     r"|'[^'\n]{0,400}?[\u3041-\u30FF\u4E00-\u9FFF][^'\n]{0,400}?'"
 )
-_QUOTE_MARKS = ("「", "『", '"', "“", "'")
+_QUOTE_MARKS = ("「", "『", "《", "〈", '"', "“", "'")
 # A line without CJK that is code: starts like code, ends like code, or is an assignment or formula;
 # never a line with four words in a row (English prose that happens to hold "=" or end in ";").
 _CODE_LINE = re.compile(
@@ -97,6 +101,10 @@ _MIN_KANA = 10
 _JAPANESE_SENTENCE_END = re.compile(r"[\u3041-\u309F][。！？]")
 #: A kana-less text with more Latin words than CJK characters is English (with a few kanji terms).
 _CJK_PER_WORD = 1
+#: Fewest Latin words that, without an English function word or a sentence's end, are code, not prose.
+_MIN_IDENTIFIER_WORDS = 5
+# A sentence's end in Latin-script prose: a letter, then . ! or ?, then a space or the end.
+_PROSE_SENTENCE_END = re.compile(r"[A-Za-zÀ-ÿ][.!?](?:\s|\Z)")
 _ENGLISH_REQUEST = re.compile(r"(?i)英語で|英語に|英訳|英文|英作文|\bin english\b|\binto english\b")
 
 
@@ -188,12 +196,18 @@ _MAX_PARSED_CHARS = 20_000
 def _is_code_document(text: str) -> bool:
     """The whole deliverable (after an optional label line) is a JSON document, truncated or not, or a
     Python module: told by the parsers made for them, not by the look of its lines."""
-    body = _LABEL_LINE.sub("", text, count=1).strip()
-    if not body or len(body) > _MAX_PARSED_CHARS:
+    if len(text) > _MAX_PARSED_CHARS:
         return False
-    if body[0] in "{[":
-        return _is_json(body) or _is_json(_closed(body))
-    return _is_python(body)
+    # With the first line as a label ("JSON Object:"), and as it is ("def main():" is code, not a label).
+    for body in {_LABEL_LINE.sub("", text, count=1).strip(), text.strip()}:
+        if not body:
+            continue
+        if body[0] in "{[":
+            if _is_json(body) or _is_json(_closed(body)):
+                return True
+        elif _is_python(body):
+            return True
+    return False
 
 
 def _closed(text: str) -> str:
@@ -424,7 +438,11 @@ def profile(text: str) -> ScriptProfile:
         return result
     in_code = _profile_of(_MARKUP.sub(" ", code))
     if in_code.kana or in_code.han:
-        # CJK text inside code (a JSON deliverable): judge its script, not the keys and identifiers.
+        # CJK text inside code (a JSON deliverable): judge its script, not the keys and identifiers; of
+        # a JSON document, only the strings that hold CJK text (a formula beside a kanji key is no prose).
+        cjk_strings = _cjk_strings_of_json(code)
+        if cjk_strings:
+            in_code = _profile_of(cjk_strings)
         return ScriptProfile(
             in_code.primary,
             in_code.kana,
@@ -434,6 +452,31 @@ def profile(text: str) -> ScriptProfile:
             chinese_chars=in_code.chinese_chars,
         )
     return ScriptProfile("code", words=in_code.words) if in_code.words else ScriptProfile("none")
+
+
+def _cjk_strings_of_json(code: str) -> str:
+    """The keys and string values of a JSON document that hold CJK text, one a line ("" if not JSON)."""
+    stripped = code.strip()
+    if stripped[:1] not in ("{", "["):
+        return ""
+    try:
+        ok, document = parse_json_output(stripped)
+    except ValueError:  # nested too deep to parse
+        return ""
+    if not ok:
+        return ""
+    found: list[str] = []
+    pending: list[object] = [document]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(value.values())
+            found.extend(key for key in value if _CJK.search(key))
+        elif isinstance(value, list):
+            pending.extend(value)
+        elif isinstance(value, str) and _CJK.search(value):
+            found.append(value)
+    return "\n".join(found)
 
 
 def english_requested(prompt: str | None) -> bool:
@@ -496,6 +539,17 @@ def language_violations(
     counts = f"{found.kana} kana, {found.han} han, {found.words} latin words"
     if required == "ja":
         if not found.japanese and found.primary != "ja":
+            if (
+                found.primary == "en"
+                and (found.words >= _MIN_IDENTIFIER_WORDS or _has_code_signs(text))
+                and not (found.function_words or found.han or found.hangul)
+                and _PROSE_SENTENCE_END.search(text) is None
+            ):
+                # Latin words without one English function word (the, is, of, to ...) and without a
+                # sentence's end: identifiers and keywords (an unfenced Java class, an SQL query) are no
+                # prose. Prose in another Latin-script language ends sentences; a short English reply
+                # ("OK", "Error: connection refused") is English all the same.
+                return []
             return [(ViolationType.NOT_JAPANESE, f"primary language {found.primary}, not ja ({counts})")]
         found_violations = _japanese_violations(found, english_wanted)
         if "zh" in requested:

@@ -29,18 +29,29 @@ _REFUSAL = re.compile(
     r"|\bI\s+must\s+(?:decline|refuse)\b"
     r"|\bI(?:'m| am)\s+sorry,?\s+(?:but\s+)?I\s+(?:don't|do not)\s+(?:know|understand|have)\b"
     r"|\bI\s+(?:don't|do not)\s+have\s+(?:enough|sufficient|access|the ability|any information)\b"
+    r"|\bI(?:'m| am)\s+(?:not able|unable)\s+to\s+(?:help|assist|provide|answer|share|give|do|comply|fulfil)"
+    r"|\bI\s+(?:won't|will not)\s+be\s+able\s+to\s+(?:help|assist|provide|answer|share|give|do)"
+    r"|\bnot something I (?:can|could|am able to)\s+(?:help|assist|do|provide|answer)"
+    r"|\bI(?:'m| am)\s+not\s+comfortable\s+(?:providing|answering|helping|sharing|discussing|with)"
     # Japanese: an apology followed by "cannot", "do not know", "have no information / ability"
-    r"|申し訳(?:ありません|ございません|ない)(?:が|けれど)[^。\n]{0,60}?"
+    r"|(?:申し訳(?:ありません|ございません|ない)(?:が|けれど)|ごめんなさい|すみませんが|残念ながら|恐れ入りますが)[^。\n]{0,60}?"
     r"(?:でき(?:ません|かねます)|いたしかねます|控えさせて|(?:知り|わかり|分かり|存じ)ません|"
     r"(?:情報|データ|知識|能力|手段|権限|アクセス)(?:が|は|を)[^。\n]{0,12}?"
     r"(?:ありません|ない|不足|持っていません|持ち合わせていません|(?:提供|与え|記載)されていません))"
     r"|(?:お答え|回答|お手伝い|対応|お応え|ご協力|提供|作成)(?:することは|は|が)?(?:でき(?:ません|かねます)|いたしかねます)"
+    # ... declining to answer in other words ("お答えしかねます", "答えられません", "回答を差し控えます")
+    r"|(?:お答え|回答|返答|お応え)(?:を)?(?:し|いたし)?かねます|(?:答え|応え)られません"
+    r"|(?:お答え|回答|返答|コメント)(?:を|は)?(?:差し控え|控え)(?:させていただきます|させて頂きます|ます|たいと思います)"
+    r"|(?:回答|返答|お答え|コメント)(?:は)?(?:し|いたし)ません"
+    # ... or objecting to the question instead of answering it
+    r"|(?:答え|回答す|お答えす|応じ)る(?:こと)?は(?:適切|適当)では(?:ない|ありません)"
     r"|(?:AI|人工知能|言語モデル|コンピューター?プログラム)(?:です|であり|である|として|なので|ですので)[^。\n]{0,60}?"
     r"(?:できません|持っていません|ありません)"
     r"|お断り(?:いたします|します|させていただきます)"
     # Japanese: the role is declined ("I have no feelings"), without apology words
-    r"|^(?:私|わたし)(?:は|には)[^。\n]{0,40}?(?:感情|意識|気持ち|心|身体|肉体|体|意見|経験)(?:を|は|が)"
-    r"(?:持ちません|持っていません|持たない|ありません)"
+    r"|(?:^|(?<=[。！？!?\n]))[ \t　]*(?:私|わたし)(?:は|には|に)[^。\n]{0,40}?"
+    r"(?:感情|意識|気持ち|心|身体|肉体|体|意見|経験|情報|知識|データ|権限|アクセス|能力)(?:を|は|が)"
+    r"(?:持ちません|持っていません|持っておりません|持ち合わせておりません|持たない|ありません|ございません)"
     # Chinese
     r"|(?:抱歉|对不起|對不起|很遗憾|很遺憾)[，,、]?\s*我(?:不能|无法|無法|没办法|不可以)"
     r"|作为(?:一个)?(?:AI|人工智能|语言模型)[^。\n]{0,20}?(?:不能|无法)"
@@ -55,7 +66,9 @@ _REFUSAL_ANCHORS = re.compile(
             "sorry", "afraid", "can't", "cannot", "won't", "will not", "unable", "not able", "decline",
             "refuse", "don't", "do not", "am not",
             "申し訳", "できません", "できかねます", "いたしかねます", "控えさせて", "お断り", "持ちません",
-            "持っていません", "持たない", "ありません",
+            "持っていません", "持たない", "ありません", "ごめんなさい", "すみません", "残念ながら", "恐れ入りますが",
+            "かねます", "られません", "控え", "しません", "適切では", "適当では", "おりません", "ございません",
+            "not able", "won't be able", "will not be able", "not something", "not comfortable",
             "抱歉", "对不起", "對不起", "很遗憾", "很遺憾", "不能", "无法", "無法",
         )
     )
@@ -76,9 +89,12 @@ _JA_TASK_REFUSAL = re.compile(r"^[^。\n]{0,80}?(?:こと|の)は(?:でき(?:ま
 _JA_REASON = re.compile(r"ので|ため|から")
 # "..., but I can ...", "..., but if I were ...": a disclaimer followed by the answer.
 _BUT_I_CAN = re.compile(
-    r"(?i)(?:ただし|しかし|但是|不过|\bhowever\b|\bbut\b|\bthat said\b)[^。.!?\n]{0,60}?"
+    r"(?i)(?:ただし|しかし|ですが|ませんが|が、|けれど|但是|不过|\bhowever\b|\bbut\b|\bthat said\b)[^。.!?\n]{0,60}?"
     r"(?:できます|\bcan\b|可以|仮に|仮定|想像|推測|もし|としたら|だとしたら"
-    r"|\bif I were\b|\bimagin|\bhypothetical|假设|假如)"
+    r"|\bif I were\b|\bimagin|\bhypothetical|假设|假如"
+    # ... or a general answer instead of the exact one ("一般的には約30%と言われています")
+    r"|一般的に|通常は|例えば|目安|おおよそ|およそ|\bgenerally\b|\btypically\b|\busually\b|\bfor example\b"
+    r"|\broughly\b|\bapproximately\b)"
 )
 _NOT_ASCII_LETTER = bytes(byte for byte in range(128) if not chr(byte).isalpha())
 _ASCII_LETTER = re.compile("[A-Za-z]")
@@ -89,7 +105,8 @@ _REFUSAL_LEAD_CHARS = 60
 _LEAD_SENTENCE_END = re.compile(r"[。.!?！？\n]")
 # A courtesy sentence: at most 30 characters before its word and 40 after ("Thank you for reaching out.").
 _GREETING = re.compile(
-    r"(?i)\s*[^。.!?！？\n]{0,30}(?:ありがとう|こんにちは|こんばんは|\bhello\b|\bhi\b|\bthank|\bsure\b)"
+    r"(?i)\s*[^。.!?！？\n]{0,30}(?:ありがとう|こんにちは|こんばんは|申し訳(?:ありません|ございません)|ごめんなさい"
+    r"|すみません|\bhello\b|\bhi\b|\bthank|\bsure\b|\bsorry\b|\bapologi[sz]e\b)"
     r"[^。.!?！？\n]{0,40}[。.!?！？\n]\s*"
 )
 # The end of the model's turn: what follows (another "turn" the model made up) is not its answer.

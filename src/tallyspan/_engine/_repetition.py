@@ -22,10 +22,8 @@ import re
 
 from tallyspan._engine._scripts import SCAN_MODULE, has_fence
 
-__all__ = ["DEFAULT_MAX_REPEATED_SHARE", "MAX_UNIT_CHARS", "MIN_COPIES", "repeated_share"]
+__all__ = ["MAX_UNIT_CHARS", "MIN_COPIES", "repeated_share"]
 
-#: More than this share of the text repeating one unit back to back is degenerate_repetition.
-DEFAULT_MAX_REPEATED_SHARE = 0.5
 #: Longest unit looked for (a sentence or two of Japanese, a paragraph of template debris).
 MAX_UNIT_CHARS = 256
 #: A run needs this many back-to-back copies of its unit: two copies are an echo, not a loop.

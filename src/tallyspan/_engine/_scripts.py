@@ -21,7 +21,6 @@ below give the same results at about one and a half times the checks' cost.
 
 from __future__ import annotations
 
-import os
 import re
 import string
 from collections.abc import Iterable
@@ -29,8 +28,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Final, NamedTuple
 
-from tallyspan._config import ENV_NO_EXTENSIONS
 from tallyspan._engine._hanzi_table import CHINESE_ONLY, RARE_IN_JAPANESE
+from tallyspan._extensions import ENV_NO_EXTENSIONS, extensions_disabled
 
 __all__ = [
     "ACCELERATED",
@@ -51,7 +50,7 @@ __all__ = [
 
 
 try:
-    if os.environ.get(ENV_NO_EXTENSIONS):
+    if extensions_disabled():  # asked once, here: the engine reads no environment itself
         raise ImportError(f"{ENV_NO_EXTENSIONS} is set")
     from tallyspan._engine import _scan
 except ImportError:  # not built (no compiler when it was installed), or turned off: the pure-Python scans

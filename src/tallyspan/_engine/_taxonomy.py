@@ -9,15 +9,10 @@ __all__ = [
     "FAILURE_CLASS_OF",
     "LEDGER_BALANCE_TYPES",
     "LEDGER_PROTOCOL_TYPES",
-    "SUPPORTED_LANGUAGES",
     "FailureClass",
     "ViolationType",
     "most_severe",
 ]
-
-#: Languages a contract may require (here, not with the language checks: validating a contract must
-#: not load them).
-SUPPORTED_LANGUAGES = frozenset({"ja", "en", "zh", "ko"})
 
 
 class FailureClass(str, Enum):

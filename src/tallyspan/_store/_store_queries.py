@@ -33,14 +33,7 @@ from typing import Any, Final
 
 from tallyspan import semconv
 from tallyspan._books._ledger import Discrepancy
-from tallyspan._datasets._model import (
-    EntryData,
-    LedgerData,
-    TraceData,
-    ViolationData,
-    span_data,
-)
-from tallyspan._errors import TallyspanError
+from tallyspan._errors import ConfigError, TallyspanError
 from tallyspan._store._store_ledger import (
     DEFAULT_BOOKS_LIMIT,
     LedgerDiscrepancy,
@@ -60,13 +53,23 @@ from tallyspan._store._store_ledger import (
     like_prefix,
 )
 from tallyspan._store._store_schema import (
+    BUSY_TIMEOUT_MS,
     LEDGER_ENTRIES,
     LEDGER_RECONCILIATIONS,
+    MIGRATIONS,
+    MIGRATIONS_TABLE,
     RUNS,
     SELF_STATS,
     SPANS,
     VIOLATIONS,
     connect,
+)
+from tallyspan._store._store_traces import (
+    EntryData,
+    LedgerData,
+    TraceData,
+    ViolationData,
+    span_data,
 )
 
 __all__ = [
@@ -80,6 +83,8 @@ __all__ = [
     "LedgerRun",
     "LedgerSide",
     "ModelUsage",
+    "NewerStoreError",
+    "NotAStoreError",
     "ProcessCounters",
     "Report",
     "RunBooks",
@@ -118,17 +123,93 @@ class StoreNotFoundError(TallyspanError):
         self.path = path
 
 
+class NotAStoreError(ConfigError):
+    """The file is not a tallyspan store (another application's SQLite file, or no SQLite at all): it
+    is refused before anything is written to it."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path} is not a tallyspan store: {why}; it was left untouched")
+        self.path = path
+
+
+class NewerStoreError(ConfigError):
+    """The store was written by a newer tallyspan, whose schema this one does not know."""
+
+    def __init__(self, path: Path, unknown: int) -> None:
+        super().__init__(
+            f"{path} is a tallyspan store of a newer schema ({unknown} migration(s) this tallyspan does "
+            "not know): upgrade tallyspan to read it; it was left untouched"
+        )
+        self.path = path
+
+
+def _read_only(location: Path) -> sqlite3.Connection:
+    """A connection that cannot write to ``location`` (SQLite's ``mode=ro``)."""
+    db = sqlite3.connect(
+        f"{location.absolute().as_uri()}?mode=ro",
+        uri=True,
+        timeout=BUSY_TIMEOUT_MS / 1000,
+        isolation_level=None,
+        check_same_thread=False,
+    )
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def _schema_state(location: Path) -> bool:
+    """Whether the store at ``location`` needs migrating (it is ours, of an older schema), read
+    without writing to it.
+
+    Raises:
+        NotAStoreError: not an SQLite file, or one without tallyspan's first migration recorded.
+        NewerStoreError: it records migrations this tallyspan does not know.
+    """
+    db = _read_only(location)
+    try:
+        try:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.OperationalError:
+            raise  # locked, unreadable: not a verdict on what the file is
+        except sqlite3.DatabaseError as error:
+            raise NotAStoreError(location, "it is not an SQLite database") from error
+        applied: list[str] = []
+        if MIGRATIONS_TABLE in tables:
+            applied = [row[0] for row in db.execute(f"SELECT name FROM {MIGRATIONS_TABLE}")]
+    finally:
+        db.close()
+    known = [function.__name__ for function in MIGRATIONS]
+    if known[0] not in applied:
+        others = len(tables - {MIGRATIONS_TABLE})
+        why = (
+            "an empty SQLite database"
+            if not others
+            else f"an SQLite database with {others} table(s) of another application and none of tallyspan's"
+        )
+        raise NotAStoreError(location, why)
+    unknown = set(applied) - set(known)
+    if unknown:
+        raise NewerStoreError(location, len(unknown))
+    return len(set(known) - set(applied)) > 0
+
+
 @contextmanager
-def open_store(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
-    """Open an existing store (migrating it if it is older than this tallyspan), and close it after.
+def open_store(path: str | os.PathLike[str], *, write: bool = False) -> Iterator[sqlite3.Connection]:
+    """Open an existing store and close it after: read-only unless ``write`` (``tallyspan prune``).
+
+    The file is first read without writing to it, and refused unless it is a tallyspan store of a
+    schema this tallyspan knows; only a store of ours of an older schema is migrated (as the app would).
 
     Raises:
         StoreNotFoundError: there is no file at ``path``; reading never creates one.
+        NotAStoreError: the file is not a tallyspan store (nothing is written to it).
+        NewerStoreError: the store was written by a newer tallyspan.
     """
     location = Path(path)
     if not location.is_file():
         raise StoreNotFoundError(location)
-    db = connect(location)
+    if _schema_state(location) and not write:
+        connect(location).close()  # our own store, of an older schema: migrated, then read
+    db = connect(location) if write else _read_only(location)
     try:
         yield db
     finally:

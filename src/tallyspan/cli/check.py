@@ -15,16 +15,26 @@ from typing import Any
 
 import click
 
-from tallyspan._contract._contracts import load_contracts
+from tallyspan._contract_loading import load_contracts
 from tallyspan._engine._checks import CheckResult, check
 from tallyspan._errors import ContractError
 from tallyspan.cli._render import emit
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_CLEAN", "EXIT_VIOLATIONS", "command", "format_check", "run_check"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_CLEAN",
+    "EXIT_NOT_CHECKED",
+    "EXIT_VIOLATIONS",
+    "command",
+    "format_check",
+    "run_check",
+]
 
 EXIT_CLEAN = 0
 EXIT_VIOLATIONS = 1
 EXIT_BAD_INPUT = 2
+EXIT_NOT_CHECKED = 3
+"""No violation found, but a rule could not run (``check_errors``): the output is not known to be clean."""
 
 
 class BadInput(click.ClickException):
@@ -65,7 +75,13 @@ def format_check(data: dict[str, Any]) -> str:
     """The verdict as text: the stage and contract, then each violation with its detail."""
     contract = f"{data['stage']} (contract {data['contract']})"
     violations = data["violations"]
-    lines = [f"{contract}: ok" if data["ok"] else f"{contract}: {len(violations)} violation(s)"]
+    errors = data.get("check_errors", ())
+    if not data["ok"]:
+        lines = [f"{contract}: {len(violations)} violation(s)"]
+    elif errors:  # no violation found, but not everything was checked: never "ok"
+        lines = [f"{contract}: not fully checked, {len(errors)} rule(s) could not run"]
+    else:
+        lines = [f"{contract}: ok"]
     lines.extend(f"  {v['type']} ({v['failure_class']}): {v['detail']}" for v in violations)
     lines.extend(f"  could not check: {error}" for error in data.get("check_errors", ()))
     return "\n".join(lines)
@@ -97,7 +113,7 @@ def command(
 ) -> None:
     """Check an output (FILE, or stdin with -) against the contract of STAGE; print the verdict.
 
-    Exit status: 0 clean, 1 violations, 2 bad input.
+    Exit status: 0 clean, 1 violations, 2 bad input, 3 no violation found but a rule could not run.
     """
     if output_file == "-":
         try:
@@ -113,3 +129,5 @@ def command(
     emit("check", data, as_json=as_json, text=format_check)
     if not data["ok"]:
         raise click.exceptions.Exit(EXIT_VIOLATIONS)
+    if data["check_errors"]:
+        raise click.exceptions.Exit(EXIT_NOT_CHECKED)

@@ -33,15 +33,16 @@ from tallyspan._config import (
     ENV_EXPORTER_OTLP_LOGS_ENDPOINT,
     ENV_EXPORTER_OTLP_TRACES_ENDPOINT,
     ENV_SERVICE_NAME,
-    Settings,
     otlp_logs_requested,
     otlp_traces_requested,
     resolve_capture_content,
+    store_problem,
 )
 from tallyspan._errors import ContractError
 from tallyspan._instrument import INSTRUMENTOR_GROUP
 from tallyspan._instrument import _with_otlp as resolve_otlp  # the resolution instrument() itself uses
 from tallyspan._selfstats import is_problem
+from tallyspan._state import Settings
 from tallyspan._store._store_queries import StoreNotFoundError, StoreOverview, open_store, store_overview
 from tallyspan._version import __version__
 from tallyspan.cli._render import emit, table
@@ -218,7 +219,7 @@ def contracts_status(path: Path | None, given_by: str | None, store: StoreOvervi
     contract_for = None
     if path is not None:
         # the engine only when there is a file to load
-        from tallyspan._contract._contracts import load_contracts
+        from tallyspan._contract_loading import load_contracts
 
         try:
             loaded = load_contracts(path)
@@ -255,14 +256,19 @@ def contracts_status(path: Path | None, given_by: str | None, store: StoreOvervi
 
 
 def store_status(db_path: Path) -> StoreStatus:
-    """What the store at ``db_path`` holds, or why it cannot be read; never creates it."""
+    """What the store at ``db_path`` holds, or why it cannot be read or written; never creates it."""
+    problem = store_problem(db_path)
+    # What instrument() would say too: it runs without a store it cannot write.
+    unwritable = (
+        None if problem is None else f"cannot be written: {problem}; tallyspan.instrument() stores nothing"
+    )
     try:
         with open_store(db_path) as db:
-            return StoreStatus(str(db_path), True, None, store_overview(db))
+            return StoreStatus(str(db_path), True, unwritable, store_overview(db))
     except StoreNotFoundError:
-        return StoreStatus(str(db_path), False, None, None)
+        return StoreStatus(str(db_path), False, unwritable, None)
     except sqlite3.DatabaseError as exc:
-        return StoreStatus(str(db_path), True, f"could not be read: {exc}", None)
+        return StoreStatus(str(db_path), True, unwritable or f"could not be read: {exc}", None)
 
 
 def _endpoint(signal_env: str, protocol: str, path: str) -> str:
@@ -416,13 +422,11 @@ def _contracts_text(contracts: ContractsStatus) -> list[str]:
 
 
 def _store_text(store: StoreStatus) -> list[str]:
-    if not store.exists:
-        return [f"Store: {store.path} (nothing recorded there yet)"]
     if store.overview is None:
-        return [f"Store: {store.path} {store.error}"]
+        return [f"Store: {store.path} {store.error or '(nothing recorded there yet)'}"]
     overview = store.overview
     lines = [
-        f"Store: {store.path}",
+        f"Store: {store.path}" + (f" {store.error}" if store.error else ""),
         f"  {overview.spans} spans in {overview.traces} traces, {overview.runs} runs, "
         f"{overview.reconciled_runs} reconciled; from {utc_time(overview.first_span_unix_nano) or '-'} "
         f"to {utc_time(overview.last_span_unix_nano) or '-'} UTC",

@@ -28,7 +28,8 @@ from typing import Any, Final, TextIO
 import click
 from tqdm import tqdm
 
-from tallyspan._contract._contracts import ContractSet, load_contracts
+from tallyspan._contract._contracts import ContractSet
+from tallyspan._contract_loading import load_contracts
 from tallyspan._datasets._diagnosis import diagnosis_records
 from tallyspan._datasets._failure_logs import (
     CARD_MARKER,
@@ -38,11 +39,11 @@ from tallyspan._datasets._failure_logs import (
     render_card,
 )
 from tallyspan._datasets._judge import Judge
-from tallyspan._datasets._model import TraceData
 from tallyspan._datasets._otlp_file import OTLPFileReader
 from tallyspan._engine._taxonomy import FailureClass, ViolationType
 from tallyspan._errors import ConfigError
 from tallyspan._store._store_queries import count_traces, iter_traces, open_store
+from tallyspan._store._store_traces import TraceData
 from tallyspan.cli._render import emit, table
 from tallyspan.cli._state import CliState, pass_state
 from tallyspan.cli.prune import parse_age

@@ -49,7 +49,7 @@ def parse_age(text: str) -> float:
 def command(state: CliState, older_than: str, vacuum: bool, dry_run: bool, as_json: bool) -> None:
     """Delete whole traces (spans, runs, violations, both ledger columns) older than an age."""
     cutoff = time.time_ns() - int(parse_age(older_than) * 1e9)
-    with open_store(state.db_path) as db:
+    with open_store(state.db_path, write=not dry_run) as db:
         deleted = prune(db, cutoff, dry_run=dry_run)
         if vacuum and not dry_run:
             db.execute("VACUUM")

@@ -1,9 +1,11 @@
-"""What the dataset exports read, whichever the source: plain data, the same from the store and from OTLP.
+"""Whole traces as read back: plain data, the same from the store and from OTLP.
 
-A source (the embedded store, ``_store_queries.iter_traces``; an OTLP JSON file, ``_otlp_file``) yields
-one :class:`TraceData` at a time: the spans of one trace with their verdicts, and the books of each run
-that was reconciled in it. The exports (failure logs, diagnoses) are pure functions of it, so a source
-only has to fill these fields.
+A source (the embedded store, ``_store_queries.iter_traces``; an OTLP JSON file,
+``tallyspan._datasets._otlp_file``) yields one :class:`TraceData` at a time: the spans of one trace with
+their verdicts, and the books of each run that was reconciled in it. The dataset exports (failure logs,
+diagnoses, ``tallyspan._datasets``) are pure functions of it, so a source only has to fill these fields.
+It lives with the store, the lower of its two readers, so that the store's reads import nothing above
+the store.
 
 Ids are lower-case hex (trace 32 characters, span 16), times Unix nanoseconds.
 """
