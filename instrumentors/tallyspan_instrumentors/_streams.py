@@ -14,6 +14,7 @@ model, cut the answer short.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from typing import Any, Protocol
 
@@ -180,17 +181,23 @@ class SyncStreamProxy(_SyncIterationProxy):
             self._tallyspan_finalize()
 
 
+def _no_context_manager(wrapped: object, method: str, protocol: str) -> Exception:
+    """What ``with`` (or ``async with``) raises on ``wrapped``, an object without ``method``, on this Python:
+    from 3.11 a TypeError that names the protocol, before it the AttributeError of the method's lookup."""
+    if sys.version_info < (3, 11):
+        return AttributeError(method)
+    return TypeError(f"'{type(wrapped).__name__}' object does not support the {protocol} protocol")
+
+
 class SyncGeneratorProxy(_SyncIterationProxy):
     """Wraps a generator of items (ollama's streams): ``close()`` ends the span too.
 
-    A generator is no context manager: ``with`` fails with the TypeError it gives the bare generator
-    (wrapt's proxy would forward ``__enter__`` and fail with AttributeError instead).
+    A generator is no context manager: ``with`` fails with the error it gives the bare generator on this
+    Python (wrapt's proxy would forward ``__enter__`` and fail with its own AttributeError instead).
     """
 
     def __enter__(self) -> Any:
-        raise TypeError(
-            f"'{type(self.__wrapped__).__name__}' object does not support the context manager protocol"
-        )
+        raise _no_context_manager(self.__wrapped__, "__enter__", "context manager")
 
     def close(self) -> None:
         """Close the generator and end the span."""
@@ -242,9 +249,7 @@ class AsyncGeneratorProxy(_AsyncIterationProxy):
     """Wraps an async generator of items: ``aclose()`` ends the span too; like it, no context manager."""
 
     async def __aenter__(self) -> Any:
-        raise TypeError(
-            f"'{type(self.__wrapped__).__name__}' object does not support the asynchronous context manager protocol"
-        )
+        raise _no_context_manager(self.__wrapped__, "__aenter__", "asynchronous context manager")
 
     async def aclose(self) -> None:
         """Close the generator and end the span."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from tests.modules import run_bench
+
+pytestmark = pytest.mark.slow  # a benchmark run-check: CI runs it (-m slow), the default run does not
 
 
 def test_bench_saturated_runs_on_a_tiny_count() -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
 from tests.modules import run_bench
+
+pytestmark = pytest.mark.slow  # a benchmark run-check: CI runs it (-m slow), the default run does not
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,7 @@ def test_the_per_thread_totals_are_read_from_callgrinds_files(tmp_path: Path) ->
     assert load_script(SCRIPT)._thread_totals(str(tmp_path / "case.on.5")) == {1: 1200, 2: 34}
 
 
+@pytest.mark.slow  # each runs the benchmark's child in a fresh interpreter
 @pytest.mark.parametrize(
     "options",
     [
@@ -30,6 +31,7 @@ def test_the_child_makes_its_calls_without_valgrind(options: list[str]) -> None:
     run_bench("count_instructions.py", "--child", "tallyspan_chain:on:3", *options, timeout=120)
 
 
+@pytest.mark.slow  # minutes under callgrind: half the suite's time before it was left to -m slow
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind on the PATH")
 def test_counting_the_instrumentor_alone_on_a_tiny_count() -> None:
     done = run_bench(

@@ -73,6 +73,7 @@ def _mutated_index(run: Run, log: list[Log], mutation: str) -> int:
     raise AssertionError(mutation)
 
 
+@pytest.mark.slow  # replays 200 real runs through the whole chain: a run at scale, for CI (-m slow)
 def test_the_first_failing_step_is_the_mutated_one(
     shared_data: Path, make_instrumented: MakeInstrumented, db_path: Path, tmp_path: Path
 ) -> None:

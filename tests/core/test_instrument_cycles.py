@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -38,6 +39,7 @@ def _seconds_per_span(provider: TracerProvider) -> float:
     return best
 
 
+@pytest.mark.slow  # a thousand instrument/uninstrument cycles: a run at scale, for CI (-m slow)
 def test_a_thousand_cycles_leave_nothing_on_the_provider_and_spans_cost_what_they_did() -> None:
     provider = TracerProvider()
     app_processor = SimpleSpanProcessor(InMemorySpanExporter())

@@ -441,6 +441,7 @@ def test_the_engine_gives_the_same_verdicts_with_and_without_the_module_on_synth
 
 @needs_module
 @pytest.mark.data
+@pytest.mark.slow  # every real output of the shared data, twice; the synthetic test above runs by default
 def test_the_engine_gives_the_same_verdicts_with_and_without_the_module_on_real_outputs(
     shared_data: Path,
 ) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import os
 import socket
 import subprocess
+import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,13 +40,35 @@ _DELIVERY_TIMEOUT_S = 15.0
 _SHUTDOWN_TIMEOUT_S = 10.0
 
 
+def _with_libpython(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with this interpreter's library folder on the loader's path.
+
+    The agent binary of the rotel wheel embeds CPython through the shared libpython of the Python the
+    wheel is for (libpython3.12.so.1.0 for cp312), and looks for it only on the loader's path. A
+    distribution's Python keeps it there; pyenv's (how CI gets 3.10, 3.12 and 3.13) keeps it in its own
+    lib folder, where the binary would not find it and could not start.
+    """
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if not libdir:
+        return env
+    loader_path = env.get("LD_LIBRARY_PATH")
+    return {**env, "LD_LIBRARY_PATH": f"{libdir}{os.pathsep}{loader_path}" if loader_path else libdir}
+
+
 def _rotel_binary() -> Path:
     rotel = pytest.importorskip("rotel", reason="the rotel package (test extra) is not installed")
     binary = Path(rotel.__file__).parent / "rotel-agent"
     if not binary.is_file():
         pytest.skip(f"the rotel wheel ships no agent binary at {binary}")
-    # The binary embeds CPython through the system's libpython3.11; without it, it cannot start.
-    probe = subprocess.run([str(binary), "version"], capture_output=True, text=True, timeout=30, check=False)
+    # The binary embeds CPython through this Python's libpython; without it, it cannot start.
+    probe = subprocess.run(
+        [str(binary), "version"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env=_with_libpython(dict(os.environ)),
+    )
     if probe.returncode != 0:
         pytest.skip(f"rotel-agent cannot run here: {probe.stderr.strip() or probe.stdout.strip()}")
     return binary
@@ -72,7 +95,7 @@ def _rotel(exporter_endpoint: str, tmp_path: Path) -> Iterator[str]:
     """Run Rotel in the foreground with rotel.env, on free loopback ports; yield its OTLP/HTTP URL."""
     binary = _rotel_binary()
     http_port, grpc_port = _free_port(), _free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ROTEL_")}
+    env = _with_libpython({key: value for key, value in os.environ.items() if not key.startswith("ROTEL_")})
     env.update(_env_file())
     env.update(
         ROTEL_OTLP_HTTP_ENDPOINT=f"127.0.0.1:{http_port}",

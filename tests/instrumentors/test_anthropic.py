@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import json
@@ -17,7 +16,6 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
@@ -718,147 +716,6 @@ def test_instrument_finds_the_instrumentor_through_its_entry_point(
     instrumented.force_flush()
     names = [span.name for span in span_exporter.get_finished_spans()]
     assert names == [f"chat {MODEL}"]
-
-
-# --- end to end: an agent on Anthropic, checked and reconciled by the whole chain -----------------------
-
-CONTRACTS = {"weekly_report": {"language": "ja", "min_chars": 40}}
-
-
-@tallyspan.tool
-def get_weather(city: str, tool_call_id: str = "") -> str:
-    return f"{city}: 晴れ"
-
-
-@tallyspan.tool
-def send_email(to: str, body: str, tool_call_id: str = "") -> str:
-    return "sent"
-
-
-@tallyspan.tool(name="log_action")
-def log_action(
-    call_id: str, tool_name: str, claimed_outcome: str, summary: str, tool_call_id: str = ""
-) -> str:
-    return "logged"
-
-
-AGENT_TOOLS: dict[str, Callable[..., str]] = {
-    "get_weather": get_weather,
-    "send_email": send_email,
-    "log_action": log_action,
-}
-
-
-def run_agent(client: anthropic.Anthropic) -> str:
-    """A plain tool loop: call the model, execute the tool_use blocks, send the results back."""
-    messages: list[dict[str, object]] = [{"role": "user", "content": "今週の週報を書いて"}]
-    with tallyspan.run("weekly_agent"):
-        while True:
-            final_turn = len(messages) == 5  # the third model call writes the deliverable
-            with tallyspan.stage("weekly_report") if final_turn else contextlib.nullcontext():
-                message = client.messages.create(model=MODEL, max_tokens=512, messages=messages)  # type: ignore[arg-type]
-            uses = [block for block in message.content if block.type == "tool_use"]
-            if not uses:
-                return "".join(block.text for block in message.content if block.type == "text")
-            messages.append(
-                {"role": "assistant", "content": [block.model_dump() for block in message.content]}
-            )
-            results = [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": use.id,
-                    "content": AGENT_TOOLS[use.name](**use.input, tool_call_id=use.id),
-                }
-                for use in uses
-            ]
-            messages.append({"role": "user", "content": results})
-
-
-def test_agent_run_is_traced_checked_and_reconciled_end_to_end(
-    make_instrumented: MakeInstrumented, span_exporter: InMemorySpanExporter
-) -> None:
-    instrumentation = make_instrumented(contracts=CONTRACTS).instrumentation
-    replies = [
-        AnthropicReply(tool_calls=[ScriptedToolCall("get_weather", {"city": "東京"}, call_id="toolu_w1")]),
-        # Logs the weather call, then sends an e-mail it never logs.
-        AnthropicReply(
-            tool_calls=[
-                ScriptedToolCall(
-                    "log_action",
-                    {
-                        "call_id": "toolu_w1",
-                        "tool_name": "get_weather",
-                        "claimed_outcome": "succeeded",
-                        "summary": "天気",
-                    },
-                    call_id="toolu_l1",
-                ),
-                ScriptedToolCall(
-                    "send_email", {"to": "boss@example.com", "body": "晴れ"}, call_id="toolu_e1"
-                ),
-            ]
-        ),
-        AnthropicReply(text="Weekly report: all good."),  # a bad deliverable: English and too short
-    ]
-    with (
-        AnthropicServer(replies=replies) as server,
-        anthropic.Anthropic(base_url=server.base_url, api_key=API_KEY, max_retries=0) as agent_client,
-    ):
-        deliverable = run_agent(agent_client)
-    assert deliverable == "Weekly report: all good."
-    instrumentation.force_flush()
-
-    finished = span_exporter.get_finished_spans()
-    assert [span.name for span in finished] == [
-        f"chat {MODEL}",
-        "execute_tool get_weather",
-        f"chat {MODEL}",
-        "execute_tool log_action",
-        "execute_tool send_email",
-        f"chat {MODEL}",
-        "invoke_agent weekly_agent",
-    ]
-    run_span = finished[-1]
-    assert run_span.parent is None
-    assert run_span.context is not None
-    for span in finished[:-1]:
-        assert span.context is not None
-        assert span.context.trace_id == run_span.context.trace_id
-        assert span.parent is not None
-        assert span.parent.span_id == run_span.context.span_id
-    tool_attributes = [span.attributes or {} for span in finished if span.name.startswith("execute_tool")]
-    assert [
-        (
-            attributes[semconv.GEN_AI_TOOL_NAME],
-            attributes[semconv.GEN_AI_TOOL_CALL_ID],
-            attributes[semconv.TOOL_OUTCOME],
-        )
-        for attributes in tool_attributes
-    ] == [
-        ("get_weather", "toolu_w1", semconv.OUTCOME_SUCCEEDED),
-        ("log_action", "toolu_l1", semconv.OUTCOME_SUCCEEDED),
-        ("send_email", "toolu_e1", semconv.OUTCOME_SUCCEEDED),
-    ]
-
-    # The contract checks fire on the deliverable, with content never exported.
-    report = finished[5]
-    report_attributes = report.attributes or {}
-    assert report_attributes[semconv.STAGE] == "weekly_report"
-    assert tuple(report_attributes[semconv.VIOLATION_TYPES]) == ("not_japanese", "too_short")  # type: ignore[arg-type]
-    assert report_attributes[semconv.VIOLATED] is True
-    assert report_attributes[semconv.CONTRACT] == "weekly_report"
-    assert report.status.status_code is StatusCode.ERROR
-    for span in finished[:5:2]:
-        assert semconv.VIOLATION_TYPES not in (span.attributes or {})
-    for span in finished:
-        assert semconv.GEN_AI_OUTPUT_MESSAGES not in (span.attributes or {})
-
-    # The unlogged e-mail is a ledger discrepancy on the run span.
-    run_attributes = run_span.attributes or {}
-    assert tuple(run_attributes[semconv.LEDGER_DISCREPANCY_TYPES]) == ("unlogged_call",)  # type: ignore[arg-type]
-    assert run_attributes[semconv.LEDGER_BALANCED] is False
-    assert run_attributes[semconv.LEDGER_OBSERVED_COUNT] == 2
-    assert run_attributes[semconv.LEDGER_CLAIMED_COUNT] == 1
 
 
 def test_instrument_does_not_import_anthropic_and_patches_when_the_app_does() -> None:

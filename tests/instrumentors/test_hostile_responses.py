@@ -12,6 +12,7 @@ import functools
 import gc
 import json
 import logging
+import sys
 import traceback
 import tracemalloc
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -338,7 +339,7 @@ def test_an_ollama_stream_is_no_context_manager_with_or_without_us(
 
     bare = enter()
     exporter = instrument()
-    assert enter() == bare == "TypeError"
+    assert enter() == bare == ("TypeError" if sys.version_info >= (3, 11) else "AttributeError")
     gc.collect()  # the generator never ran: its span ends when the proxy is collected
     assert len(exporter.get_finished_spans()) == 1
 

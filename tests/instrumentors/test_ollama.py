@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import json
@@ -17,7 +16,6 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from tests.conftest import MakeInstrumented
 
 import tallyspan
 from tallyspan import semconv
@@ -447,128 +445,6 @@ def test_instrument_finds_the_instrumentor_through_its_entry_point(
     client.chat(MODEL, USER)
     instrumented.force_flush()
     assert [span.name for span in span_exporter.get_finished_spans()] == [f"chat {MODEL}"]
-
-
-# --- end to end: an agent on Ollama, checked and reconciled by the whole chain --------------------------
-
-CONTRACTS = {"weekly_report": {"language": "ja", "min_chars": 40}}
-
-
-@tallyspan.tool
-def get_weather(city: str, tool_call_id: str = "") -> str:
-    return f"{city}: 晴れ"
-
-
-@tallyspan.tool
-def send_email(to: str, body: str, tool_call_id: str = "") -> str:
-    return "sent"
-
-
-def log_action(call_id: str, tool_name: str, claimed_outcome: str, summary: str) -> str:
-    # Not traced as a tool: Ollama gives tool calls no ids, so an executed log call could not be paired
-    # with the one the model requested (the claim the ledger reads from the chat span) and would count twice.
-    return "logged"
-
-
-def run_agent(client: ollama.Client) -> str:
-    """A plain tool loop; Ollama's tool calls carry no ids, so the harness numbers them."""
-    tools: dict[str, Callable[..., str]] = {"get_weather": get_weather, "send_email": send_email}
-    messages: list[dict[str, object]] = [{"role": "user", "content": "今週の週報を書いて"}]
-    executed = 0
-    with tallyspan.run("weekly_agent"):
-        for turn in range(3):
-            with tallyspan.stage("weekly_report") if turn == 2 else contextlib.nullcontext():
-                response = client.chat(MODEL, messages)
-            calls = response.message.tool_calls or []
-            if not calls:
-                return response.message.content or ""
-            messages.append(response.message.model_dump(exclude_none=True))
-            for call in calls:
-                arguments = dict(call.function.arguments)
-                if call.function.name == "log_action":
-                    result = log_action(**arguments)
-                else:
-                    executed += 1
-                    result = tools[call.function.name](**arguments, tool_call_id=f"call_{executed}")
-                messages.append({"role": "tool", "content": result, "tool_name": call.function.name})
-    raise AssertionError("the scripted model never answered without tools")
-
-
-def test_agent_run_is_traced_checked_and_reconciled_end_to_end(
-    make_instrumented: MakeInstrumented, span_exporter: InMemorySpanExporter
-) -> None:
-    instrumentation = make_instrumented(contracts=CONTRACTS).instrumentation
-    logged = {
-        "call_id": "call_1",
-        "tool_name": "get_weather",
-        "claimed_outcome": "succeeded",
-        "summary": "天気",
-    }
-    replies = [
-        OllamaReply(tool_calls=[ScriptedToolCall("get_weather", {"city": "東京"})]),
-        # Logs the weather call, then sends an e-mail it never logs.
-        OllamaReply(
-            tool_calls=[
-                ScriptedToolCall("log_action", logged),
-                ScriptedToolCall("send_email", {"to": "boss@example.com", "body": "晴れ"}),
-            ]
-        ),
-        OllamaReply(text="Weekly report: all good."),  # a bad deliverable: English and too short
-    ]
-    with OllamaServer(replies=replies) as server, ollama.Client(host=server.base_url) as agent_client:
-        deliverable = run_agent(agent_client)
-    assert deliverable == "Weekly report: all good."
-    instrumentation.force_flush()
-
-    finished = span_exporter.get_finished_spans()
-    assert [span.name for span in finished] == [
-        f"chat {MODEL}",
-        "execute_tool get_weather",
-        f"chat {MODEL}",
-        "execute_tool send_email",
-        f"chat {MODEL}",
-        "invoke_agent weekly_agent",
-    ]
-    run_span = finished[-1]
-    assert run_span.parent is None
-    assert run_span.context is not None
-    for span in finished[:-1]:
-        assert span.context is not None
-        assert span.context.trace_id == run_span.context.trace_id
-        assert span.parent is not None
-        assert span.parent.span_id == run_span.context.span_id
-    tool_attributes = [span.attributes or {} for span in finished if span.name.startswith("execute_tool")]
-    assert [
-        (
-            attributes[semconv.GEN_AI_TOOL_NAME],
-            attributes[semconv.GEN_AI_TOOL_CALL_ID],
-            attributes[semconv.TOOL_OUTCOME],
-        )
-        for attributes in tool_attributes
-    ] == [
-        ("get_weather", "call_1", semconv.OUTCOME_SUCCEEDED),
-        ("send_email", "call_2", semconv.OUTCOME_SUCCEEDED),
-    ]
-
-    # The contract checks fire on the deliverable, with content never exported.
-    report = finished[4]
-    report_attributes = report.attributes or {}
-    assert report_attributes[semconv.STAGE] == "weekly_report"
-    assert report_attributes[semconv.CONTRACT] == "weekly_report"
-    assert tuple(report_attributes[semconv.VIOLATION_TYPES]) == ("not_japanese", "too_short")  # type: ignore[arg-type]
-    assert report_attributes[semconv.VIOLATED] is True
-    assert report.status.status_code is StatusCode.ERROR
-    for span in (finished[0], finished[2]):
-        assert semconv.VIOLATION_TYPES not in (span.attributes or {})
-    for span in finished:
-        assert semconv.GEN_AI_OUTPUT_MESSAGES not in (span.attributes or {})
-
-    # The unlogged e-mail is a ledger discrepancy on the run span.
-    run_attributes = run_span.attributes or {}
-    assert tuple(run_attributes[semconv.LEDGER_DISCREPANCY_TYPES]) == ("unlogged_call",)  # type: ignore[arg-type]
-    assert run_attributes[semconv.LEDGER_BALANCED] is False
-    assert run_attributes[semconv.LEDGER_OBSERVED_COUNT] == 2
-    assert run_attributes[semconv.LEDGER_CLAIMED_COUNT] == 1
 
 
 def test_instrument_does_not_import_ollama_and_patches_when_the_app_does() -> None:

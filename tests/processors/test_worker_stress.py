@@ -147,6 +147,7 @@ def _spans(provider: TracerProvider, count: int, prefix: str = "span") -> None:
 # --- 1. overflow, flush and shutdown ----------------------------------------------------------------
 
 
+@pytest.mark.slow  # a run at scale (tens of thousands of spans): CI runs it (-m slow)
 def test_a_burst_of_100k_spans_never_blocks_the_app_and_every_drop_is_counted(
     tracer_provider: TracerProvider, gate_sink: _GateSink
 ) -> None:
@@ -175,6 +176,7 @@ def test_a_burst_of_100k_spans_never_blocks_the_app_and_every_drop_is_counted(
     tallyspan.uninstrument()
 
 
+@pytest.mark.slow  # a run at scale (tens of thousands of spans): CI runs it (-m slow)
 def test_a_stuck_app_processor_drops_only_its_own_spans(tracer_provider: TracerProvider, gate: _Gate) -> None:
     """The app's processor has its own worker: stuck, it loses (and counts) its spans, nobody else's."""
     recorder = _Recorder()
@@ -194,6 +196,7 @@ def test_a_stuck_app_processor_drops_only_its_own_spans(tracer_provider: TracerP
     assert gate.shut_down == 1
 
 
+@pytest.mark.slow  # a run at scale (tens of thousands of spans): CI runs it (-m slow)
 def test_dropped_run_spans_do_not_push_a_live_run_out_of_the_ledger(
     tracer_provider: TracerProvider,
     span_exporter: InMemorySpanExporter,
@@ -388,6 +391,7 @@ def test_a_slow_users_processor_delays_but_does_not_starve_the_other_sinks(
 # --- 5. the ContentBuffer when the worker drops model spans ------------------------------------------
 
 
+@pytest.mark.slow  # a run at scale (tens of thousands of spans): CI runs it (-m slow)
 def test_content_of_50k_dropped_model_spans_stays_bounded_and_is_freed(
     tracer_provider: TracerProvider, gate_sink: _GateSink
 ) -> None:
