@@ -333,8 +333,8 @@ def _shares_nothing(answer: _Answer, topic: _Topic, prompt: str) -> str | None:
 #: Below this many content words a question gives no vocabulary to judge by.
 _MIN_PROMPT_WORDS = 5
 #: An answer this long (characters) that uses none of its question's content words (this many at least:
-#: a short support question has three) is off topic ...
-_MIN_UNRELATED_PROMPT_WORDS = 3
+#: a short support question has two or three) is off topic ...
+_MIN_UNRELATED_PROMPT_WORDS = 2
 _MIN_UNRELATED_CHARS = 300
 #: ... and, with this many other prompts in flight, one shorter than this is not judged by rank.
 _MIN_RANKED_CHARS = 40
