@@ -9,6 +9,7 @@ import hashlib
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,6 @@ def test_a_store_of_an_older_schema_is_still_migrated_and_read(tmp_path: Path) -
     db.close()
     completed = _run(path, ["report"], tmp_path)
     assert completed.returncode == 0, completed.stderr
-    with sqlite3.connect(path) as check:
+    with closing(sqlite3.connect(path)) as check:
         names = [row[0] for row in check.execute(f"SELECT name FROM {MIGRATIONS_TABLE} ORDER BY rowid")]
     assert names == ["m001_initial", "m002_run_balance_only_in_reconciliations", "m003_self_stats"]

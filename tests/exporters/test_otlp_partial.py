@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -96,7 +97,9 @@ def test_records_the_backend_rejects_in_a_partial_success_are_counted_logged_onc
     assert stats["errors.otlp.logs.partial_success"] == partial_answers["/v1/logs"]
 
     # Nothing is left in the spool: every record with a verdict was accepted or isolated and counted.
-    with sqlite3.connect(tmp_path / "tallyspan.spool.db") as spool:  # TALLYSPAN_SPOOL (tests/conftest.py)
+    with closing(
+        sqlite3.connect(tmp_path / "tallyspan.spool.db")
+    ) as spool:  # TALLYSPAN_SPOOL (tests/conftest.py)
         assert spool.execute("SELECT count(*) FROM records").fetchone() == (0,)
 
     warnings = [record.getMessage() for record in caplog.records if "rejected" in record.getMessage()]
