@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import pairwise
 from typing import NamedTuple
 
@@ -505,8 +506,12 @@ _REQUESTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+@lru_cache(maxsize=1024)
 def requested_languages(prompt: str | None) -> frozenset[str]:
-    """The languages the prompt explicitly asks its answer to be written in ("英訳して", "in English")."""
+    """The languages the prompt explicitly asks its answer to be written in ("英訳して", "in English").
+
+    Cached: the same prompts come with every check of a stage, and four searches of each would be paid
+    again per answer."""
     if not prompt:
         return frozenset()
     return frozenset(language for language, pattern in _REQUESTS if pattern.search(prompt))

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 from tallyspan._engine._refusal import first_turn
-from tallyspan._engine._scripts import MARKS, script_counts
+from tallyspan._engine._scripts import MARKS, script_counts, without_whitespace
 from tallyspan._engine._words import content_words
 
 __all__ = ["off_topic_detail", "other_question_detail", "web_text_mark"]
@@ -148,6 +149,12 @@ class _Answer:
         self.text = _first_turn(output)
         self.tokens = _tokens(self.text)
         self._index: frozenset[str] | None = None
+
+    @functools.cached_property
+    def words(self) -> frozenset[str]:
+        """Content words: the analyser's lemmas, or the bigrams and the Latin words and numbers."""
+        words = content_words(self.text)
+        return words if words is not None else _bigrams(self.text) | self.tokens
 
     @functools.cached_property
     def script(self) -> str:
@@ -345,15 +352,23 @@ _MIN_RANKED_PROMPTS = 10
 _MIN_RANK = 0.5
 
 
-def _word_sets(text: str, prompt_side: bool) -> frozenset[str]:
-    """Content words (the analyser's lemmas), or the bigrams, Latin words and numbers without it."""
-    words = content_words(text)
+def _prompt_words(prompt: str) -> frozenset[str]:
+    """A prompt's content words: the analyser's lemmas, or its topic's bigrams, Latin words and numbers."""
+    words = content_words(prompt)
     if words is not None:
         return words
-    if prompt_side:
-        topic = _topic(text)
-        return topic.bigrams | topic.tokens
-    return _bigrams(text) | _tokens(text)
+    topic = _topic(prompt)
+    return topic.bigrams | topic.tokens
+
+
+def _distinct_others(prompt: str, other_prompts: Sequence[str]) -> list[int]:
+    """The index of each other prompt in flight, once per text (compared stripped, the first kept) and
+    never the own prompt's: the same prompt in flight twice is not a runner-up to itself."""
+    distinct: dict[str, int] = {}
+    for index, other in enumerate(other_prompts):
+        distinct.setdefault(other.strip(), index)
+    distinct.pop(prompt.strip(), None)
+    return list(distinct.values())
 
 
 def _unrelated_words(answer: _Answer, topic: _Topic, prompt: str, other_prompts: Sequence[str]) -> str | None:
@@ -362,27 +377,24 @@ def _unrelated_words(answer: _Answer, topic: _Topic, prompt: str, other_prompts:
     ones here: the rank against other prompts is what discounts the words every question uses)."""
     if answer.script == "en" or answer.script != topic.script:
         return None  # words are compared within one language
-    own = _word_sets(prompt, True)
+    own = _prompt_words(prompt)
     if len(own) < _MIN_UNRELATED_PROMPT_WORDS:
         return None
-    words = _word_sets(answer.text, False)
+    words = answer.words
     shared = len(own & words)
     if not shared:
         if len(answer.text) >= _MIN_UNRELATED_CHARS:
             return f"uses none of the prompt's {len(own)} content words"
         return None
-    if len(own) < _MIN_PROMPT_WORDS:
+    if len(own) < _MIN_PROMPT_WORDS or len(answer.text) < _MIN_RANKED_CHARS:
         return None
-    if len(answer.text) < _MIN_RANKED_CHARS:
-        return None
-    own_key = prompt.strip()
-    others = {other.strip() for other in other_prompts} - {own_key}
+    others = _distinct_others(prompt, other_prompts)
     if len(others) < _MIN_RANKED_PROMPTS:
         return None
     coverage = shared / len(own)
     compared = as_good = 0
-    for other in others:
-        vocabulary = _word_sets(other, True)
+    for index in others:
+        vocabulary = _prompt_words(other_prompts[index])
         if len(vocabulary) < _MIN_PROMPT_WORDS:
             continue
         compared += 1
@@ -422,13 +434,9 @@ def _non_answer(output: str, answer: _Answer, prompt: str) -> str | None:
     text = answer.text
     if not text:
         return "only chat-template markup, no answer" if output.strip() else None
-    compact = "".join(text.split())
-    asked = "".join(prompt.split())
-    common = 0
-    for mine, theirs in zip(compact, asked, strict=False):
-        if mine != theirs:
-            break
-        common += 1
+    compact = without_whitespace(text)
+    asked = without_whitespace(prompt)
+    common = len(os.path.commonprefix((compact, asked)))  # noqa: RUF071 - characters are what is compared
     if common >= min(_MIN_ECHO_CHARS, len(asked)) and len(compact) - common <= _MAX_ECHO_ADDED:
         return "echoes the prompt and adds nothing"
     if len(text) <= _MAX_OFFER_CHARS:
@@ -480,16 +488,11 @@ def other_question_detail(
     if not other_prompts:
         return None
     answer = _answer(output)
-    own_key = prompt.strip()
     # Prompts too short to be recognised in an answer can neither be named nor compete with one that is.
-    # Each other question counts once: the same prompt in flight twice is not a runner-up to itself.
-    distinct: dict[str, int] = {}
-    for index, other in enumerate(other_prompts):
-        distinct.setdefault(other.strip(), index)
     others = [
         (index, topic)
-        for key, index in distinct.items()
-        if key != own_key and (topic := _topic(other_prompts[index])).size >= _MIN_OTHER_SHARED
+        for index in _distinct_others(prompt, other_prompts)
+        if (topic := _topic(other_prompts[index])).size >= _MIN_OTHER_SHARED
     ]
     if sum(len(topic.bigrams) for _, topic in others) > _INDEX_AFTER:
         answer.index()
