@@ -11,12 +11,18 @@ from types import ModuleType
 
 
 def load_script(path: Path) -> ModuleType:
-    """The script at ``path`` as a module named after its file, run once, not registered in sys.modules."""
+    """The script at ``path`` as a module named after its file, run once, not left in sys.modules.
+
+    It is registered while it runs: a dataclass defined in it looks its module up there."""
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
     return module
 
 

@@ -34,9 +34,10 @@ UNITS = [
 def _seconds(text: str) -> float:
     best = float("inf")
     for _ in range(3):
-        start = time.perf_counter()
+        # This thread's CPU time, what the check costs: other processes on a busy runner do not add to it.
+        start = time.thread_time()
         check(text, CONTRACT, prompt=PROMPT, other_prompts=[PROMPT[::-1]] * 3)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.thread_time() - start)
     return best
 
 

@@ -62,7 +62,6 @@ _CHILD = textwrap.dedent(
 def _load_in_child(path: Path | str, **environ: str) -> dict[str, Any]:
     """load_contracts(path) in a child with a memory limit and a timeout; what it raised, and its cost."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **environ}
-    started = time.monotonic()
     try:
         done = subprocess.run(
             [sys.executable, "-c", _CHILD.format(limit=MEMORY_LIMIT), str(path)],
@@ -76,7 +75,6 @@ def _load_in_child(path: Path | str, **environ: str) -> dict[str, Any]:
         pytest.fail(f"load_contracts({path}) still running after {TIMEOUT_S} s")
     assert done.returncode == 0, f"the child died (status {done.returncode}): {done.stderr[-2000:]}"
     outcome: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    outcome["wall_seconds"] = time.monotonic() - started
     return outcome
 
 
@@ -319,9 +317,10 @@ def test_forty_catastrophic_patterns_share_one_budget_per_span() -> None:
         forbidden=forbidden, max_repeated_share=None
     )  # "x" * 5000 loops: not this test's point
     tallyspan.reset_stats()
-    started = time.perf_counter()
+    # The budget is the checking thread's CPU time: measured so, a busy runner cannot fail it.
+    started = time.thread_time()
     result = check("x" * 5_000, contract)
-    elapsed = time.perf_counter() - started
+    elapsed = time.thread_time() - started
     assert elapsed < PATTERN_BUDGET_S + 0.5  # it was 5-6 s: 40 patterns x 0.1 s each, and more
     assert result.check_errors == (PATTERN_BUDGET_ERROR,)
     assert len(result.violations) == 40  # each pattern unverified, as for one timeout

@@ -7,8 +7,6 @@ repository, so it is measured by the benchmark where a clone is at hand, not her
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -16,7 +14,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from tests.modules import BENCH
+from tests.modules import BENCH, load_script
 
 pytestmark = pytest.mark.data
 
@@ -29,17 +27,7 @@ MIN_PREDICTED = 10
 
 @cache
 def _bench() -> ModuleType:
-    # Registered while it runs: its dataclasses look their module up in sys.modules.
-    spec = importlib.util.spec_from_file_location("label_agreement", BENCH / "label_agreement.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script(BENCH / "label_agreement.py")
 
 
 @cache
