@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.otlp_faults import FaultyReceiver
 
 from tallyspan._store._store_schema import connect
 
@@ -20,3 +21,11 @@ def lock_holder(db_path: Path) -> Iterator[sqlite3.Connection]:
     if holder.in_transaction:
         holder.execute("ROLLBACK")
     holder.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[FaultyReceiver]:
+    """A real OTLP/HTTP receiver on 127.0.0.1 whose faults a test switches on."""
+    backend = FaultyReceiver()
+    yield backend
+    backend.close()

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +44,6 @@ SHUTDOWN_S = 1.0
 RECOVERY_LIMIT_S = 20.0
 
 MATRIX: list[dict[str, Any]] = []
-
-
-@pytest.fixture
-def receiver() -> Iterator[FaultyReceiver]:
-    backend = FaultyReceiver()
-    yield backend
-    backend.close()
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +45,6 @@ from tallyspan_exporters._spool import Spool
 REPO = Path(__file__).resolve().parents[2]
 DELIVERY_LIMIT_S = 30.0
 """The longest a test waits for delivery before it fails (a bound on the wait, not a measured time)."""
-
-
-@pytest.fixture
-def receiver() -> Iterator[FaultyReceiver]:
-    backend = FaultyReceiver()
-    yield backend
-    backend.close()
 
 
 @pytest.fixture
