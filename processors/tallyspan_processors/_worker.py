@@ -10,7 +10,8 @@ give up at their deadline, and what shutdown gave up is counted (``dropped.spans
 Turns: behind an app thread that is busy and often lets go of the GIL for a moment, CPython can starve
 the worker for seconds (``tallyspan.plugin.Turns`` says why). While it works, the worker looks for spans
 again after each batch delay instead of being woken by the next span; once that delay is over, or a
-batch of ``max_queue_size // 64`` spans waits, the app's next span hands it the GIL (a hand-over). Once
+batch of ``max_queue_size // 64`` spans waits, the app's next span hands it the GIL (a hand-over; while
+one is not taken, again once the backlog doubled: a batch of slow checks can outlast it). Once
 ``max_queue_size // 16`` spans wait, the app's thread lets go of the GIL until the worker runs (at most
 10 ms; while a turn is not taken, again each time the backlog grew by another sixteenth of the queue).
 Those waits, and hand-overs the worker did not take within 10 ms, are counted as
@@ -195,7 +196,7 @@ class OffThreadProcessor(WrappingProcessor):
             # again, a futile wake-up (and two system calls) per app call, until it wins one by chance.
             if queued >= self._batch_spans:
                 self._wake.set()
-            self._turns.hand_over()
+            self._turns.hand_over(queued)
         # The store's writer is fed by the worker, not by this thread: it is handed the GIL here too.
         hand_over_to_due()
 

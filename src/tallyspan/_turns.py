@@ -19,10 +19,12 @@ A consumer that waits for more items between batches (the chain's worker, for it
 due to run at a known time; from then on it waits for the GIL like a starved one, and each of the
 producer's short releases wakes it to lose the race again (measured: 0.7-0.9 futile wake-ups of the
 worker per app call). So the producer's next item hands the GIL over (``hand_over``): one wait, not
-counted unless the consumer does not run within ``TURN_TIMEOUT_S``, and none while the last turn is not
-taken. The consumer answers a turn once it has worked for ``TURN_SLICE_S`` or ran out of items::
+counted unless the consumer does not run within ``TURN_TIMEOUT_S``, and while the last turn is not
+taken, none until the backlog doubled (a consumer whose batch outlasts the wait loses the GIL mid-batch,
+and starves again unless handed it again). The consumer answers a turn once it has worked for
+``TURN_SLICE_S`` or ran out of items::
 
-    # producer, after queueing:   if now >= consumer_due: turns.hand_over()
+    # producer, after queueing:   if now >= consumer_due: turns.hand_over(queued)
     # consumer:                   turns.taken() when its queue is empty, and every TURN_SLICE_S
 
 ``give`` waits at most ``TURN_TIMEOUT_S``. While a turn is not taken (the consumer is stuck, or another
@@ -119,24 +121,35 @@ class Turns:
         count(self._key)
         ran.wait(TURN_TIMEOUT_S)
 
-    def hand_over(self, *, while_due: bool = False) -> None:
-        """On the producer's thread, when the consumer is due to run (its wait for more items is over):
-        let go of the GIL until it does, at most ``TURN_TIMEOUT_S``; nothing while a turn given before
-        is not taken. Not counted unless it times out: it is the consumer's regular turn, handed over
-        at once rather than fought for (see the module docstring), not a sign that it fell behind.
+    def hand_over(self, queued: int = 0, *, while_due: bool = False) -> None:
+        """On the producer's thread, with ``queued`` items waiting, when the consumer is due to run (its
+        wait for more items is over): let go of the GIL until it does, at most ``TURN_TIMEOUT_S``. Not
+        counted unless it times out: it is the consumer's regular turn, handed over at once rather than
+        fought for (see the module docstring), not a sign that it fell behind.
+
+        While a turn given before is not taken, nothing, until the backlog has doubled since that turn
+        (a ``queued`` of 0, as app threads pass for a consumer whose queue they do not see: never). A
+        consumer that is stuck costs the producer a few waits before backpressure takes over, not one
+        per item; one that got the GIL but worked past the timeout (a batch of slow checks) and lost it
+        again, mid-batch, is handed it again instead of starving behind the app until its queue forces
+        turns (measured on 3.10: the worker's backlog reached 511 in every run, and the app waited for
+        it 29 times; with a new hand-over at each doubling, the backlog stayed near a batch delay's).
 
         ``while_due`` (app threads handing over to a consumer of :meth:`take_hand_overs_from_app`): look
         at ``due`` again once the turn is given. The consumer sets ``due`` before it answers (``taken``)
         and waits, so this tells a consumer that will answer from one that went back to waiting for
         work since the app's first look, which is not waited for (nor counted)."""
         ran = self._ran
-        if not ran.is_set() or threading.get_ident() == self._consumer:
+        if threading.get_ident() == self._consumer:
+            return
+        if not ran.is_set() and (not queued or queued < 2 * self._unanswered_at):
             return
         ran.clear()
         if while_due and time.monotonic() < self.due:
             ran.set()
             return
         self._handed_over = True
+        self._unanswered_at = max(queued, 1)
         if not ran.wait(TURN_TIMEOUT_S):
             count(self._key)
 

@@ -89,6 +89,25 @@ def test_a_hand_over_waits_until_the_consumer_runs_and_only_one_that_times_out_i
     assert _turns() == 1
 
 
+def test_a_hand_over_not_taken_is_given_again_once_the_backlog_doubled() -> None:
+    """A consumer that got the GIL but worked past the timeout lost it again mid-batch: left alone, it
+    would starve behind the app until backpressure; a stuck one costs a wait per doubling only."""
+    turns = Turns("backpressure.test_turns")
+    turns.hand_over(10)  # nobody takes it: counted
+    assert _turns() == 1
+    turns.hand_over(19)  # not taken yet, the backlog not doubled: no wait
+    assert _turns() == 1
+    turns.hand_over(20)  # doubled: handed over again (and, not taken, counted)
+    assert _turns() == 2
+    turns.hand_over(39)
+    assert _turns() == 2
+    turns.hand_over(0)  # a producer that does not see the backlog never hands over again
+    assert _turns() == 2
+    turns.taken()
+    turns.hand_over(1)  # taken since: a regular hand-over at any backlog
+    assert _turns() == 3
+
+
 def test_a_backlog_after_a_hand_over_not_taken_starts_a_new_series_of_turns() -> None:
     turns = Turns("backpressure.test_turns")
     turns.give(4)  # not taken: counted

@@ -766,9 +766,10 @@ def test_a_stuck_worker_costs_the_app_one_turn_per_step_of_its_backlog_not_one_p
     assert gate.entered.wait(10)
     assert "backpressure.worker_turns" not in tallyspan.stats()
     # The next span hands the GIL over to the worker, woken and due: stuck, it does not take it, and
-    # that wait is counted. Then one turn is given at 4 spans queued, then at 8, 12, 16 and 20 only.
+    # that wait is counted; at 2 spans queued (doubled) once more. Then one turn is given at 4 spans
+    # queued, then at 8, 12, 16 and 20 only.
     _spans(provider, 22)
-    assert tallyspan.stats()["backpressure.worker_turns"] == 6
+    assert tallyspan.stats()["backpressure.worker_turns"] == 7
     gate.open()
     assert processor.force_flush(10000)
     assert len(gate.ended) == 23
@@ -776,7 +777,7 @@ def test_a_stuck_worker_costs_the_app_one_turn_per_step_of_its_backlog_not_one_p
     provider.get_tracer("test").start_span("gate").end()
     assert gate.entered.wait(10)
     _spans(provider, 9)
-    assert tallyspan.stats()["backpressure.worker_turns"] == 6 + 3  # the hand-over, at 4 and at 8
+    assert tallyspan.stats()["backpressure.worker_turns"] == 7 + 4  # the hand-overs at 1 and 2, at 4 and at 8
     gate.open()
     assert processor.force_flush(10000)
     assert len(gate.ended) == 23 + 10
