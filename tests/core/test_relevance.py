@@ -594,7 +594,9 @@ def test_an_answer_matching_the_other_prompts_as_well_as_its_own_is_off_topic() 
     assert off_topic_detail(answer, own, others) is None
 
 
-_DOGMA = "分子生物学の中心的ドグマとは何ですか？どのようなプロセスが関与していますか？これを名付けたのは誰ですか？"
+_DOGMA = (
+    "分子生物学の中心的ドグマとは何ですか？どのようなプロセスが関与していますか？これを名付けたのは誰ですか？"
+)
 _IN_FLIGHT = [
     f"{topic}について、具体的な例を挙げて説明してください。"
     for topic in ("梅雨の天気と農業", "株式市場の動向と金利", "江戸時代の町人文化", "新しい料理の作り方と食材",
