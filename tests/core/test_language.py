@@ -59,6 +59,14 @@ def test_japanese_hard_cases_are_clean(text: str) -> None:
         ("我在日本工作三年了。", ["not_japanese"]),
         ("Here is the summary of the quarterly report.", ["not_japanese"]),
         ("The Japanese word 「ありがとう」 means thank you.", ["not_japanese"]),
+        # Chinese prose that names Japanese words: a few kana (quoted or as headings) among much han.
+        (
+            '"じまん" 和 "ほこり" 这两个词在日语中都有多种含义，但通常它们并不具有直接的积极或消极含义。\n'
+            "1. じまん：最基本的含义是自豪，也可以表示夸耀自己的成就或者财产。\n"
+            "2. ほこり：最常见的含义是灰尘，也可以指骄傲，取决于上下文以及说话者所使用的语境和语气。\n"
+            "现在，让我们来探讨一下为什么这两个词通常不直接表示积极或消极的含义，以及它们在日常对话中的用法。",
+            ["not_japanese"],
+        ),
         ("이 보고서는 3분기 매출 분석 결과를 요약한 것입니다.", ["not_japanese"]),
         ("```python\nimport os\nprint(os.environ)\n```", []),  # code only: no prose, no language
         ("このprojectのgoalはuserのexperienceをimproveすることです。", ["broken_language_mix"]),
@@ -311,7 +319,8 @@ def test_other_required_languages_follow_the_same_prose_rules() -> None:
         ('[注意] 1/2 の説明です。', ('ja', 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
         ('// note\n説明です。', ('ja', 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
         ('[注意] #1 の説明です。', ('ja', 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
-        ('我们认为这个方案是目前最好的选择「あ」', ('ja', 0, 16, 0, 0, 0, 0, 1, 16, 0, 0, 1, False)),
+        # Chinese prose that names a Japanese word is Chinese.
+        ('我们认为这个方案是目前最好的选择「あ」', ('zh', 0, 16, 0, 0, 0, 0, 1, 16, 0, 0, 1, False)),
         ('We fixed the bug today.\nあいうえおかきくけこ', ('ja', 10, 0, 0, 5, 2, 3, 0, 0, 1, 0, 0, False)),
         ('We fixed the bug today.\nあいうえおかきくけ', ('en', 9, 0, 0, 5, 2, 3, 0, 0, 1, 0, 0, False)),
         ('We fixed the bug today. He said 「あいうえおかきくけこ」.', ('ja', 0, 0, 0, 7, 3, 4, 0, 0, 1, 0, 10, False)),

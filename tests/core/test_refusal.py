@@ -178,6 +178,20 @@ HARMONY = "<|channel|>analysis<|message|>考え中<|end|><|start|>assistant<|cha
             "ユーザーは要約を求めている。要約です。",
             "output opens with reasoning",
         ),
+        (
+            "うーん、ユーザーは要約を求めている。",
+            "うーん、ユーザーは要約を求めている。",
+            "output opens with reasoning",
+        ),
+        ("嗯，用户想要一份总结。", "嗯，用户想要一份总结。", "output opens with reasoning"),
+        ("嗯，我需要先分析这个问题。", "嗯，我需要先分析这个问题。", "output opens with reasoning"),
+        # A filler alone opens speech, in character or not: no reasoning.
+        (
+            "うーん、私は彼のファンではないので分かりませんが。",
+            "うーん、私は彼のファンではないので分かりませんが。",
+            None,
+        ),
+        ("嗯，这是一个好问题。", "嗯，这是一个好问题。", None),
         ("x" * 200 + " Let me think", "x" * 200 + " Let me think", None),  # only the opening is read
         (" " * 188 + "Let me think.", " " * 188 + "Let me think.", "output opens with reasoning"),
         (" " * 189 + "Let me think.", " " * 189 + "Let me think.", None),  # 200 characters are read

@@ -191,8 +191,9 @@ _OPENERS = re.compile(
     r"|we need to (?:answer|respond|produce|write|figure|determine|output)"
     r"|first,? i (?:need|should|will) (?:to )?(?:understand|figure|think|analy[sz]e)"
     r"|ユーザー(?:は|が)[^。\n]{0,60}?(?:求めて|尋ねて|聞いて|質問して|依頼して|望んで)い(?:る|ます)"
-    r"|(?:えーと|えっと|うーん|ふむ)[、。,]"
-    r"|(?:好的，)?(?:嗯+，|用户(?:要求|问|想|希望|让我))"
+    # A filler alone ("うーん、", "嗯，") opens speech, in character or not; reasoning names its task next.
+    r"|(?:えーと|えっと|うーん|ふむ)[、。,]\s*(?:ユーザー|(?:まず|では)[、,]?\s*(?:考え|整理)|考えて(?:みよう|みます|みる))"
+    r"|(?:好的，)?(?:嗯+，\s*)?(?:用户(?:要求|问|想|希望|让我)|我(?:需要|得|应该)(?:先|想|考虑|分析))"
     r")"
 )
 
