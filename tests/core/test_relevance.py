@@ -190,6 +190,9 @@ def test_bigrams_are_adjacent_kanji_or_katakana_only() -> None:
         ("a b 日本", "en"),  # two CJK characters for three words: English
         ("a b c d 日本語", "en"),
         ("plain English words", "en"),
+        # A formula's symbols and numbers are no words: the question around it is Japanese.
+        ("次の式の変数を挙げてください： y = ( 3 / 4 ) * x + 2 - 1", "ja"),
+        ("y = ( 3 / 4 ) * x + 2 - 1 and the rest: 日本語", "en"),
     ],
 )
 def test_the_script_is_told_by_cjk_characters_per_word_and_kana(text: str, script: str) -> None:
@@ -551,9 +554,15 @@ def test_an_offer_to_help_with_questions_back_answers_nothing() -> None:
         "Sure, I'd be happy to help! Can you tell me more about the problem?",
         "わかりました、私はあなたにそれを説明することができます。",
         "こんにちは！お手伝いしたいと思います。まず、あなたの状況を教えていただけますか？",
+        "Absolutely! I'd love to help you understand probability. Let me know if there is anything else.",
+        # Padded with empty list items, it is no longer for them.
+        "Sure, I'd be happy to help! Can you tell me more about the problem?\n\n" + "-  \n" * 150,
     )
     for reply in offers:
         assert off_topic_detail(reply, _RETURNS) == "offers help or asks back, and answers nothing", reply
+    # A bare yes answers a yes-or-no question.
+    assert off_topic_detail("Sure.", _RETURNS) is None
+    assert off_topic_detail("はい。", _RETURNS) is None
     # An answer that starts by offering help, or one that mentions being glad, answers.
     assert (
         off_topic_detail("喜んでお手伝いします。返品は購入から30日以内に窓口でお手続きください。", _RETURNS)

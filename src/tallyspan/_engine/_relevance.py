@@ -206,11 +206,20 @@ _CJK_PER_WORD = 2
 _MIN_KANA = 2
 
 
+_HAS_LETTER = re.compile(r"[^\W\d_]")  # any letter, of any script
+
+
 def _script(text: str) -> str:
     """ja (kana), zh (han without kana) or en (mostly Latin words): what bigrams can be compared in."""
     counts = script_counts(text)
     kana, han = counts.kana, counts.han
-    if kana + han < _CJK_PER_WORD * len(text.split()):
+    # Words, not whitespace-separated tokens: a formula's symbols and numbers ("y = (3/4)x^3 - e^(2x)")
+    # do not make a Japanese question English.
+    cjk = kana + han
+    tokens = text.split()
+    if cjk < _CJK_PER_WORD * len(tokens) and cjk < _CJK_PER_WORD * sum(
+        1 for token in tokens if _HAS_LETTER.search(token)
+    ):
         return "en"
     return "ja" if kana >= _MIN_KANA else "zh"
 
@@ -462,8 +471,14 @@ _OFFER = re.compile(
     r"|(?i:happy to help|glad to help|love to help|i can help|i(?:'d| would) (?:be happy|love) to"
     r"|let me know|let me start|i can explain)"
 )
-#: A greeting may stand beside offers and questions back; alone it is no reply of that kind.
-_GREETING = re.compile(r"(?i)(?:こんにちは|こんばんは|おはようございます|hello|hi|hey)[!！。.]?")
+#: A greeting or a bare yes may stand beside offers and questions back; alone it is no reply of that kind
+#: (a bare "Sure." answers a yes-or-no question).
+_GREETING = re.compile(
+    r"(?i)(?:こんにちは|こんばんは|おはようございます|はい|もちろん(?:です)?|hello|hi|hey"
+    r"|sure|absolutely|of course|certainly|okay|ok)[!！。.、,]?"
+)
+#: Bullet and rule characters: a reply padded with empty list items is no longer for them.
+_PADDING = re.compile(r"[\s\-*・_=#|]+")
 _QUESTION_BACK = re.compile(
     r"(?:教えて|お聞かせ|ますか|でしょうか|ですか)[^。！!]*[？?]\s*\Z"
     r"|(?i:\b(?:can|could|would|will) you\b.*\?\s*\Z|\btell me\b|\bwhat\b.*\?\s*\Z)"
@@ -481,7 +496,9 @@ def _non_answer(output: str, answer: _Answer, prompt: str) -> str | None:
     common = len(os.path.commonprefix((compact, asked)))  # noqa: RUF071 - characters are what is compared
     if common >= min(_MIN_ECHO_CHARS, len(asked)) and len(compact) - common <= _MAX_ECHO_ADDED:
         return "echoes the prompt and adds nothing"
-    if len(text) <= _MAX_OFFER_CHARS:
+    if len(text) <= _MAX_OFFER_CHARS or (
+        len(text) <= 4 * _MAX_OFFER_CHARS and len(_PADDING.sub("", text)) <= _MAX_OFFER_CHARS
+    ):
         sentences = [part.strip(" -*・:：\t") for part in _SENTENCE.findall(text)]
         sentences = [part for part in sentences if part]
         asking = [part for part in sentences if _OFFER.search(part) or _QUESTION_BACK.search(part)]
