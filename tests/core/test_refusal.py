@@ -140,7 +140,10 @@ def test_every_refusal_alternative_holds_an_anchor_word_the_cheap_scan_finds() -
         ("答えます。そのような状況はあり得ません。", False),  # not the first sentence
         # a first sentence that only says the task cannot be done, without a reason
         ("その計算をすることはできません。", True),
-        ("データがないので、推測することはできません。", False),
+        # ... or with a reason, when what cannot be done is the answering itself (guessing, judging)
+        ("データがないので、推測することはできません。", True),
+        ("記載されていないため、判断することはできません。", True),
+        ("衛生上の理由から、ペットを持ち込むことはできません。", False),  # a reason and a rule: the answer
         ("その計算をすることはできません。ただし、概算なら計算できます。", False),
         ("私には感情がありません。", True),
         # a courtesy sentence (an apology) before the refusal, and a general answer after a disclaimer

@@ -84,9 +84,16 @@ _NOTHING_REAL_CHARS = 30
 # Chat-template debris a broken model echoes before its answer (<<SYS>>...<</SYS>>, <|im_end|>, [INST]).
 # A system block ends at the next <<SYS>> too, so a thousand unclosed ones cost one pass, not a thousand.
 _TEMPLATE = re.compile(r"(?s)<<SYS>>(?:(?!<<SYS>>|<</SYS>>).)*<</SYS>>|<\|[^|<>\n]{1,40}\|>|\[/?INST\]")
-# A first sentence that only says the task cannot be done (no reason clause: "...ので、推測できません" explains).
+# A first sentence that only says the task cannot be done (no reason clause: "...ので、持ち込みはできません"
+# answers a question about a rule) ...
 _JA_TASK_REFUSAL = re.compile(r"^[^。\n]{0,80}?(?:こと|の)は(?:でき(?:ません|かねます)|いたしかねます)。")
 _JA_REASON = re.compile(r"ので|ため|から")
+# ... unless what cannot be done is the answering itself (guessing, judging, telling which): then a reason
+# only says why the question goes unanswered ("記載されていないので、推測することはできません").
+_JA_ANSWERING_DECLINED = re.compile(
+    r"(?:推測|判断|特定|断定|予測|判定|回答|お答え|お答えする|答えること|答える)(?:する)?(?:こと|の)?(?:は|が)?"
+    r"(?:でき(?:ません|かねます)|いたしかねます)。\Z"
+)
 # "..., but I can ...", "..., but if I were ...": a disclaimer followed by the answer.
 _BUT_I_CAN = re.compile(
     r"(?i)(?:ただし|しかし|ですが|ませんが|が、|けれど|但是|不过|\bhowever\b|\bbut\b|\bthat said\b)[^。.!?\n]{0,60}?"
@@ -164,7 +171,9 @@ def is_refusal(text: str, compact: str | None = None) -> bool:
         if premise is not None and not _LEAD_SENTENCE_END.search(head[: premise.start()].rstrip()):
             return len(without_whitespace(text.lstrip()[premise.end() :])) <= _NOTHING_REAL_CHARS
         first = _JA_TASK_REFUSAL.match(head)
-        if first is None or _JA_REASON.search(first.group(0)):
+        if first is None or (
+            _JA_REASON.search(first.group(0)) and not _JA_ANSWERING_DECLINED.search(first.group(0))
+        ):
             return False
         end = first.end()
     else:
