@@ -210,6 +210,10 @@ def test_code_data_math_titles_and_single_words_are_not_a_language_problem(text:
         ("Machine learning has three main types.\n1. **教師あり学習**: This type requires labeled data sets, "
          "where each example has been classified by a human.\n2. **教師なし学習**: In this type there is no "
          "labeled data, and the algorithm must discover patterns itself.", ["not_japanese"]),
+        # ... but a Japanese clause (particles after kanji) before English paragraphs is a Japanese answer
+        ("「in the morning」に関連した英語を日本語へ和訳す\n\nHow do I get a value from an object in a list? "
+         "I have a list of objects which contains some properties. I want the ID of the one whose name "
+         "is equal to a string.", ["broken_language_mix"]),
         # English prose that holds a formula is prose, not code
         ("The given function is f(x) = 4x^3 - 9x - 14. To find the value of f(2), we substitute x = 2.",
          ["not_japanese"]),
