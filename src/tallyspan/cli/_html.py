@@ -104,6 +104,7 @@ article.books header { padding: 0; margin: 0 0 8px; max-width: none; }
 article.books .sub { color: var(--muted); font-size: 12.5px; }
 ul.found { margin: 8px 0 0; padding-left: 18px; color: var(--bad); }
 footer { color: var(--muted); font-size: 12px; margin-top: 34px; padding-bottom: 30px; }
+@media (max-width: 820px) { .grid { grid-template-columns: 1fr; } main, header, footer { padding: 0 14px; } }
 """
 
 
