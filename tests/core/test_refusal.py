@@ -53,6 +53,7 @@ _ONE_PER_ALTERNATIVE = (
     "I'm not comfortable answering this.",
     "申し訳ないが、わかりません。",
     "お答えできません。",
+    "判断できません。",
     "お答えしかねます。",
     "私には答えられません。",
     "回答を差し控えさせていただきます。",
@@ -144,6 +145,8 @@ def test_every_refusal_alternative_holds_an_anchor_word_the_cheap_scan_finds() -
         ("データがないので、推測することはできません。", True),
         ("記載されていないため、判断することはできません。", True),
         ("衛生上の理由から、ペットを持ち込むことはできません。", False),  # a reason and a rule: the answer
+        ("私には判断できません。", True),
+        ("この情報だけでは判断できませんが、一般的には午後が混みます。", False),  # a general answer follows
         ("その計算をすることはできません。ただし、概算なら計算できます。", False),
         ("私には感情がありません。", True),
         # a courtesy sentence (an apology) before the refusal, and a general answer after a disclaimer
