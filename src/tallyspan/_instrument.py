@@ -59,7 +59,7 @@ from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
 from tallyspan._requirements import dependency_conflict
 from tallyspan._selfstats import count, swallowed
 from tallyspan._sigterm import final_flush, flush_on_sigterm
-from tallyspan._state import RunningState, Settings, set_active
+from tallyspan._state import Settings, active, set_active
 
 if TYPE_CHECKING:
     # For the types only: importing it costs about 15 ms (packaging's parsers), which our instrumentors
@@ -166,13 +166,13 @@ class Instrumentation:
 
 _lock = threading.RLock()
 renew_lock_after_fork(sys.modules[__name__], new_lock=threading.RLock)
-_current: Instrumentation | None = None
 _own_provider: TracerProvider | None = None
 
 
 def instrumentation() -> Instrumentation | None:
     """Return the active instrumentation, or None when ``instrument()`` has not been called."""
-    return _current
+    state = active()
+    return state if isinstance(state, Instrumentation) else None
 
 
 def instrument(
@@ -231,12 +231,12 @@ def instrument(
         ConfigError: an argument is invalid; ``ContractError`` (a ``ConfigError``) when a contract is,
             naming the file, the stage and the field.
     """
-    global _current
     with _lock:
-        if _current is not None and not _current.zero_code:
+        running = instrumentation()
+        if running is not None and not running.zero_code:
             _logger.warning("tallyspan.instrument() was called again; keeping the first instrumentation")
-            return _current
-        if _current is not None:
+            return running
+        if running is not None:
             _logger.info("tallyspan.instrument() replaces the instrumentation opentelemetry-instrument made")
             uninstrument()
         db_path = (
@@ -265,7 +265,7 @@ def instrument(
         head = _Switch(chain)
         take_over(provider, head, adopted)
         enabled = _instrument_libraries(instrumentors, provider, settings)
-        _current = Instrumentation(
+        running = Instrumentation(
             tracer_provider=provider,
             settings=settings,
             processor=head,
@@ -274,17 +274,16 @@ def instrument(
             _head=head,
             _adopted=adopted,
         )
-        set_active(RunningState(settings, provider))
+        set_active(running)
         _prepare_child_exit()
-        return _current
+        return running
 
 
 def uninstrument() -> None:
     """Undo ``instrument()``: unpatch the libraries, take our processors off the provider (giving the
     app's back), flush and stop them within the shutdown budget. Safe to call twice."""
-    global _current
     with _lock:
-        current, _current = _current, None
+        current = instrumentation()
         set_active(None)
     if current is None:
         return
@@ -619,7 +618,7 @@ def _flush_at_exit() -> None:
     lost. What the backend has not accepted stays in the spool; the provider's own shutdown, if it
     comes later, finds our chain stopped.
     """
-    current = _current
+    current = instrumentation()
     if current is None:
         return
     with final_flush():  # a SIGTERM meanwhile (Pool.terminate()) waits for it, within the budget
@@ -653,7 +652,7 @@ def _flush_in_pool_workers(module: object) -> None:
     """
     del module
     mp_util = sys.modules.get("multiprocessing.util")
-    if mp_util is not None and _current is not None:
+    if mp_util is not None and instrumentation() is not None:
         mp_util.register_after_fork(_POOL_WORKER_HOOK, _prepare_worker_exit)
 
 
@@ -714,13 +713,13 @@ def _flush_on_sigterm(ends: bool) -> None:
     if ends:
         _flush_at_exit()
         return
-    current = _current
+    current = instrumentation()
     if current is not None:
         current.force_flush(int(current.settings.shutdown_budget.seconds * 1000))
 
 
 def _sigterm_wait_s() -> float:
-    current = _current
+    current = instrumentation()
     return 0.0 if current is None else current.settings.shutdown_budget.seconds + _SIGTERM_SPOOL_GRACE_S
 
 

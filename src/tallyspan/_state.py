@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -53,12 +53,15 @@ class Settings:
     """The one deadline of this instrumentation's shutdown, shared by every link of its chain."""
 
 
-@dataclass(frozen=True)
-class RunningState:
-    """What the active instrumentation resolved: its settings and the provider its chain is on."""
+class RunningState(Protocol):
+    """What the active instrumentation resolved: its settings and the provider its chain is on. The
+    running ``Instrumentation`` is one: it is held here, and only here."""
 
-    settings: Settings
-    tracer_provider: TracerProvider
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def tracer_provider(self) -> TracerProvider: ...
 
 
 _active: RunningState | None = None
