@@ -69,5 +69,9 @@ def ledger_sinks_component(settings: Settings) -> Sequence[LedgerSink]:
     if settings.db_path is not None:
         from tallyspan_exporters._ledger_store import SQLiteLedgerSink
 
-        sinks.append(SQLiteLedgerSink(settings.db_path, budget=settings.shutdown_budget))
+        sinks.append(
+            SQLiteLedgerSink(
+                settings.db_path, budget=settings.shutdown_budget, hand_overs=settings.hand_overs
+            )
+        )
     return sinks

@@ -19,7 +19,13 @@ from collections.abc import Sequence
 from typing import Final
 
 from tallyspan.ledger import LedgerEntry, LedgerRecord
-from tallyspan.plugin import BUSY_TIMEOUT_MS, LEDGER_ENTRIES, LEDGER_RECONCILIATIONS, ShutdownBudget
+from tallyspan.plugin import (
+    BUSY_TIMEOUT_MS,
+    LEDGER_ENTRIES,
+    LEDGER_RECONCILIATIONS,
+    HandOvers,
+    ShutdownBudget,
+)
 from tallyspan_exporters._writer import (
     Rows,
     StoreWriter,
@@ -63,6 +69,8 @@ class SQLiteLedgerSink:
         path: the SQLite file (created and migrated if needed).
         busy_timeout_millis: how long a write waits for another connection's lock.
         budget: bounds ``shutdown``; default 30 s.
+        hand_overs: the instrumentation's link from the app's threads to the writer's thread
+            (``Settings.hand_overs``).
     """
 
     def __init__(
@@ -71,6 +79,7 @@ class SQLiteLedgerSink:
         *,
         busy_timeout_millis: int = BUSY_TIMEOUT_MS,
         budget: ShutdownBudget | None = None,
+        hand_overs: HandOvers | None = None,
     ) -> None:
         self._budget = budget
         writer = StoreWriter(
@@ -80,7 +89,9 @@ class SQLiteLedgerSink:
             lost_key=LOST_LEDGER_ROWS,
             busy_timeout_millis=busy_timeout_millis,
         )
-        self._thread: WriterThread[Rows] = WriterThread(writer, Rows.joined, name="tallyspan-ledger-store")
+        self._thread: WriterThread[Rows] = WriterThread(
+            writer, Rows.joined, name="tallyspan-ledger-store", hand_overs=hand_overs
+        )
 
     def export_entries(self, entries: Sequence[LedgerEntry]) -> bool:
         """Queue the entries of each run in ``entries`` to replace its stored ones; False if dropped."""

@@ -35,6 +35,7 @@ from tallyspan.plugin import (
     SELF_STATS,
     SPANS,
     VIOLATIONS,
+    HandOvers,
     Settings,
     ShutdownBudget,
     ViolationType,
@@ -221,6 +222,8 @@ class StoreProcessor(SpanProcessor):
         path: the database file; default ``TALLYSPAN_DB`` or ``./.tallyspan/tallyspan.db``.
         busy_timeout_millis: how long a write waits for another connection's lock.
         budget: bounds ``shutdown``; default 30 s.
+        hand_overs: the instrumentation's link from the app's threads to the writer's thread
+            (``Settings.hand_overs``).
     """
 
     def __init__(
@@ -229,13 +232,14 @@ class StoreProcessor(SpanProcessor):
         *,
         busy_timeout_millis: int = BUSY_TIMEOUT_MS,
         budget: ShutdownBudget | None = None,
+        hand_overs: HandOvers | None = None,
     ) -> None:
         self._writer = writer = _span_writer(path, busy_timeout_millis)
         self._budget = budget
         counters = _Counters()
         # None in the queue asks for the counters alone (a flush with no span to write).
         self._thread: WriterThread[_SpanRows | None] = WriterThread(
-            writer, lambda items: _batch_rows(items, counters), name="tallyspan-store"
+            writer, lambda items: _batch_rows(items, counters), name="tallyspan-store", hand_overs=hand_overs
         )
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -274,7 +278,7 @@ def store_component(downstream: Sequence[SpanProcessor], settings: Settings) -> 
     del downstream
     if settings.db_path is None:
         return None
-    return StoreProcessor(settings.db_path, budget=settings.shutdown_budget)
+    return StoreProcessor(settings.db_path, budget=settings.shutdown_budget, hand_overs=settings.hand_overs)
 
 
 def _readable_rows(span: ReadableSpan, writer: StoreWriter) -> _SpanRows | None:

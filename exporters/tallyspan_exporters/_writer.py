@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from tallyspan.plugin import (
     BUSY_TIMEOUT_MS,
+    HandOvers,
     Turns,
     after_fork_in_child,
     connect,
@@ -474,8 +475,8 @@ class WriterThread(Generic[T]):
     The thread needs the GIL at its start of each batch and after each statement (SQLite lets go of it
     for the statement). Behind a busy app it would wait for it, woken at each of the app's short
     releases to lose the race again; it takes hand-overs from the app's thread instead
-    (``tallyspan.plugin.Turns.take_hand_overs_from_app``), keeping ``Turns.due`` to when it needs the
-    GIL: at the end of its waits, and at once while it writes.
+    (``tallyspan.plugin.Turns.take_hand_overs_from``, through the instrumentation's ``HandOvers``),
+    keeping ``Turns.due`` to when it needs the GIL: at the end of its waits, and at once while it writes.
 
     After ``RELEASE_AFTER_ITEMS`` items or more, a pause of ``release_idle_millis`` with nothing to
     write gives memory back: SQLite's page cache and the C heap's free pages. The chain's worker trims
@@ -489,6 +490,8 @@ class WriterThread(Generic[T]):
         max_queued: items waiting at most (``submit``'s ``size``); more are dropped and counted.
         schedule_delay_millis: how long the thread gathers a batch before it writes.
         release_idle_millis: how long a pause after a busy spell lasts before memory is given back.
+        hand_overs: the instrumentation's link from the app's threads (``Settings.hand_overs``); without
+            it the thread takes no hand-overs.
     """
 
     def __init__(
@@ -500,8 +503,10 @@ class WriterThread(Generic[T]):
         max_queued: int = DEFAULT_MAX_QUEUED,
         schedule_delay_millis: int = DEFAULT_SCHEDULE_DELAY_MILLIS,
         release_idle_millis: int = DEFAULT_RELEASE_IDLE_MILLIS,
+        hand_overs: HandOvers | None = None,
     ) -> None:
         self._writer = writer
+        self._hand_overs = hand_overs
         self._prepare = prepare
         self._name = name
         self._max_queued = max(1, max_queued)
@@ -631,7 +636,8 @@ class WriterThread(Generic[T]):
 
     def _serve(self) -> None:
         self._turns.consumer_started()
-        self._turns.take_hand_overs_from_app()
+        if self._hand_overs is not None:
+            self._turns.take_hand_overs_from(self._hand_overs)
         try:
             self._serve_until_stopped()
         finally:

@@ -35,13 +35,13 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from tallyspan.plugin import (
     TURN_SLICE_S,
     Content,
+    HandOvers,
     Settings,
     ShutdownBudget,
     Turns,
     after_fork_in_child,
     content_buffer,
     count,
-    hand_over_to_due,
     release_free_memory,
     start_thread,
     swallowed,
@@ -106,6 +106,9 @@ class OffThreadProcessor(WrappingProcessor):
             batch of ``max_queue_size // 64`` spans is handled at once.
         budget: the instrumentation's shutdown budget, shared with the links below; when given, it
             bounds ``shutdown`` instead of ``shutdown_timeout_millis``.
+        hand_overs: the instrumentation's link to the consumers our own threads feed (the store's
+            writers, ``Settings.hand_overs``): each span the app ends hands them the GIL once they are
+            due. Without it, this processor hands over to none.
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class OffThreadProcessor(WrappingProcessor):
         shutdown_timeout_millis: int = DEFAULT_SHUTDOWN_TIMEOUT_MILLIS,
         budget: ShutdownBudget | None = None,
         batch_delay_millis: float = DEFAULT_BATCH_DELAY_MILLIS,
+        hand_overs: HandOvers | None = None,
     ) -> None:
         if max_queue_size < 1:
             raise ValueError("max_queue_size must be at least 1")
@@ -147,6 +151,7 @@ class OffThreadProcessor(WrappingProcessor):
         self._turn_at = turn_threshold(max_queue_size)
         self._batch_spans = max(1, self._turn_at // BATCH_SHARE_OF_TURN)
         self._turns = Turns("backpressure.worker_turns")
+        self._hand_overs = hand_overs if hand_overs is not None else HandOvers()
         # The worker thread does not survive fork(): give the child a fresh queue and worker.
         after_fork_in_child(self, OffThreadProcessor._reset_after_fork)
 
@@ -198,7 +203,7 @@ class OffThreadProcessor(WrappingProcessor):
                 self._wake.set()
             self._turns.hand_over(queued)
         # The store's writer is fed by the worker, not by this thread: it is handed the GIL here too.
-        hand_over_to_due()
+        self._hand_overs()
 
     def _forget(self, span: ReadableSpan) -> None:
         """Free what the chain holds for a span it will never see end (a burst must leave nothing behind)."""
@@ -434,4 +439,4 @@ class OffThreadProcessor(WrappingProcessor):
 
 def worker_component(downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor:
     """The ``worker`` entry point of ``tallyspan.components``: the head of the chain."""
-    return OffThreadProcessor(downstream, budget=settings.shutdown_budget)
+    return OffThreadProcessor(downstream, budget=settings.shutdown_budget, hand_overs=settings.hand_overs)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from opentelemetry.sdk.trace import TracerProvider
 
 from tallyspan._config import DEFAULT_OTLP_PROTOCOL, ExportSettings, OTLPProtocol, ShutdownBudget
+from tallyspan._turns import HandOvers
 
 if TYPE_CHECKING:  # types only: loading the settings must not import the check engine or the ledger
     from tallyspan._books._ledger_api import LedgerSink
@@ -51,6 +52,9 @@ class Settings:
     """The spool, its limits, and the timeouts of OTLP export."""
     shutdown_budget: ShutdownBudget = field(default_factory=ShutdownBudget, compare=False, repr=False)
     """The one deadline of this instrumentation's shutdown, shared by every link of its chain."""
+    hand_overs: HandOvers = field(default_factory=HandOvers, compare=False, repr=False)
+    """The link from the chain's head, on the app's threads, to the consumers fed by our own threads
+    (the store's writers): they are handed the GIL at each span once they are due."""
 
 
 class RunningState(Protocol):

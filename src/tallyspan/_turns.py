@@ -37,13 +37,14 @@ backlog doubled gave a starved consumer five chances before its queue was full, 
 consumer's own thread never waits for itself. Each wait is counted under the key given.
 
 A consumer whose producer is another thread of ours (the store's writer, fed by the worker) starves the
-same way behind the app, but no app thread hands items to it. It registers instead
-(``take_hand_overs_from_app``) and keeps ``due`` up to date, and the chain's head calls
-``hand_over_to_due()`` on the app's thread at each span it ends::
+same way behind the app, but no app thread hands items to it. ``instrument()`` links the two: one
+``HandOvers`` per instrumentation (``Settings.hand_overs``), which the writer joins
+(``take_hand_overs_from``) and which the chain's head calls on the app's thread at each span it ends;
+the consumer keeps ``due`` up to date::
 
-    # consumer:       turns.take_hand_overs_from_app() when it starts; turns.due = when its wait ends
-    #                 (0 while it works), turns.taken() on getting the GIL and before each wait
-    # app thread:     hand_over_to_due(), at each span
+    # consumer:       turns.take_hand_overs_from(hand_overs) when it starts; turns.due = when its wait
+    #                 ends (0 while it works), turns.taken() on getting the GIL and before each wait
+    # app thread:     hand_overs(), at each span
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ __all__ = [
     "TURN_AT_QUEUE_FRACTION",
     "TURN_SLICE_S",
     "TURN_TIMEOUT_S",
+    "HandOvers",
     "Turns",
-    "hand_over_to_due",
     "turn_threshold",
 ]
 
@@ -86,12 +87,12 @@ class Turns:
         key: the counter of ``tallyspan.stats()`` each wait is counted under.
     """
 
-    __slots__ = ("_consumer", "_handed_over", "_key", "_ran", "_step", "_unanswered_at", "due")
+    __slots__ = ("_consumer", "_handed_over", "_key", "_link", "_ran", "_step", "_unanswered_at", "due")
 
     def __init__(self, key: str) -> None:
         self._key = key
         self.due = math.inf
-        """For a consumer fed by another of our threads (:meth:`take_hand_overs_from_app`): the time
+        """For a consumer fed by another of our threads (:meth:`take_hand_overs_from`): the time
         from which it waits for the GIL (infinite while it waits for work); the consumer sets it."""
         self._ran = threading.Event()
         self._ran.set()  # no turn is owed yet
@@ -99,6 +100,7 @@ class Turns:
         self._unanswered_at = 0  # the backlog when the last turn was given
         self._step = 0  # the backlog when the first of the turns not taken since was given
         self._handed_over = False  # the turn not taken yet (if any) was a hand-over, not backpressure
+        self._link: HandOvers | None = None  # the app threads' hand-overs this consumer takes
 
     def consumer_started(self) -> None:
         """Called on the consumer's thread when it starts: that thread never waits for itself."""
@@ -135,7 +137,7 @@ class Turns:
         turns (measured on 3.10: the worker's backlog reached 511 in every run, and the app waited for
         it 29 times; with a new hand-over at each doubling, the backlog stayed near a batch delay's).
 
-        ``while_due`` (app threads handing over to a consumer of :meth:`take_hand_overs_from_app`): look
+        ``while_due`` (app threads handing over to a consumer of :meth:`take_hand_overs_from`): look
         at ``due`` again once the turn is given. The consumer sets ``due`` before it answers (``taken``)
         and waits, so this tells a consumer that will answer from one that went back to waiting for
         work since the app's first look, which is not waited for (nor counted)."""
@@ -153,21 +155,23 @@ class Turns:
         if not ran.wait(TURN_TIMEOUT_S):
             count(self._key)
 
-    def take_hand_overs_from_app(self) -> None:
-        """On the consumer's thread, when it starts: app threads hand it the GIL once it is due
-        (:func:`hand_over_to_due`, at each span they end), until :meth:`stop_taking_hand_overs`.
+    def take_hand_overs_from(self, hand_overs: HandOvers) -> None:
+        """On the consumer's thread, when it starts: app threads hand it the GIL once it is due (each
+        span they end calls ``hand_overs``), until :meth:`stop_taking_hand_overs`.
 
         For a consumer whose producer is not the app's thread (the store's writer, fed by the worker):
         once its wait is over it waits for the GIL behind the app like the worker would, woken at each
         of the app's short releases to lose the race again (measured: half a futile wake-up of the
-        writer per app call, and about 35 µs more per call on the app's thread than without it)."""
-        if self not in _DUE_BY_APP:
-            _DUE_BY_APP.append(self)
+        writer per app call, and about 35 us more per call on the app's thread than without it)."""
+        self.stop_taking_hand_overs()
+        self._link = hand_overs
+        hand_overs.add(self)
 
     def stop_taking_hand_overs(self) -> None:
         """On the consumer's thread, when it stops."""
-        if self in _DUE_BY_APP:
-            _DUE_BY_APP.remove(self)
+        link, self._link = self._link, None
+        if link is not None:
+            link.remove(self)
 
     def taken(self) -> None:
         """On the consumer's thread, once it runs: the producer waiting for it may go on."""
@@ -185,15 +189,27 @@ class Turns:
         self.stop_taking_hand_overs()
 
 
-#: The consumers app threads hand the GIL to once they are due (usually one: the store's writer).
-_DUE_BY_APP: list[Turns] = []
+class HandOvers:
+    """The consumers that app threads hand the GIL to once they are due (usually one: the store's writer),
+    linked to the chain's head by ``instrument()`` through ``Settings.hand_overs``. Calling it, on an app
+    thread at each span it ends, hands the GIL to each consumer that is due."""
 
+    __slots__ = ("_consumers",)
 
-def hand_over_to_due() -> None:
-    """On an app thread (the chain's head calls it at each span end): hand the GIL to each consumer of
-    :meth:`Turns.take_hand_overs_from_app` that is due."""
-    if _DUE_BY_APP:
-        now = time.monotonic()
-        for turns in tuple(_DUE_BY_APP):
-            if now >= turns.due:
-                turns.hand_over(while_due=True)
+    def __init__(self) -> None:
+        self._consumers: tuple[Turns, ...] = ()  # replaced whole: app threads read it without a lock
+
+    def add(self, turns: Turns) -> None:
+        if turns not in self._consumers:
+            self._consumers = (*self._consumers, turns)
+
+    def remove(self, turns: Turns) -> None:
+        self._consumers = tuple(consumer for consumer in self._consumers if consumer is not turns)
+
+    def __call__(self) -> None:
+        consumers = self._consumers
+        if consumers:
+            now = time.monotonic()
+            for turns in consumers:
+                if now >= turns.due:
+                    turns.hand_over(while_due=True)

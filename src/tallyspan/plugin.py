@@ -84,7 +84,7 @@ from tallyspan._store._store_schema import (
     migration,
 )
 from tallyspan._tool_spans import end_tool_span, json_text
-from tallyspan._turns import TURN_SLICE_S, Turns, hand_over_to_due, turn_threshold
+from tallyspan._turns import TURN_SLICE_S, HandOvers, Turns, turn_threshold
 from tallyspan._version import __version__
 
 if TYPE_CHECKING:
@@ -126,6 +126,7 @@ __all__ = [
     "Contract",
     "ContractSet",
     "ExportSettings",
+    "HandOvers",
     "ModelContent",
     "OTLPProtocol",
     "RunningState",
@@ -147,7 +148,6 @@ __all__ = [
     "declares_run",
     "dependency_conflict",
     "end_tool_span",
-    "hand_over_to_due",
     "is_local_root",
     "is_locked",
     "is_run_container",

@@ -7,7 +7,7 @@ import threading
 import time
 
 import tallyspan
-from tallyspan.plugin import Turns
+from tallyspan.plugin import HandOvers, Turns
 
 
 def _turns() -> int:
@@ -131,15 +131,14 @@ def test_the_consumers_own_thread_never_hands_over_to_itself() -> None:
 
 
 def test_app_threads_hand_over_to_a_registered_consumer_only_once_it_is_due() -> None:
-    from tallyspan.plugin import hand_over_to_due
-
+    hand_overs = HandOvers()
     turns = Turns("backpressure.test_turns")
     ran: list[str] = []
     registered, release = threading.Event(), threading.Event()
 
     def consumer() -> None:
         turns.consumer_started()
-        turns.take_hand_overs_from_app()
+        turns.take_hand_overs_from(hand_overs)
         registered.set()
         while not release.is_set():
             if not turns._ran.is_set():  # handed over: the producer let go of the GIL for us
@@ -153,29 +152,28 @@ def test_app_threads_hand_over_to_a_registered_consumer_only_once_it_is_due() ->
     assert registered.wait(10)
     try:
         turns.due = time.monotonic() + 3600  # waits for work for another hour: not due
-        hand_over_to_due()
+        hand_overs()
         assert ran == []
         turns.due = 0.0  # waiting for the GIL now
-        hand_over_to_due()
+        hand_overs()
         assert ran == ["turn"]
         assert _turns() == 0  # taken within the timeout: not counted
     finally:
         release.set()
         thread.join(10)
     turns.due = 0.0
-    hand_over_to_due()  # it stopped taking hand-overs: nobody is waited for
+    hand_overs()  # it stopped taking hand-overs: nobody is waited for
     assert ran == ["turn"]
     assert _turns() == 0
 
 
 def test_after_fork_a_consumer_takes_no_hand_overs_until_it_starts_again() -> None:
-    from tallyspan.plugin import hand_over_to_due
-
+    hand_overs = HandOvers()
     turns = Turns("backpressure.test_turns")
-    turns.take_hand_overs_from_app()
+    turns.take_hand_overs_from(hand_overs)
     turns.due = 0.0
     turns.reset_after_fork()  # the child has no consumer thread
-    hand_over_to_due()
+    hand_overs()
     assert _turns() == 0
 
 
@@ -188,4 +186,20 @@ def test_a_consumer_gone_back_to_waiting_for_work_before_its_hand_over_is_not_wa
     assert _turns() == 0
     turns.due = 0.0  # due, and nobody answers: the turn was not left given by the one above
     turns.hand_over(while_due=True)
+    assert _turns() == 1
+
+
+def test_hand_overs_are_a_link_of_one_instrumentation_not_of_the_process() -> None:
+    """Two instrumentations' writers are handed the GIL by their own chain's head only."""
+    ours, theirs = HandOvers(), HandOvers()
+    turns = Turns("backpressure.test_turns")
+    turns.take_hand_overs_from(theirs)
+    turns.due = 0.0
+    ours()  # nobody took hand-overs from this link: nobody is waited for
+    assert _turns() == 0
+    theirs()  # nobody runs the consumer: waited for, timed out, counted
+    assert _turns() == 1
+    turns.taken()
+    turns.take_hand_overs_from(ours)  # moving to another link leaves the first
+    theirs()
     assert _turns() == 1

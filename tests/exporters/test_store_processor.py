@@ -179,10 +179,12 @@ def test_behind_an_app_that_keeps_the_gil_busy_the_writer_is_handed_the_gil_inst
     worker never reached it: once its wait was over it waited for the GIL behind an app thread that lets
     go of it only for moments, woken at each of those moments to lose the race again (2.1-2.4 wake-ups
     per span here, each a system call on both threads). The app's next span hands it over instead."""
+    from tallyspan.plugin import HandOvers
     from tallyspan_processors import OffThreadProcessor
 
-    store = StoreProcessor(db_path)
-    processor = OffThreadProcessor([store])
+    link = HandOvers()  # as instrument() links the chain's head to the store's writer
+    store = StoreProcessor(db_path, hand_overs=link)
+    processor = OffThreadProcessor([store], hand_overs=link)
     provider = TracerProvider()
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("test")
