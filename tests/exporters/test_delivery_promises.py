@@ -29,7 +29,13 @@ from tests.otlp_faults import FaultyReceiver, span_key
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan._config import ENV_EXPORT_TIMEOUT, ENV_RETRY_MAX, ENV_SHUTDOWN_TIMEOUT, ExportSettings, ShutdownBudget
+from tallyspan._config import (
+    ENV_EXPORT_TIMEOUT,
+    ENV_RETRY_MAX,
+    ENV_SHUTDOWN_TIMEOUT,
+    ExportSettings,
+    ShutdownBudget,
+)
 from tallyspan_exporters._delivery import Attempt, Outbox
 from tallyspan_exporters._otlp import SPAN_CODEC, ObservedSession
 from tallyspan_exporters._spool import Spool
@@ -308,4 +314,3 @@ def test_a_forked_child_owns_only_the_rows_it_writes(tmp_path: Path) -> None:
     assert [row.record_id for row in spool.claim("traces", 10) or []] == ["parent", "child"]
     assert _owners(path) == [parent_owner, parent_owner]
     spool.close()
-

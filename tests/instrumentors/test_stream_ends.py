@@ -222,7 +222,9 @@ def anthropic_client(anthropic_server: AnthropicServer) -> Iterator[anthropic.An
 
 
 @pytest.fixture
-async def anthropic_async_client(anthropic_server: AnthropicServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
+async def anthropic_async_client(
+    anthropic_server: AnthropicServer,
+) -> AsyncIterator[anthropic.AsyncAnthropic]:
     async with anthropic.AsyncAnthropic(
         base_url=anthropic_server.base_url, api_key=API_KEY, max_retries=0
     ) as client:
@@ -320,7 +322,7 @@ async def test_ollama_async_generate_stream_read_to_its_end_succeeded(
 ) -> None:
     ollama_server.add_reply(OllamaReply(text=ANSWER))
     parts = [part async for part in await ollama_async_client.generate("llama3.2", PROMPT, stream=True)]
-    assert "".join(part.response for part in parts) == ANSWER
+    assert "".join(part.response or "" for part in parts) == ANSWER
     span = only_span(ollama_spans)
     assert span.name == "text_completion llama3.2"
     assert assert_succeeded(span)[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
