@@ -18,7 +18,7 @@ import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -298,11 +298,15 @@ VERDICT_SPAN_PREFIXES = ("invoke_agent agent-", "execute_tool book")
 CLEAN_SPAN_NAMES = ("execute_tool search", "step")
 
 
-def produced(spans: InMemorySpanExporter, sink: RecordingLedgerSink) -> Produced:
+def produced(
+    spans: InMemorySpanExporter, sink: RecordingLedgerSink, *, ignore: Collection[str] = ()
+) -> Produced:
     """Sort what the chain forwarded into what must arrive (verdicts, ledger) and what may be dropped,
-    by what the scenario made each span."""
+    by what the scenario made each span; spans named in ``ignore`` (a test's own) are left out."""
     result = Produced()
     for span in spans.get_finished_spans():
+        if span.name in ignore:
+            continue
         if span.name.startswith(VERDICT_SPAN_PREFIXES):
             result.durable_spans.add(span_key(span))
         elif span.name in CLEAN_SPAN_NAMES:
