@@ -8,8 +8,8 @@ the same port. What it accepted is kept per id (a span's trace/span id, a ledger
 
 ``Workload`` runs agent runs through ``tallyspan`` (each run: a logged call, a refused call the agent
 did not log, so the run is unbalanced and ERROR) and knows, from an in-memory exporter and a recording
-ledger sink behind the same chain, which spans and ledger records were produced and which of them
-carry a verdict.
+ledger sink behind the same chain, which spans and ledger records were produced; which of them carry a
+verdict is written from the scenario, by span name, never asked of the code that decides what to spool.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,7 +37,6 @@ from tests.recording import RecordingLedgerSink
 
 import tallyspan
 from tallyspan import semconv
-from tallyspan_exporters._otlp import carries_verdict
 
 
 @dataclass
@@ -292,11 +291,28 @@ class Produced:
         return cls(set(data["durable_spans"]), set(data["clean_spans"]), set(data["ledger_records"]))
 
 
-def produced(spans: InMemorySpanExporter, sink: RecordingLedgerSink) -> Produced:
-    """Sort what the chain forwarded into what must arrive (verdicts, ledger) and what may be dropped."""
+#: The spans of ``run_agents`` that carry a verdict, named from the scenario (not by the code that decides
+#: what to spool): each run, whose books do not balance, and its refused ``book`` call. The logged
+#: ``search`` call and the plain ``step`` spans are clean.
+VERDICT_SPAN_PREFIXES = ("invoke_agent agent-", "execute_tool book")
+CLEAN_SPAN_NAMES = ("execute_tool search", "step")
+
+
+def produced(
+    spans: InMemorySpanExporter, sink: RecordingLedgerSink, *, ignore: Collection[str] = ()
+) -> Produced:
+    """Sort what the chain forwarded into what must arrive (verdicts, ledger) and what may be dropped,
+    by what the scenario made each span; spans named in ``ignore`` (a test's own) are left out."""
     result = Produced()
     for span in spans.get_finished_spans():
-        (result.durable_spans if carries_verdict(span) else result.clean_spans).add(span_key(span))
+        if span.name in ignore:
+            continue
+        if span.name.startswith(VERDICT_SPAN_PREFIXES):
+            result.durable_spans.add(span_key(span))
+        elif span.name in CLEAN_SPAN_NAMES:
+            result.clean_spans.add(span_key(span))
+        else:
+            raise AssertionError(f"a span the scenario does not make: {span.name!r}")
     for entry in sink.entries:
         result.ledger_records.add(f"{entry.trace_id:032x}/{entry.run_span_id:016x}/entry/{entry.seq}")
     for record in sink.records:

@@ -447,7 +447,10 @@ class Outbox(Generic[T]):
                     if seq > 0:
                         self._spooled[seq] = item.ticket
                     elif seq == 0:
-                        self._resolve([item.ticket])  # larger than the whole spool: counted there
+                        # Larger than the whole spool: lost. The spool counted it (``spool_full``); it is
+                        # a loss the next flush must answer False for, like every other.
+                        self._losses += 1
+                        self._resolve([item.ticket])
                     else:
                         self._durable.append(item)
             else:

@@ -244,6 +244,24 @@ def test_filters_keep_only_the_records_asked_for(
         assert "- Filters: none" not in card
 
 
+def test_two_types_keep_the_records_with_either_of_them(workload: Workload, tmp_path: Path) -> None:
+    """The workload has one process_error and one timeout, each alone on its record: asked for both types,
+    both records come out (a filter meaning "all of the types" keeps neither)."""
+    records = _export(
+        workload, tmp_path / "failures.jsonl", "--format", "failure-logs",
+        "--type", "process_error", "--type", "timeout",
+    )  # fmt: skip
+    assert sorted((r["stage"], r["failure_class"], r["violation_types"]) for r in records) == [
+        (FAILING_STAGE, "process_error", ["process_error"]),
+        (FAILING_STAGE, "timeout", ["timeout"]),
+    ]
+    diagnosis = _export(
+        workload, tmp_path / "diagnosis.jsonl", "--format", "diagnosis",
+        "--type", "process_error", "--type", "timeout",
+    )  # fmt: skip
+    assert sorted(r["diagnosis"]["failure_class"] for r in diagnosis) == ["process_error", "timeout"]
+
+
 def test_an_unknown_type_or_class_is_bad_input(workload: Workload, tmp_path: Path) -> None:
     for option in ("--type", "--class"):
         result = CliRunner().invoke(

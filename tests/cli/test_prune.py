@@ -60,6 +60,35 @@ def test_prune_deletes_the_old_trace_whole_and_keeps_the_recent_one(filled: Fill
     db.close()
 
 
+def test_a_trace_still_running_across_the_cutoff_is_kept_whole(filled: Filled) -> None:
+    """The run began ten days ago and its last span ended a minute ago: the trace is not older than seven
+    days, so none of its rows go (a trace dated by its first span, or by its spans' starts, would go)."""
+    before = _counts(filled)
+    run = filled.trace_id("invoke_agent reporter")
+    age_trace(filled.path, run, days=10)
+    a_minute_ago = time.time_ns() - 60 * 10**9
+    db = connect(filled.path)
+    with db:
+        db.execute(
+            "UPDATE spans SET end_unix_nano = ? WHERE span_id = ?",
+            (a_minute_ago, filled.span_id("invoke_agent reporter")),
+        )
+    db.close()
+
+    result = CliRunner().invoke(main, ["prune", "--older-than", "7d", "--json"], catch_exceptions=False)
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["data"]["deleted"] == {
+        "spans": 0,
+        "runs": 0,
+        "violations": 0,
+        "ledger_entries": 0,
+        "ledger_reconciliations": 0,
+        "self_stats": 0,
+    }
+    assert _counts(filled) == before
+
+
 def test_prune_with_nothing_old_deletes_nothing(filled: Filled) -> None:
     before = _counts(filled)
     result = CliRunner().invoke(main, ["prune", "--older-than", "1h", "--vacuum"], catch_exceptions=False)

@@ -328,6 +328,11 @@ def test_a_call_over_its_deadline_is_a_timeout() -> None:
         ("ConnectionResetError: [Errno 104] Connection reset by peer", "process_error"),
         ("503", "process_error"),
         ("InternalServerError: Error code: 500", "process_error"),
+        # A gateway or the server giving up on time is a timeout, though 504 is a 5xx and 408 a 4xx.
+        ("APIStatusError: Error code: 504", "timeout"),
+        ("InternalServerError: 504 Gateway Timeout", "timeout"),
+        ("APIStatusError: Error code: 408", "timeout"),
+        ("HTTPStatusError: 408", "timeout"),
     ],
 )
 def test_errors_are_classified_as_timeout_or_process_error(error: str | BaseException, expected: str) -> None:

@@ -133,13 +133,32 @@ def test_a_guarded_repetition_finds_what_the_timed_search_finds() -> None:
 
 def test_the_budget_counts_the_checking_threads_work_not_its_waits() -> None:
     """Behind a busy app the worker can wait for the GIL longer than the whole budget between two of a
-    span's patterns; that wait is not the patterns' cost, and must not leave them unverified."""
+    span's patterns; that wait is not the patterns' cost, and must not leave them unverified. The clock
+    starts at the first timed search, so the wait comes after it: 0.2 s of wall time against a budget
+    of 0.05 s, and next to no CPU time of this thread."""
     budget = PatternBudget(total_s=0.05)
-    time.sleep(0.2)  # waiting, as for the GIL: wall time passes, the thread's CPU time does not
+    nested = _compiled("(a+a+)+b")  # can backtrack: always timed, so it starts the budget's clock
+    assert budget.search(nested, "aaab") is True
+    waited_until = time.monotonic() + 0.2
+    while time.monotonic() < waited_until:  # waiting, as for the GIL: wall time passes, CPU time does not
+        time.sleep(0.05)
+    assert budget.search(nested, "aaab") is True
     assert budget.search(_compiled("毎週"), "毎週の報告") is True
-    assert budget.search(_compiled("(a+a+)+b"), "aaab") is True  # a timed one too
     assert not budget.exhausted
     assert budget.check_errors == ()
+
+
+def test_a_pattern_gets_no_more_than_what_is_left_of_the_budget() -> None:
+    """The per-pattern limit is 10 s, the span's budget 0.05 s: a catastrophic pattern is stopped when
+    the budget is spent, not when its own limit is. Measured in this thread's CPU time, what the budget
+    promises, so a loaded host cannot fail it (``regex`` times a search in the process's CPU time, which
+    other threads only make shorter)."""
+    budget = PatternBudget(total_s=0.05, per_pattern_s=10.0)
+    catastrophic = _compiled("(x+x+)+y")
+    started = time.thread_time()
+    assert budget.search(catastrophic, "x" * 5_000) is None  # not verified
+    spent = time.thread_time() - started
+    assert spent < 1.0, spent  # its own limit would be 10 s
 
 
 def test_a_spent_budget_runs_no_pattern_linear_or_not() -> None:

@@ -176,6 +176,9 @@ HARMONY = "<|channel|>analysis<|message|>考え中<|end|><|start|>assistant<|cha
         ("<think>終わらない", "", "think block in the output"),
         ("x</think>答え", "答え", "closing think tag in the output"),
         ("<reasoning>r</reasoning>A</think>B", "B", "think block in the output"),
+        # Two lone closing tags: everything up to the last one is reasoning, not only up to the first.
+        ("案1</think>案2</think>答え", "答え", "closing think tag in the output"),
+        ("x</think>y</reasoning>z</thinking>答え", "答え", "closing think tag in the output"),
         (HARMONY, "答え", "harmony channel token in the output"),
         ("<|channel|>final<|message|>答え<|return|>", "答え", "harmony channel token in the output"),
         ("Okay, so let me think about it.", "Okay, so let me think about it.", "output opens with reasoning"),
@@ -206,6 +209,20 @@ HARMONY = "<|channel|>analysis<|message|>考え中<|end|><|start|>assistant<|cha
 def test_reasoning_is_stripped_and_named(text: str, answer: str, leak: str | None) -> None:
     assert strip_reasoning(text) == answer
     assert find_reasoning_leak(text) == leak
+
+
+def test_only_the_answer_after_the_last_of_two_lone_closing_tags_is_judged() -> None:
+    """Reasoning with two lone closing tags: the deliverable is what follows the second. Judged from the
+    first, the second draft and its tag would count as answer characters (and as a second leak)."""
+    draft = "まず要件を整理する。" * 3  # 30 characters of scratchpad, twice
+    answer = "判定：合格"  # 5 characters
+    text = f"{draft}</think>{draft}</think>{answer}"
+    assert strip_reasoning(text) == answer
+    result = check(text, Contract(min_chars=6, allow_reasoning=True))
+    assert result.violation_types == ("too_short",)
+    assert result.violations[0].detail == "5 chars < min_chars 6"
+    assert check(text, Contract(max_chars=5, allow_reasoning=True)).check_errors == ()
+    assert check(text, Contract(max_chars=5, allow_reasoning=True)).ok
 
 
 def test_the_providers_reasoning_repeated_is_a_leak_from_thirty_characters() -> None:

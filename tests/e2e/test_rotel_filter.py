@@ -24,8 +24,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 from tests.e2e.violating_agent import (
     CHAT_SPAN,
+    CONTRACTS,
     EXPECTED_DISCREPANCIES,
-    EXPECTED_VIOLATIONS,
     REPORT_STAGE,
     RUN_SPAN,
     run_weekly_agent,
@@ -166,27 +166,48 @@ def _received(receiver: Any) -> list[Any]:
         return list(receiver.spans)
 
 
+#: The weekly agent's contracts with two required lines the report stage's answers both lack: each of its
+#: chat spans then has one more violation than it has types (missing_required twice).
+TWO_REQUIRED = {
+    **CONTRACTS,
+    REPORT_STAGE: {
+        **CONTRACTS[REPORT_STAGE],
+        "required": [{"name": "verdict_line", "pattern": "^判定"}, {"name": "closing", "pattern": "以上$"}],
+    },
+}
+#: Per violating chat span, written out by hand: sorted types, failure class, violations (events).
+EXPECTED_CHATS = {
+    (("missing_required", "not_japanese"), "contract_violation", 3),
+    (("missing_required", "not_japanese", "refusal"), "contract_violation", 4),
+}
+
+
 def test_rotel_forwards_only_violating_spans_of_a_real_agent_run(otlp_receiver: Any, tmp_path: Path) -> None:
     with _rotel(otlp_receiver.endpoint, tmp_path) as rotel_url:
         exporter = OTLPSpanExporter(endpoint=f"{rotel_url}/v1/traces", timeout=5)
-        run_weekly_agent([SimpleSpanProcessor(exporter)])
-        _wait_for(otlp_receiver, len(EXPECTED_VIOLATIONS) + 1)
+        run_weekly_agent([SimpleSpanProcessor(exporter)], contracts=TWO_REQUIRED)
+        _wait_for(otlp_receiver, len(EXPECTED_CHATS) + 1)
     received = _received(otlp_receiver)  # Rotel has flushed and exited: nothing else can arrive
 
     # Sent: three chat spans, one tool span, one run span. Out: the two violating chats and the run.
     assert sorted(span.name for span in received) == sorted([CHAT_SPAN, CHAT_SPAN, RUN_SPAN])
-    chats = [_attributes(span) for span in received if span.name == CHAT_SPAN]
+    chat_spans = [span for span in received if span.name == CHAT_SPAN]
+    chats = [_attributes(span) for span in chat_spans]
     # Rotel reverses arrays (seen here) and need not keep span order: compare sorted, as sets.
     assert {
-        (tuple(sorted(chat[semconv.VIOLATION_TYPES])), chat[semconv.FAILURE_CLASS]) for chat in chats
-    } == {(expected.violation_types, expected.failure_class) for expected in EXPECTED_VIOLATIONS}
-    for chat, span in zip(chats, (s for s in received if s.name == CHAT_SPAN), strict=True):
+        (
+            tuple(sorted(chat[semconv.VIOLATION_TYPES])),
+            chat[semconv.FAILURE_CLASS],
+            chat[semconv.VIOLATION_COUNT],
+        )
+        for chat in chats
+    } == EXPECTED_CHATS
+    for chat, span in zip(chats, chat_spans, strict=True):
         assert chat[semconv.VIOLATED] is True
         assert chat[semconv.STAGE] == REPORT_STAGE
-        assert chat[semconv.VIOLATION_COUNT] == len(chat[semconv.VIOLATION_TYPES])
-        events = [event for event in span.events if event.name == semconv.EVENT_VIOLATION]
-        event_types = {_attributes(event)[semconv.VIOLATION_TYPE] for event in events}
-        assert event_types == set(chat[semconv.VIOLATION_TYPES])
+        events = [_attributes(event) for event in span.events if event.name == semconv.EVENT_VIOLATION]
+        assert len(events) == chat[semconv.VIOLATION_COUNT]  # one event per violation, not per type
+        assert sorted(event[semconv.VIOLATION_TYPE] for event in events).count("missing_required") == 2
         assert span.status.code == span.status.STATUS_CODE_ERROR
     (run,) = [_attributes(span) for span in received if span.name == RUN_SPAN]
     assert run[semconv.LEDGER_BALANCED] is False

@@ -92,12 +92,13 @@ def _instrumented(
     span_processors: Sequence[SpanProcessor],
     capture_content: bool,
     resource_attributes: Mapping[str, str] | None,
+    contracts: Mapping[str, object] = CONTRACTS,
 ) -> TracerProvider:
     provider = TracerProvider(
         resource=Resource.create({"service.name": SERVICE_NAME, **(resource_attributes or {})})
     )
     tallyspan.instrument(
-        CONTRACTS,
+        dict(contracts),
         tracer_provider=provider,
         store=None,
         capture_content=capture_content,
@@ -123,12 +124,14 @@ def run_weekly_agent(
     *,
     capture_content: bool = False,
     resource_attributes: Mapping[str, str] | None = None,
+    contracts: Mapping[str, object] = CONTRACTS,
 ) -> None:
     """Run the agent once on a fresh provider; every enriched span reaches ``span_processors``.
 
     The provider is flushed and shut down before returning, so exporters have sent everything.
+    ``contracts`` replaces ``CONTRACTS`` (the expectations above hold for those only).
     """
-    provider = _instrumented(span_processors, capture_content, resource_attributes)
+    provider = _instrumented(span_processors, capture_content, resource_attributes, contracts)
     try:
         with (
             OpenAICompatibleServer(replies=list(_REPLIES)) as server,

@@ -7,6 +7,7 @@ import gc
 import json
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -411,6 +412,7 @@ def test_exhausted_stream_ends_the_span_once_with_the_whole_response(
     consumed_buffer: ContentBuffer,
     server: AnthropicServer,
     client: anthropic.Anthropic,
+    span_end_calls: Counter[int],
 ) -> None:
     server.add_reply(STREAM_REPLY)
     stream = create(client, stream=True)
@@ -451,10 +453,14 @@ def test_exhausted_stream_ends_the_span_once_with_the_whole_response(
     )
     stream.close()
     assert len(spans.get_finished_spans()) == 1
+    assert list(span_end_calls.values()) == [1]  # the exporter never holds a span twice: count end()
 
 
 def test_break_then_close_ends_the_span_once_with_what_was_read(
-    spans: InMemorySpanExporter, server: AnthropicServer, client: anthropic.Anthropic
+    spans: InMemorySpanExporter,
+    server: AnthropicServer,
+    client: anthropic.Anthropic,
+    span_end_calls: Counter[int],
 ) -> None:
     server.add_reply(STREAM_REPLY)
     stream = create(client, stream=True)
@@ -465,6 +471,7 @@ def test_break_then_close_ends_the_span_once_with_what_was_read(
     stream.close()
     stream.close()
     span = only_span(spans)
+    assert list(span_end_calls.values()) == [1]
     assert span.status.status_code is StatusCode.UNSET
     assert span.attributes is not None
     assert span.attributes[semconv.GEN_AI_RESPONSE_ID] == "msg_000000000000000000000001"
@@ -524,7 +531,10 @@ def test_abandoned_stream_ends_its_span_when_collected(
 
 
 async def test_async_stream_exhausted_and_closed_early(
-    spans: InMemorySpanExporter, server: AnthropicServer, async_client: anthropic.AsyncAnthropic
+    spans: InMemorySpanExporter,
+    server: AnthropicServer,
+    async_client: anthropic.AsyncAnthropic,
+    span_end_calls: Counter[int],
 ) -> None:
     server.add_reply(STREAM_REPLY)
     server.add_reply(STREAM_REPLY)
@@ -542,6 +552,8 @@ async def test_async_stream_exhausted_and_closed_early(
     assert finished[0].attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_use",)
     assert finished[1].attributes is not None
     assert semconv.GEN_AI_RESPONSE_FINISH_REASONS not in finished[1].attributes
+    await early.close()  # closed twice: still one end() per span
+    assert list(span_end_calls.values()) == [1, 1]
 
 
 # --- messages.stream(...) --------------------------------------------------------------------------------

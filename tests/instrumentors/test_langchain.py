@@ -379,7 +379,7 @@ def test_model_error_fails_the_chat_span_and_passes_through(langchain, exporter,
 # --- streams ------------------------------------------------------------------------------------------------
 
 
-def test_stream_exhausted_ends_its_chat_span_once(langchain, exporter, server):
+def test_stream_exhausted_ends_its_chat_span_once(langchain, exporter, server, span_end_calls):
     server.add_reply(ScriptedReply(text="streamed answer"))
 
     text = "".join(str(chunk.content) for chunk in make_model(server).stream("hi"))
@@ -390,9 +390,10 @@ def test_stream_exhausted_ends_its_chat_span_once(langchain, exporter, server):
     assert span.status.status_code is StatusCode.UNSET
     assert (span.attributes or {})[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
     assert handler_of(langchain).open_runs() == 0
+    assert list(span_end_calls.values()) == [1]  # the exporter never holds a span twice: count end()
 
 
-def test_stream_closed_early_ends_its_span_without_error(langchain, exporter, server):
+def test_stream_closed_early_ends_its_span_without_error(langchain, exporter, server, span_end_calls):
     server.add_reply(ScriptedReply(text="a long streamed answer in many chunks"))
 
     stream = make_model(server).stream("hi")
@@ -404,9 +405,10 @@ def test_stream_closed_early_ends_its_span_without_error(langchain, exporter, se
     assert span.name == CHAT
     assert span.status.status_code is StatusCode.UNSET
     assert handler_of(langchain).open_runs() == 0
+    assert list(span_end_calls.values()) == [1]
 
 
-async def test_astream_ends_its_chat_span(langchain, exporter, server):
+async def test_astream_ends_its_chat_span(langchain, exporter, server, span_end_calls):
     server.add_reply(ScriptedReply(text="streamed answer"))
 
     chunks = [chunk async for chunk in make_model(server).astream("hi")]
@@ -414,10 +416,13 @@ async def test_astream_ends_its_chat_span(langchain, exporter, server):
     assert "".join(str(chunk.content) for chunk in chunks) == "streamed answer"
     (span,) = exporter.get_finished_spans()
     assert span.name == CHAT
+    assert span.status.status_code is StatusCode.UNSET
+    assert semconv.ERROR_TYPE not in (span.attributes or {})
     assert handler_of(langchain).open_runs() == 0
+    assert list(span_end_calls.values()) == [1]
 
 
-def test_stream_error_fails_the_span_and_passes_through(langchain, exporter, server):
+def test_stream_error_fails_the_span_and_passes_through(langchain, exporter, server, span_end_calls):
     server.add_reply(ScriptedReply(text="cut short " * 20, abort_after_chunks=2))
 
     with pytest.raises(openai.APIConnectionError):
@@ -427,6 +432,7 @@ def test_stream_error_fails_the_span_and_passes_through(langchain, exporter, ser
     (span,) = exporter.get_finished_spans()
     assert span.status.status_code is StatusCode.ERROR
     assert handler_of(langchain).open_runs() == 0
+    assert list(span_end_calls.values()) == [1]
 
 
 # --- one span per model call with the OpenAI instrumentor on ---------------------------------------------------

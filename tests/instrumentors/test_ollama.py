@@ -7,6 +7,7 @@ import gc
 import json
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -300,6 +301,7 @@ def test_exhausted_stream_ends_the_span_once_with_the_whole_response(
     consumed_buffer: ContentBuffer,
     server: OllamaServer,
     client: ollama.Client,
+    span_end_calls: Counter[int],
 ) -> None:
     server.add_reply(STREAM_REPLY)
     stream = client.chat(MODEL, USER, stream=True)
@@ -334,10 +336,12 @@ def test_exhausted_stream_ends_the_span_once_with_the_whole_response(
         prompt="東京の天気は?",
         reasoning_text="考え中",
     )
+    stream.close()  # type: ignore[attr-defined]  # closed after its end: still one end()
+    assert list(span_end_calls.values()) == [1]  # the exporter never holds a span twice: count end()
 
 
 def test_break_then_close_ends_the_span_once_with_what_was_read(
-    spans: InMemorySpanExporter, server: OllamaServer, client: ollama.Client
+    spans: InMemorySpanExporter, server: OllamaServer, client: ollama.Client, span_end_calls: Counter[int]
 ) -> None:
     server.add_reply(STREAM_REPLY)
     stream = client.generate(MODEL, "hi", stream=True)
@@ -347,6 +351,7 @@ def test_break_then_close_ends_the_span_once_with_what_was_read(
     stream.close()  # type: ignore[attr-defined]
     stream.close()  # type: ignore[attr-defined]
     span = only_span(spans)
+    assert list(span_end_calls.values()) == [1]
     assert span.status.status_code is StatusCode.UNSET
     assert semconv.GEN_AI_RESPONSE_FINISH_REASONS not in (span.attributes or {})
 
@@ -390,7 +395,10 @@ def test_abandoned_stream_ends_its_span_when_collected(
 
 
 async def test_async_stream_exhausted_and_closed_early(
-    spans: InMemorySpanExporter, server: OllamaServer, async_client: ollama.AsyncClient
+    spans: InMemorySpanExporter,
+    server: OllamaServer,
+    async_client: ollama.AsyncClient,
+    span_end_calls: Counter[int],
 ) -> None:
     server.add_reply(STREAM_REPLY)
     server.add_reply(STREAM_REPLY)
@@ -401,7 +409,9 @@ async def test_async_stream_exhausted_and_closed_early(
     async for _ in early:
         break
     await early.aclose()  # type: ignore[attr-defined]
+    await early.aclose()  # type: ignore[attr-defined]
     first, second = spans.get_finished_spans()
+    assert list(span_end_calls.values()) == [1, 1]
     assert (first.attributes or {})[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
     assert second.name == f"text_completion {MODEL}"
     assert semconv.GEN_AI_RESPONSE_FINISH_REASONS not in (second.attributes or {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import platform
 import queue
 import sys
@@ -59,9 +60,9 @@ class _Blocking(SpanProcessor):
         self.release.wait(10)
 
 
-def _spans(provider: TracerProvider, count: int) -> None:
+def _spans(provider: TracerProvider, count: int, first: int = 0) -> None:
     tracer = provider.get_tracer("test")
-    for index in range(count):
+    for index in range(first, first + count):
         with tracer.start_as_current_span(f"span-{index}"):
             pass
 
@@ -304,20 +305,37 @@ def test_below_another_link_the_worker_carries_the_content_it_was_handed() -> No
     head.shutdown()
 
 
+def _gathering_since(processor: OffThreadProcessor, after: float) -> bool:
+    """Wait until the worker has started a batch delay after ``after`` (monotonic): it ran, took what it
+    was woken for and now lets spans gather. Its wait ends at ``_due``, an hour past its start here."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        due = processor._due
+        if math.isfinite(due) and due - 3_600 >= after:
+            return True
+        time.sleep(0.005)
+    return False
+
+
 def test_spans_gather_for_the_batch_delay_and_a_flush_or_shutdown_cuts_it_short() -> None:
     recorder = _Recorder()
     # An hour: nothing but a flush or shutdown can end the wait within the test.
     processor = OffThreadProcessor([recorder], batch_delay_millis=3_600_000)
     provider = TracerProvider()
     provider.add_span_processor(processor)
+    before = time.monotonic()
     _spans(provider, 3)
-    time.sleep(0.3)  # time enough to forward them, were it not gathering
+    # Not a sleep: the worker is seen to have run (it woke for the first span) and to be gathering.
+    assert _gathering_since(processor, before)
+    assert not processor._wake.is_set()  # nothing cut the wait short
     assert recorder.ended == []  # still gathering
+    before_flush = time.monotonic()
     assert processor.force_flush(timeout_millis=10_000)
     assert recorder.ended == ["span-0", "span-1", "span-2"]
+    assert _gathering_since(processor, before_flush)  # busy a moment ago: after the flush it gathers again
     _spans(provider, 2)
-    time.sleep(0.3)
-    assert recorder.ended == ["span-0", "span-1", "span-2"]  # after a pause: gathering again
+    assert not processor._wake.is_set()  # the two spans did not cut the new wait short
+    assert recorder.ended == ["span-0", "span-1", "span-2"]
     processor.shutdown()
     assert recorder.ended == ["span-0", "span-1", "span-2", "span-0", "span-1"]
     assert "dropped.spans_at_shutdown" not in tallyspan.stats()
@@ -331,10 +349,14 @@ def test_a_whole_batch_is_handled_without_waiting_for_the_rest_of_the_delay() ->
     processor = OffThreadProcessor([recorder], max_queue_size=1024, batch_delay_millis=3_600_000)
     provider = TracerProvider()
     provider.add_span_processor(processor)
-    # The first span wakes the worker, which holds it while the next ones gather: 16 in the queue.
-    _spans(provider, 16)
-    time.sleep(0.3)
-    assert recorder.ended == []  # still gathering
+    before = time.monotonic()
+    # The first span wakes the worker, which holds it while the next ones gather: 15 in the queue.
+    _spans(provider, 1)
+    assert _gathering_since(processor, before)  # the worker ran, took span-0, and gathers
+    _spans(provider, 15, first=1)
+    # 15 waiting, one short of a batch: the app's thread did not cut the wait short, and nothing went.
+    assert not processor._wake.is_set()
+    assert recorder.ended == []
     _spans(provider, 1)
     deadline = time.monotonic() + 10
     while len(recorder.ended) < 17 and time.monotonic() < deadline:
