@@ -13,7 +13,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tests.cli.conftest import Filled, Recorded, age_trace
 
-from tallyspan._store._store_queries import open_store, prune
+from tallyspan._store._store_prune import prune
+from tallyspan._store._store_queries import open_store
 from tallyspan._store._store_schema import connect
 from tallyspan.cli import main
 from tallyspan.cli.prune import parse_age

@@ -7,7 +7,8 @@ import time
 
 import click
 
-from tallyspan._store._store_queries import open_store, prune
+from tallyspan._store._store_prune import prune
+from tallyspan._store._store_queries import open_store
 from tallyspan.cli._render import emit, table
 from tallyspan.cli._state import CliState, pass_state
 
