@@ -141,7 +141,9 @@ def test_an_outage_then_recovery_delivers_every_verdict_and_ledger_record_exactl
     flush_start = time.monotonic()
     assert instrumentation.force_flush(5000) is False  # the backend is down: not delivered, said so
     flush_time = time.monotonic() - flush_start
-    assert flush_time < EXPORT_TIMEOUT_S + 1.5  # fails fast: one attempt, not the whole timeout
+    # Fails fast: one attempt (EXPORT_TIMEOUT_S at most), not its own 5 s deadline. A bound well under
+    # that deadline, not near the attempt's: a loaded runner took 2.1 s for the same single attempt.
+    assert flush_time < 4.0
     made = produced(exporter, sink)
     assert len(made.durable_spans) == 2 * RUNS
     assert len(made.ledger_records) == 4 * RUNS
