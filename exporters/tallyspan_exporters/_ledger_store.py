@@ -65,6 +65,10 @@ class SQLiteLedgerSink:
         budget: bounds ``shutdown``; default 30 s.
     """
 
+    #: The store is the user's own disk: with content capture off the ledger processor still gives it
+    #: the tool names and call ids the agent claimed (when shaped as identifiers), never a summary.
+    keeps_claimed_identifiers: Final = True
+
     def __init__(
         self,
         path: str | os.PathLike[str],
