@@ -17,12 +17,13 @@ component that is not installed is skipped.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, EntryPoints, PackageNotFoundError, distribution, entry_points
 from pathlib import Path
@@ -58,7 +59,7 @@ from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
 from tallyspan._requirements import dependency_conflict
 from tallyspan._selfstats import count, swallowed
-from tallyspan._state import RunningState, Settings, set_active
+from tallyspan._state import RunningState, Settings, active, set_active
 
 if TYPE_CHECKING:
     # For the types only: importing it costs about 15 ms (packaging's parsers), which our instrumentors
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
 
     from tallyspan._contract._contracts import ContractSet
 
-__all__ = ["DEFAULT_STORE", "Instrumentation", "instrument", "instrumentation", "uninstrument"]
+__all__ = ["DEFAULT_STORE", "Instrumentation", "instrument", "instrumentation", "set_aside", "uninstrument"]
 
 _logger = logging.getLogger(__name__)
 
@@ -106,18 +107,21 @@ class ComponentFactory(Protocol):
 
 
 class _Switch(SpanProcessor):
-    """The head of our chain on the provider: the SDK cannot remove a processor, so uninstrument turns it off."""
+    """The head of our chain on the provider: the SDK cannot remove a processor, so uninstrument turns it off.
+
+    ``paused`` (``set_aside``) lets spans pass by without stopping the chain."""
 
     def __init__(self, inner: SpanProcessor) -> None:
         self.inner = inner
         self.enabled = True
+        self.paused = False
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        if self.enabled:
+        if self.enabled and not self.paused:
             self.inner.on_start(span, parent_context=parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self.enabled:
+        if self.enabled and not self.paused:
             self.inner.on_end(span)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -297,6 +301,36 @@ def uninstrument() -> None:
     except Exception:  # the app's processors stay fed by our (stopped) chain: log it, go on
         swallowed(_logger, "uninstrument.give_back", "could not give the app's span processors back")
     current.shutdown()
+
+
+@contextlib.contextmanager
+def set_aside() -> Iterator[Instrumentation | None]:
+    """Set the running instrumentation aside for the block, so that ``instrument()`` can be called in it
+    (the pytest fixture's, for one test, in an app that instrumented itself at import); yield it, or None.
+
+    Set aside, the instrumentation is paused, not undone: its chain receives no span and is not shut
+    down (its store, spool and exports stay open), and the libraries it patched stay patched, sending
+    their spans to its provider: instrument on that provider in the block to receive them. What the
+    block instrumented is undone at its end (if the block did not), and the instrumentation set aside
+    runs again, as before.
+    """
+    global _current
+    with _lock:
+        current, _current = _current, None
+        state = active()
+        set_active(None)
+        if current is not None and current._head is not None:
+            current._head.paused = True
+    try:
+        yield current
+    finally:
+        uninstrument()  # what the block left running, if anything
+        with _lock:
+            if current is not None:
+                _current = current
+                set_active(state)
+                if current._head is not None:
+                    current._head.paused = False
 
 
 def _writable_store(db_path: Path | None) -> Path | None:
