@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 
     from tallyspan._contract._contracts import ContractSet
 
-__all__ = ["DEFAULT_STORE", "Instrumentation", "instrument", "instrumentation", "set_aside", "uninstrument"]
+__all__ = ["DEFAULT_STORE", "Instrumentation", "instrument", "instrumentation", "uninstrument"]
 
 _logger = logging.getLogger(__name__)
 
@@ -163,6 +163,38 @@ class Instrumentation:
         provider itself is left to its owner."""
         self.settings.shutdown_budget.start()
         self.processor.shutdown()
+
+    @contextlib.contextmanager
+    def set_aside(self) -> Iterator[None]:
+        """Set this, the running instrumentation, aside for the block, so that ``instrument()`` can be
+        called in it (the pytest fixture's, for one test, in an app that instrumented itself at import).
+
+        Set aside, it is paused, not undone: its chain receives no span and is not shut down (its store,
+        spool and exports stay open), and the libraries it patched stay patched, sending their spans to
+        its provider: instrument on ``self.tracer_provider`` in the block to receive them. What the block
+        instrumented is undone at its end (if the block did not), and this instrumentation runs again.
+
+        Raises:
+            ConfigError: this is not the running instrumentation.
+        """
+        global _current
+        with _lock:
+            if _current is not self:
+                raise ConfigError("only the running instrumentation can be set aside")
+            _current = None
+            state = active()
+            set_active(None)
+            if self._head is not None:
+                self._head.paused = True
+        try:
+            yield
+        finally:
+            uninstrument()  # what the block left running, if anything
+            with _lock:
+                _current = self
+                set_active(state)
+                if self._head is not None:
+                    self._head.paused = False
 
 
 _lock = threading.RLock()
@@ -301,36 +333,6 @@ def uninstrument() -> None:
     except Exception:  # the app's processors stay fed by our (stopped) chain: log it, go on
         swallowed(_logger, "uninstrument.give_back", "could not give the app's span processors back")
     current.shutdown()
-
-
-@contextlib.contextmanager
-def set_aside() -> Iterator[Instrumentation | None]:
-    """Set the running instrumentation aside for the block, so that ``instrument()`` can be called in it
-    (the pytest fixture's, for one test, in an app that instrumented itself at import); yield it, or None.
-
-    Set aside, the instrumentation is paused, not undone: its chain receives no span and is not shut
-    down (its store, spool and exports stay open), and the libraries it patched stay patched, sending
-    their spans to its provider: instrument on that provider in the block to receive them. What the
-    block instrumented is undone at its end (if the block did not), and the instrumentation set aside
-    runs again, as before.
-    """
-    global _current
-    with _lock:
-        current, _current = _current, None
-        state = active()
-        set_active(None)
-        if current is not None and current._head is not None:
-            current._head.paused = True
-    try:
-        yield current
-    finally:
-        uninstrument()  # what the block left running, if anything
-        with _lock:
-            if current is not None:
-                _current = current
-                set_active(state)
-                if current._head is not None:
-                    current._head.paused = False
 
 
 def _writable_store(db_path: Path | None) -> Path | None:

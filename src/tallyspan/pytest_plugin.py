@@ -31,6 +31,7 @@ instruments the test on the same tracer provider, and gives it back afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -353,7 +354,6 @@ def tallyspan(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tallys
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     import tallyspan as package
-    from tallyspan._instrument import set_aside
 
     marker = request.node.get_closest_marker(MARKER)
     options = marker.kwargs if marker is not None else {}
@@ -362,7 +362,8 @@ def tallyspan(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tallys
     books = _Books()
     # The app's own instrumentation (instrument() at import) is paused for the test, not undone: the
     # libraries it patched send their spans to its provider, so the test's chain goes on that provider.
-    with set_aside() as running:
+    running = package.instrumentation()
+    with running.set_aside() if running is not None else contextlib.nullcontext():
         provider = running.tracer_provider if running is not None else TracerProvider()
         try:
             instrumentation = package.instrument(

@@ -207,15 +207,12 @@ def test_an_app_that_exits_without_flushing_keeps_its_call_and_verdict_in_the_st
 def test_set_aside_pauses_the_running_instrumentation_and_gives_it_back(
     tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
-    from tallyspan._instrument import set_aside
-
     app = tallyspan.instrument(
         tracer_provider=tracer_provider, store=None, span_processors=[SimpleSpanProcessor(span_exporter)]
     )
     tracer = tracer_provider.get_tracer("test")
     inner_spans = InMemorySpanExporter()
-    with set_aside() as running:
-        assert running is app
+    with app.set_aside():
         assert tallyspan.instrumentation() is None
         inner = tallyspan.instrument(
             tracer_provider=tracer_provider, store=None, span_processors=[SimpleSpanProcessor(inner_spans)]
@@ -223,6 +220,11 @@ def test_set_aside_pauses_the_running_instrumentation_and_gives_it_back(
         with tracer.start_as_current_span("aside"):
             pass
         assert inner.force_flush()
+        refused = pytest.raises(
+            tallyspan.ConfigError, match=r"^only the running instrumentation can be set aside$"
+        )
+        with refused, app.set_aside():
+            pass
         # Left running: the end of the block undoes it.
     assert tallyspan.instrumentation() is app
     with tracer.start_as_current_span("back"):
@@ -231,14 +233,3 @@ def test_set_aside_pauses_the_running_instrumentation_and_gives_it_back(
     assert [span.name for span in span_exporter.get_finished_spans()] == ["back"]
     assert [span.name for span in inner_spans.get_finished_spans()] == ["aside"]
     tallyspan.uninstrument()
-
-
-def test_set_aside_with_nothing_running_yields_none_and_leaves_nothing(
-    tracer_provider: TracerProvider,
-) -> None:
-    from tallyspan._instrument import set_aside
-
-    with set_aside() as running:
-        assert running is None
-        tallyspan.instrument(tracer_provider=tracer_provider, store=None)
-    assert tallyspan.instrumentation() is None
