@@ -213,6 +213,7 @@ def report(results: Sequence[tuple[Case, frozenset[str]]], misses: bool) -> dict
 
 #: The off_topic rule's two thresholds, and the values leave-one-model-out chooses among.
 LOMO_GRID: dict[str, tuple[float, ...]] = {
+    "_MIN_MARGIN": (0.0, 0.5, 1.0),
     "_MIN_RANK": (0.3, 0.4, 0.5, 0.6),
     "_MIN_UNRELATED_CHARS": (150, 300, 500),
 }

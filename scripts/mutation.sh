@@ -51,7 +51,8 @@ store)
         tests/exporters/test_store_rows.py tests/core/test_memory.py"
     ;;
 cli)
-    MUTATE="src/tallyspan/cli/*.py src/tallyspan/_store/_store_queries.py src/tallyspan/_store/_store_ledger.py"
+    MUTATE="src/tallyspan/cli/*.py src/tallyspan/_store/_store_queries.py src/tallyspan/_store/_store_ledger.py
+        src/tallyspan/_store/_store_timeline.py"
     TESTS="tests/cli"
     # mutmut's CPU limit per mutant counts the tests' own time, not their fixtures' (the recorded store,
     # the demo and export workloads take seconds): without this margin a mutant that changes nothing could

@@ -11,9 +11,16 @@ Usage::
 One SQLite file (WAL, ``synchronous=NORMAL``: durable across a crash of the process, not of the
 machine), shared by every process that uses it (a pool of workers, the next start of the app). Each row
 belongs to the process that wrote or claimed it for a lease, renewed while that process lives; a row
-whose owner released it, let its lease run out, or died (a process id on this host that no longer
-exists) is taken over by the next process that claims, so nothing is sent by two live processes and
+whose owner released it, died (a process id on this host that no longer exists) or stopped renewing its
+lease is taken over by the next process that claims, so nothing is sent by two live processes and
 nothing waits on a dead one.
+
+The wall clock is not trusted to tell a lease that ran out: it jumps (a VM resumed after a pause, an
+NTP step, an operator), and a jump forward made every live process's lease look expired at once, so
+its rows in flight were claimed and sent by another process too, and evicted and counted as lost while
+they were being delivered. A lease runs out when the claimer, on its own monotonic clock, has seen it
+unchanged for ``LEASE_S`` (its owner renews it every ``LEASE_S / 3``); the age limit alone reads the
+wall clock, since a record's age is wall time.
 
 Bounded: the records together at most ``max_bytes`` (the oldest beyond it evicted, counted in
 ``dropped.otlp.<signal>.spool_full``), none older than ``max_age_s`` (``...spool_expired``). A row
@@ -66,7 +73,7 @@ T = TypeVar("T")
 LEASE_S: Final = 30.0
 """How long a claimed or written row stays its owner's without a renewal (the owner renews every 10 s)."""
 _DEAD_OWNER_SCAN_S: Final = 5.0
-"""How often owners of other processes are checked for being alive."""
+"""How often owners of other processes are checked for being alive and renewing (``time.monotonic()``)."""
 _BUSY_TIMEOUT_MS: Final = 1000
 """How long a statement waits for another process's transaction: the spool's are all short."""
 RETRY_S: Final = 1.0
@@ -90,7 +97,8 @@ CREATE TABLE IF NOT EXISTS records (
 CREATE INDEX IF NOT EXISTS records_by_signal ON records (signal, seq);
 CREATE INDEX IF NOT EXISTS records_by_created ON records (created_unix_nano, signal);
 CREATE INDEX IF NOT EXISTS records_by_size ON records (size);
-CREATE INDEX IF NOT EXISTS records_by_owner ON records (owner);
+CREATE INDEX IF NOT EXISTS records_by_owner_lease ON records (owner, lease_until);
+DROP INDEX IF EXISTS records_by_owner;
 CREATE TABLE IF NOT EXISTS record_counts (signal TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
 """
 # Each append evicts what expired and sums the sizes, and the owners are looked up every few seconds:
@@ -98,7 +106,8 @@ CREATE TABLE IF NOT EXISTS record_counts (signal TEXT PRIMARY KEY, n INTEGER NOT
 # and an append's cost grew with the spool (bench/bench_spool.py: 5.5 ms for 17 records at 2,000 rows,
 # 61 ms at 18,000, a full spool; now 0.4 and 0.9 ms), most of all during the outages the spool is for.
 # ``sending`` marks the rows of an export in flight (claimed, not yet answered): the size limit does not
-# evict them (added to the spools of earlier versions when they are opened). ``record_counts`` holds how
+# evict them (added to the spools of earlier versions when they are opened). The owner index holds the
+# lease too, so the look for owners that stopped renewing reads it alone. ``record_counts`` holds how
 # many rows of each signal there are, kept in the transaction that adds or removes them: one small page
 # near the file's start, so that when a damaged file hides some rows from every b-tree, how many were
 # lost is still known, by signal.
@@ -186,7 +195,8 @@ class Spool:
         self._owner = _owner_name()
         self._host = socket.gethostname()
         self._closed = False
-        self._next_dead_scan = 0.0
+        self._next_dead_scan = 0.0  # monotonic
+        self._leases_seen: dict[str, tuple[float | None, float]] = {}  # owner: (lease, monotonic when seen)
         self._users = 1  # the outboxes sharing it (``shared_spool``): the last one releases and closes
         self._down_until = 0.0  # monotonic: after a failure, the spool is not tried again before this
         self._file_id: tuple[int, int] | None = None  # (device, inode) of the file the connection opened
@@ -203,12 +213,12 @@ class Spool:
         if not records:
             return []
         now_ns = time.time_ns()
-        lease = time.time() + LEASE_S
+        lease = time.time() + LEASE_S  # only ever compared for a change: see the module's docstring
 
         def write(db: sqlite3.Connection) -> list[int]:
             self._evict_expired(db, now_ns)
             incoming = sum(len(body) for _, body in records if len(body) <= self._max_bytes)
-            self._evict_for(db, incoming, time.time())
+            self._evict_for(db, incoming)
             kept = []
             for record_id, body in records:
                 if len(body) > self._max_bytes:
@@ -223,17 +233,17 @@ class Spool:
 
     def claim(self, signal: str, limit: int) -> list[SpooledRow] | None:
         """Take up to ``limit`` of the oldest rows of ``signal`` this process may send (its own, released,
-        expired, or a dead process's), for a lease; None on failure."""
+        or a dead or silent process's), for a lease; None on failure."""
         now = time.time()
-        scan = now >= self._next_dead_scan
+        scan = time.monotonic() >= self._next_dead_scan
 
         def take(db: sqlite3.Connection) -> list[SpooledRow]:
             if scan:
-                self._release_dead_owners(db)
+                self._release_gone_owners(db)
             rows = db.execute(
                 "SELECT seq, record_id, body FROM records WHERE signal = ?"
-                " AND (owner = ? OR owner IS NULL OR lease_until < ?) ORDER BY seq LIMIT ?",
-                (signal, self._owner, now, max(1, limit)),
+                " AND (owner = ? OR owner IS NULL) ORDER BY seq LIMIT ?",
+                (signal, self._owner, max(1, limit)),
             ).fetchall()
             for chunk in statement_chunks([int(row[0]) for row in rows], _SEQS_PER_STATEMENT):
                 db.execute(
@@ -245,7 +255,7 @@ class Spool:
 
         taken = self._transaction("claim", take)
         if scan and taken is not None:
-            self._next_dead_scan = now + _DEAD_OWNER_SCAN_S
+            self._next_dead_scan = time.monotonic() + _DEAD_OWNER_SCAN_S
         return taken
 
     def delete(self, seqs: Iterable[int], *, now: bool = False) -> bool:
@@ -336,11 +346,12 @@ class Spool:
             db.execute("DELETE FROM records WHERE created_unix_nano < ?", (cutoff,))
             _add_counts(db, Counter({signal: -number for signal, number in expired.items()}))
 
-    def _evict_for(self, db: sqlite3.Connection, incoming: int, now: float) -> None:
+    def _evict_for(self, db: sqlite3.Connection, incoming: int) -> None:
         """Evict the oldest records until ``incoming`` more bytes fit under the size limit.
 
-        Not a row being sent by a live owner: evicted (and counted) and then accepted by the backend, it
-        was counted as lost and delivered. It stays; the spool is over its limit until its export ends."""
+        Not a row being sent by its owner: evicted (and counted) and then accepted by the backend, it was
+        counted as lost and delivered. It stays; the spool is over its limit until its export ends, or
+        until its owner is found dead or silent (then its rows are released, ``sending`` cleared)."""
         total = int(db.execute("SELECT COALESCE(SUM(size), 0) FROM records").fetchone()[0])
         excess = total + incoming - self._max_bytes
         if excess <= 0:
@@ -348,9 +359,7 @@ class Spool:
         evicted: list[int] = []
         signals: Counter[str] = Counter()
         for seq, size, signal in db.execute(
-            "SELECT seq, size, signal FROM records"
-            " WHERE sending = 0 OR lease_until IS NULL OR lease_until < ? ORDER BY seq",
-            (now,),
+            "SELECT seq, size, signal FROM records WHERE sending = 0 OR owner IS NULL ORDER BY seq"
         ):
             if excess <= 0:
                 break
@@ -361,16 +370,33 @@ class Spool:
         _delete_records(db, evicted)
         _add_counts(db, signals)
 
-    def _release_dead_owners(self, db: sqlite3.Connection) -> None:
-        owners = [
-            str(row[0])
+    def _release_gone_owners(self, db: sqlite3.Connection) -> None:
+        """Release the rows of owners that died (on this host) or have not renewed their lease for
+        ``LEASE_S`` of this process's monotonic clock (hung, a reused process id, or gone on another host)."""
+        now = time.monotonic()
+        leases = {
+            str(row[0]): row[1]
             for row in db.execute(
-                "SELECT DISTINCT owner FROM records WHERE owner IS NOT NULL AND owner != ?", (self._owner,)
+                "SELECT owner, MAX(lease_until) FROM records WHERE owner IS NOT NULL AND owner != ?"
+                " GROUP BY owner",
+                (self._owner,),
             )
-        ]
-        dead = [(owner,) for owner in owners if _is_dead(owner, self._host)]
+        }
+        gone = []
+        for owner, lease in leases.items():
+            seen = self._leases_seen.get(owner)
+            if _is_dead(owner, self._host) or (
+                seen is not None and seen[0] == lease and now - seen[1] >= LEASE_S
+            ):
+                gone.append(owner)
+            elif seen is None or seen[0] != lease:
+                self._leases_seen[owner] = (lease, now)
+        self._leases_seen = {
+            owner: seen for owner, seen in self._leases_seen.items() if owner in leases and owner not in gone
+        }
         db.executemany(
-            "UPDATE records SET owner = NULL, lease_until = NULL, sending = 0 WHERE owner = ?", dead
+            "UPDATE records SET owner = NULL, lease_until = NULL, sending = 0 WHERE owner = ?",
+            [(owner,) for owner in gone],
         )
 
     # --- the connection ---------------------------------------------------------------------------------
@@ -492,6 +518,7 @@ class Spool:
             self._db, self._pid = None, os.getpid()
             self._owner = _owner_name()
             self._next_dead_scan = 0.0
+            self._leases_seen = {}
             self._down_until = 0.0
 
     # --- a damaged file -----------------------------------------------------------------------------------
@@ -589,7 +616,8 @@ def _is_damaged(error: sqlite3.DatabaseError) -> bool:
 _SEQ_SOURCES: Final = (
     "SELECT seq, signal FROM records INDEXED BY records_by_signal",
     "SELECT seq, signal FROM records INDEXED BY records_by_created",
-    "SELECT seq, NULL FROM records INDEXED BY records_by_owner",
+    "SELECT seq, NULL FROM records INDEXED BY records_by_owner_lease",
+    "SELECT seq, NULL FROM records INDEXED BY records_by_owner",  # a spool of an earlier version
     "SELECT seq, NULL FROM records INDEXED BY records_by_size",
     "SELECT seq, signal FROM records NOT INDEXED",
 )

@@ -59,6 +59,7 @@ from tallyspan._errors import ConfigError
 from tallyspan._fork import after_fork_in_child, renew_lock_after_fork
 from tallyspan._requirements import dependency_conflict
 from tallyspan._selfstats import count, swallowed
+from tallyspan._sigterm import final_flush, flush_on_sigterm
 from tallyspan._state import RunningState, Settings, active, set_active
 
 if TYPE_CHECKING:
@@ -130,7 +131,9 @@ class _Switch(SpanProcessor):
     def shutdown(self) -> None:
         if self.enabled:
             self.enabled = False
-            self.inner.shutdown()
+            # The provider's own exit hook (before ours) or uninstrument(): a SIGTERM meanwhile waits for it.
+            with final_flush():
+                self.inner.shutdown()
 
 
 @dataclass
@@ -308,6 +311,7 @@ def instrument(
             _adopted=adopted,
         )
         set_active(RunningState(settings, provider))
+        _prepare_child_exit()
         return _current
 
 
@@ -654,13 +658,14 @@ def _flush_at_exit() -> None:
     current = _current
     if current is None:
         return
-    try:
-        budget = current.settings.shutdown_budget
-        budget.start()
-        current.force_flush(budget.remaining_millis())
-        current.shutdown()
-    except Exception:  # at exit there is nobody left to tell but the log
-        swallowed(_logger, "atexit", "flushing tallyspan at exit failed")
+    with final_flush():  # a SIGTERM meanwhile (Pool.terminate()) waits for it, within the budget
+        try:
+            budget = current.settings.shutdown_budget
+            budget.start()
+            current.force_flush(budget.remaining_millis())
+            current.shutdown()
+        except Exception:  # at exit there is nobody left to tell but the log
+            swallowed(_logger, "atexit", "flushing tallyspan at exit failed")
 
 
 class _PoolWorkerHook:
@@ -668,6 +673,11 @@ class _PoolWorkerHook:
 
 
 _POOL_WORKER_HOOK: Final = _PoolWorkerHook()
+#: The process in which the exit finalizer is registered (a forked child has another pid).
+_exit_prepared_in: int | None = None
+#: How long a SIGTERM waits for the flush beyond the shutdown budget: the outbox's moment to write the
+#: last records to the local spool (``tallyspan_exporters._delivery.SPOOL_GRACE_S``).
+_SIGTERM_SPOOL_GRACE_S: Final = 1.0
 
 
 def _flush_in_pool_workers(module: object) -> None:
@@ -680,14 +690,74 @@ def _flush_in_pool_workers(module: object) -> None:
     del module
     mp_util = sys.modules.get("multiprocessing.util")
     if mp_util is not None and _current is not None:
-        mp_util.register_after_fork(_POOL_WORKER_HOOK, _register_exit_finalizer)
+        mp_util.register_after_fork(_POOL_WORKER_HOOK, _prepare_worker_exit)
 
 
-def _register_exit_finalizer(hook: object) -> None:
+def _prepare_child_exit() -> None:
+    """``instrument()`` in a ``multiprocessing`` child (``spawn`` and ``forkserver`` children are new
+    interpreters: the parent's instrumentation does not reach them): flush before it exits, as a forked one.
+
+    While a ``spawn`` or ``forkserver`` child imports the main module (``_inheriting``: an
+    ``instrument()`` at its top level), its ``_bootstrap`` is still to come, and it clears the finalizers:
+    register there. From a pool's ``initializer`` or a process's target, ``_bootstrap`` is done: at once.
+    A ``forkserver`` child then leaves with ``os._exit``, so without the finalizer it lost every run.
+    """
+    process_module = sys.modules.get("multiprocessing.process")
+    mp_util = sys.modules.get("multiprocessing.util")
+    if process_module is None or mp_util is None:
+        return
+    if getattr(process_module.current_process(), "_inheriting", False):
+        mp_util.register_after_fork(_POOL_WORKER_HOOK, _prepare_worker_exit)
+        if _is_pool_worker():  # a spawn child runs no after-fork hook: its handler is installed now
+            flush_on_sigterm(_flush_on_sigterm, _sigterm_wait_s)
+    elif process_module.parent_process() is not None:
+        _prepare_worker_exit(None)
+
+
+def _prepare_worker_exit(hook: object) -> None:
+    """In a ``multiprocessing`` child (its ``_bootstrap``, or the code it runs): flush at its exit, and in
+    a pool worker on the SIGTERM of ``Pool.terminate()`` too."""
     del hook
-    mp_util = sys.modules["multiprocessing.util"]
-    # exitpriority >= 0 runs in the worker's _exit_function; a high one runs before the others.
-    mp_util.Finalize(None, _flush_at_exit, exitpriority=100)
+    global _exit_prepared_in
+    if _exit_prepared_in != os.getpid():
+        _exit_prepared_in = os.getpid()
+        mp_util = sys.modules["multiprocessing.util"]
+        # exitpriority >= 0 runs in the worker's _exit_function; a high one runs before the others.
+        mp_util.Finalize(None, _flush_at_exit, exitpriority=100)
+    if _is_pool_worker():
+        flush_on_sigterm(_flush_on_sigterm, _sigterm_wait_s)
+
+
+def _is_pool_worker() -> bool:
+    """Whether this process is a worker of a ``multiprocessing`` pool (which ``Pool.terminate()`` stops
+    with SIGTERM, as does leaving ``with Pool() as pool:``)."""
+    process_module = sys.modules.get("multiprocessing.process")
+    if process_module is None:
+        return False
+    process = process_module.current_process()
+    if getattr(process, "_inheriting", False):
+        # A spawn or forkserver child importing the main module, before its process object is read: only
+        # its name says what it is, and a pool names its workers so ("SpawnPoolWorker-3").
+        return "PoolWorker-" in process.name
+    pool = sys.modules.get("multiprocessing.pool")
+    target = getattr(process, "_target", None)
+    return pool is not None and target is not None and target is getattr(pool, "worker", None)
+
+
+def _flush_on_sigterm(ends: bool) -> None:
+    """A SIGTERM arrived: flush and stop when the process ends by it, flush only when the app's own
+    handler decides (it may go on, and our chain with it)."""
+    if ends:
+        _flush_at_exit()
+        return
+    current = _current
+    if current is not None:
+        current.force_flush(int(current.settings.shutdown_budget.seconds * 1000))
+
+
+def _sigterm_wait_s() -> float:
+    current = _current
+    return 0.0 if current is None else current.settings.shutdown_budget.seconds + _SIGTERM_SPOOL_GRACE_S
 
 
 after_fork_in_child(sys.modules[__name__], _flush_in_pool_workers)

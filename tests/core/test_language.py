@@ -59,6 +59,14 @@ def test_japanese_hard_cases_are_clean(text: str) -> None:
         ("我在日本工作三年了。", ["not_japanese"]),
         ("Here is the summary of the quarterly report.", ["not_japanese"]),
         ("The Japanese word 「ありがとう」 means thank you.", ["not_japanese"]),
+        # Chinese prose that names Japanese words: a few kana (quoted or as headings) among much han.
+        (
+            '"じまん" 和 "ほこり" 这两个词在日语中都有多种含义，但通常它们并不具有直接的积极或消极含义。\n'
+            "1. じまん：最基本的含义是自豪，也可以表示夸耀自己的成就或者财产。\n"
+            "2. ほこり：最常见的含义是灰尘，也可以指骄傲，取决于上下文以及说话者所使用的语境和语气。\n"
+            "现在，让我们来探讨一下为什么这两个词通常不直接表示积极或消极的含义，以及它们在日常对话中的用法。",
+            ["not_japanese"],
+        ),
         ("이 보고서는 3분기 매출 분석 결과를 요약한 것입니다.", ["not_japanese"]),
         ("```python\nimport os\nprint(os.environ)\n```", []),  # code only: no prose, no language
         ("このprojectのgoalはuserのexperienceをimproveすることです。", ["broken_language_mix"]),
@@ -202,6 +210,10 @@ def test_code_data_math_titles_and_single_words_are_not_a_language_problem(text:
         ("Machine learning has three main types.\n1. **教師あり学習**: This type requires labeled data sets, "
          "where each example has been classified by a human.\n2. **教師なし学習**: In this type there is no "
          "labeled data, and the algorithm must discover patterns itself.", ["not_japanese"]),
+        # ... but a Japanese clause (particles after kanji) before English paragraphs is a Japanese answer
+        ("「in the morning」に関連した英語を日本語へ和訳す\n\nHow do I get a value from an object in a list? "
+         "I have a list of objects which contains some properties. I want the ID of the one whose name "
+         "is equal to a string.", ["broken_language_mix"]),
         # English prose that holds a formula is prose, not code
         ("The given function is f(x) = 4x^3 - 9x - 14. To find the value of f(2), we substitute x = 2.",
          ["not_japanese"]),
@@ -311,7 +323,8 @@ def test_other_required_languages_follow_the_same_prose_rules() -> None:
         ('[注意] 1/2 の説明です。', ('ja', 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
         ('// note\n説明です。', ('ja', 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
         ('[注意] #1 の説明です。', ('ja', 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, True)),
-        ('我们认为这个方案是目前最好的选择「あ」', ('ja', 0, 16, 0, 0, 0, 0, 1, 16, 0, 0, 1, False)),
+        # Chinese prose that names a Japanese word is Chinese.
+        ('我们认为这个方案是目前最好的选择「あ」', ('zh', 0, 16, 0, 0, 0, 0, 1, 16, 0, 0, 1, False)),
         ('We fixed the bug today.\nあいうえおかきくけこ', ('ja', 10, 0, 0, 5, 2, 3, 0, 0, 1, 0, 0, False)),
         ('We fixed the bug today.\nあいうえおかきくけ', ('en', 9, 0, 0, 5, 2, 3, 0, 0, 1, 0, 0, False)),
         ('We fixed the bug today. He said 「あいうえおかきくけこ」.', ('ja', 0, 0, 0, 7, 3, 4, 0, 0, 1, 0, 10, False)),

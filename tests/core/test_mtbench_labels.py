@@ -17,8 +17,9 @@ reasoning. Each label below was decided by reading the answer:
 Labels the written definitions (DEFINITIONS.md) decide differently from when these were labelled:
 shisa/30 (English list ending in a Japanese paragraph) has kana, so it is a broken mix, not
 not_japanese; nekomata/53, 59, 65 and shisa/54 loop (77-100 % of the text is one unit repeated back to
-back), so they are degenerate_repetition too, a type that did not exist then. No prompt is given here,
-so off_topic is not judged (test_mtbench_dev_labels.py judges it).
+back), so they are degenerate_repetition too, a type that did not exist then; qwen/45 says the name
+cannot be inferred and gives no answer, which the definitions call a refusal (it was "a wrong answer").
+No prompt is given here, so off_topic is not judged (test_mtbench_dev_labels.py judges it).
 
 Label codes: F forbidden_present, CJ chinese_in_japanese, NJ not_japanese, BM broken_language_mix,
 R refusal, S too_short, DR degenerate_repetition, "" clean.
@@ -68,11 +69,11 @@ EXTRACTION_CONTRACT = Contract(**_COMMON)
 DEV: dict[str, dict[tuple[int, int], str]] = {
     # Qwen: <|im_end|> leaks into nearly every answer; Chinese words inside Japanese (市场, 筷子, 宫崎骏/價值/首先,
     # 結肠炎, 三磷酸腺苷, 氧化剤, 就是一个..., 桥梁, 响き, 确か/见つめ/精进, 来临); 42 declines as "a computer program";
-    # 41 disclaims, then answers (not a refusal); 45 says the name cannot be inferred (a wrong answer, not a refusal);
+    # 41 disclaims, then answers (not a refusal); 45 says the name cannot be inferred (a refusal: it says it cannot);
     # 55 quotes the Chinese poem it was asked about (normal); 59 uses Chinese commas (，) in Japanese (not a clause).
     "qwen": {(21, 0): "F", (22, 0): "F", (23, 0): "CJ F", (24, 0): "F", (25, 0): "F", (26, 0): "", (27, 0): "F",
              (28, 0): "F", (29, 0): "CJ F", (30, 0): "F", (41, 0): "F", (42, 0): "F R", (43, 0): "F", (44, 0): "F",
-             (45, 0): "F", (46, 0): "F", (47, 0): "F", (48, 0): "F", (49, 0): "F", (50, 0): "F", (51, 0): "CJ F",
+             (45, 0): "F R", (46, 0): "F", (47, 0): "F", (48, 0): "F", (49, 0): "F", (50, 0): "F", (51, 0): "CJ F",
              (52, 0): "F", (53, 0): "CJ F", (54, 0): "F", (55, 0): "F", (56, 0): "F", (57, 0): "F", (58, 0): "F",
              (59, 0): "F", (60, 0): "F", (63, 0): "CJ F", (65, 0): "CJ F", (66, 0): "CJ", (67, 0): "CJ F",
              (76, 0): "CJ F", (78, 0): "CJ F", (79, 0): "CJ F"},

@@ -53,6 +53,7 @@ _ONE_PER_ALTERNATIVE = (
     "I'm not comfortable answering this.",
     "申し訳ないが、わかりません。",
     "お答えできません。",
+    "判断できません。",
     "お答えしかねます。",
     "私には答えられません。",
     "回答を差し控えさせていただきます。",
@@ -140,7 +141,12 @@ def test_every_refusal_alternative_holds_an_anchor_word_the_cheap_scan_finds() -
         ("答えます。そのような状況はあり得ません。", False),  # not the first sentence
         # a first sentence that only says the task cannot be done, without a reason
         ("その計算をすることはできません。", True),
-        ("データがないので、推測することはできません。", False),
+        # ... or with a reason, when what cannot be done is the answering itself (guessing, judging)
+        ("データがないので、推測することはできません。", True),
+        ("記載されていないため、判断することはできません。", True),
+        ("衛生上の理由から、ペットを持ち込むことはできません。", False),  # a reason and a rule: the answer
+        ("私には判断できません。", True),
+        ("この情報だけでは判断できませんが、一般的には午後が混みます。", False),  # a general answer follows
         ("その計算をすることはできません。ただし、概算なら計算できます。", False),
         ("私には感情がありません。", True),
         # a courtesy sentence (an apology) before the refusal, and a general answer after a disclaimer
@@ -178,6 +184,20 @@ HARMONY = "<|channel|>analysis<|message|>考え中<|end|><|start|>assistant<|cha
             "ユーザーは要約を求めている。要約です。",
             "output opens with reasoning",
         ),
+        (
+            "うーん、ユーザーは要約を求めている。",
+            "うーん、ユーザーは要約を求めている。",
+            "output opens with reasoning",
+        ),
+        ("嗯，用户想要一份总结。", "嗯，用户想要一份总结。", "output opens with reasoning"),
+        ("嗯，我需要先分析这个问题。", "嗯，我需要先分析这个问题。", "output opens with reasoning"),
+        # A filler alone opens speech, in character or not: no reasoning.
+        (
+            "うーん、私は彼のファンではないので分かりませんが。",
+            "うーん、私は彼のファンではないので分かりませんが。",
+            None,
+        ),
+        ("嗯，这是一个好问题。", "嗯，这是一个好问题。", None),
         ("x" * 200 + " Let me think", "x" * 200 + " Let me think", None),  # only the opening is read
         (" " * 188 + "Let me think.", " " * 188 + "Let me think.", "output opens with reasoning"),
         (" " * 189 + "Let me think.", " " * 189 + "Let me think.", None),  # 200 characters are read

@@ -190,6 +190,9 @@ def test_bigrams_are_adjacent_kanji_or_katakana_only() -> None:
         ("a b 日本", "en"),  # two CJK characters for three words: English
         ("a b c d 日本語", "en"),
         ("plain English words", "en"),
+        # A formula's symbols and numbers are no words: the question around it is Japanese.
+        ("次の式の変数を挙げてください： y = ( 3 / 4 ) * x + 2 - 1", "ja"),
+        ("y = ( 3 / 4 ) * x + 2 - 1 and the rest: 日本語", "en"),
     ],
 )
 def test_the_script_is_told_by_cjk_characters_per_word_and_kana(text: str, script: str) -> None:
@@ -551,9 +554,15 @@ def test_an_offer_to_help_with_questions_back_answers_nothing() -> None:
         "Sure, I'd be happy to help! Can you tell me more about the problem?",
         "わかりました、私はあなたにそれを説明することができます。",
         "こんにちは！お手伝いしたいと思います。まず、あなたの状況を教えていただけますか？",
+        "Absolutely! I'd love to help you understand probability. Let me know if there is anything else.",
+        # Padded with empty list items, it is no longer for them.
+        "Sure, I'd be happy to help! Can you tell me more about the problem?\n\n" + "-  \n" * 150,
     )
     for reply in offers:
         assert off_topic_detail(reply, _RETURNS) == "offers help or asks back, and answers nothing", reply
+    # A bare yes answers a yes-or-no question.
+    assert off_topic_detail("Sure.", _RETURNS) is None
+    assert off_topic_detail("はい。", _RETURNS) is None
     # An answer that starts by offering help, or one that mentions being glad, answers.
     assert (
         off_topic_detail("喜んでお手伝いします。返品は購入から30日以内に窓口でお手続きください。", _RETURNS)
@@ -592,3 +601,55 @@ def test_an_answer_matching_the_other_prompts_as_well_as_its_own_is_off_topic() 
     # An answer about its own question matches it better than the others.
     answer = "映画祭の審査では、作品の独創性、演出と映像の完成度、そして観客への訴求力という三つの観点で評価します。"
     assert off_topic_detail(answer, own, others) is None
+
+
+_DOGMA = (
+    "分子生物学の中心的ドグマとは何ですか？どのようなプロセスが関与していますか？これを名付けたのは誰ですか？"
+)
+_IN_FLIGHT = [
+    f"{topic}について、具体的な例を挙げて説明してください。"
+    for topic in ("梅雨の天気と農業", "株式市場の動向と金利", "江戸時代の町人文化", "新しい料理の作り方と食材",
+                  "読書感想文の書き方と構成", "量子コンピュータの原理", "健康的な睡眠と生活習慣",
+                  "海外旅行の計画と予算", "転職の準備と面接", "植物の育て方と肥料", "子供の教育と遊び",
+                  "地球温暖化の影響と対策")
+]  # fmt: skip
+
+
+def test_a_long_text_that_uses_its_questions_rare_words_no_more_than_the_others_is_off_topic() -> None:
+    """A sports report shares one word with a biology question (中心) and, by chance, words of the other
+    questions in flight: long enough to have used the question's rare words, it used none of them."""
+    report = (
+        "女子カーリングの日本代表選考会が北海道で行われ、地元のチームが優勝した。当日は天気にも恵まれ、会場には"
+        "連日多くの観客が詰めかけた。決勝では序盤から主導権を握り、第八エンドに三点を奪って試合を決めた。チームの"
+        "中心として活躍したスキップは「準備してきたことが出せた。支えてくれた家族や地域の皆さんに感謝したい」と"
+        "話した。大会は市場の関係者や企業の支援で開かれ、地元の子供たちも声援を送った。チームは来月から海外遠征"
+        "に出発し、予算の計画を立てて世界選手権に向けた調整を続ける。監督は「生活の影響もあったが、課題だった"
+        "後半の試合運びが改善できた。対策を重ねて世界の舞台でも自分たちのカーリングをしたい」と抱負を語った。"
+        "次の大会は秋に予定されており、チームは地域の文化として競技を広めることも目指している。"
+    )
+    assert len(report) >= 300
+    found = off_topic_detail(report, _DOGMA, _IN_FLIGHT)
+    assert found is not None
+    assert found.startswith("uses its prompt's rare words"), found
+    answer = (
+        "分子生物学の中心的ドグマとは、遺伝情報がDNAからRNAへ、RNAからタンパク質へと一方向に流れるという原則です。"
+        "関与するプロセスは三つあります。まずDNAの複製で、細胞分裂の前に遺伝情報が写し取られます。次に転写で、"
+        "DNAの塩基配列をもとにメッセンジャーRNAが合成されます。最後に翻訳で、リボソームがRNAの情報を読み取り、"
+        "アミノ酸をつないでタンパク質を作ります。この考え方を名付けたのは、DNAの二重らせん構造を発見した一人で"
+        "あるフランシス・クリックで、一九五八年のことでした。のちに逆転写酵素が見つかり、RNAからDNAへ情報が"
+        "流れる例外も知られるようになりました。それでも、情報の流れの基本を示す枠組みとして今も教科書に載っています。"
+    )
+    assert len(answer) >= 300
+    assert off_topic_detail(answer, _DOGMA, _IN_FLIGHT) is None
+    # Without other prompts in flight there is nothing to weigh the words by: the report is not judged.
+    assert off_topic_detail(report, _DOGMA) is None
+
+
+def test_loanwords_are_one_word_with_their_source_word() -> None:
+    from tallyspan._engine._words import analyser_available, content_words
+
+    if not analyser_available():
+        pytest.skip("the optional analyser (tallyspan[ja]) is not installed")
+    assert content_words("アニメ") == content_words("アニメーション") == frozenset({"animation"})
+    assert content_words("コンピュータとコンピューター") == frozenset({"computer"})
+    assert content_words("computer") == frozenset({"computer"})

@@ -98,6 +98,15 @@ _MIN_SENTENCE_WORDS = 4
 _MIN_QUOTED_KANA = 10
 #: Kana outside quotes that makes a text Japanese without a Japanese sentence ending (です。) ...
 _MIN_KANA = 10
+#: ... unless the han around it is this many times the kana, nearly all in Chinese clauses: Chinese prose
+#: that names Japanese words (a question about じまん and ほこり answered in Chinese) has a few kana,
+#: Japanese prose has far more (kanji-heavy Japanese has a kana for every two or three kanji).
+_HAN_PER_MENTIONED_KANA = 10
+_CHINESE_SHARE_OF_HAN = 0.8
+#: A particle after a kanji, katakana or closing bracket: Japanese grammar, where a term or a heading
+#: (教師あり学習) has none. This many make a few kana beside English sentences a Japanese clause.
+_PARTICLE = re.compile(r"[\u4E00-\u9FFF\u30A0-\u30FF」』）)][をにはがでへ]")
+_MIN_PARTICLES = 2
 # A Japanese sentence ends in hiragana and a full stop (です。ました！): Japanese grammar, not a term.
 _JAPANESE_SENTENCE_END = re.compile(r"[\u3041-\u309F][。！？]")
 #: A kana-less text with more Latin words than CJK characters is English (with a few kanji terms).
@@ -136,13 +145,22 @@ class ScriptProfile(NamedTuple):
     """Kana inside quotes."""
     japanese_sentences: bool = False
     """True when the prose has a Japanese sentence (hiragana before a full stop)."""
+    particles: int = 0
+    """Particles after kanji or katakana, counted only for a few kana beside English sentences."""
 
     @property
     def japanese(self) -> bool:
         """True when the prose is (at least partly) Japanese: a Japanese sentence, enough kana of its own
         or in a quoted passage."""
         return _is_japanese(
-            self.kana, self.quoted_kana, self.words, self.japanese_sentences, self.english_sentences
+            self.kana,
+            self.quoted_kana,
+            self.words,
+            self.japanese_sentences,
+            self.english_sentences,
+            self.han,
+            self.chinese_chars,
+            self.particles,
         )
 
 
@@ -337,15 +355,29 @@ def _english_phrase(prose: str, members: list[tuple[int, int, str]]) -> bool:
     return False
 
 
-def _is_japanese(kana: int, quoted_kana: int, words: int, sentence_end: bool, english_sentences: int) -> bool:
+def _is_japanese(
+    kana: int,
+    quoted_kana: int,
+    words: int,
+    sentence_end: bool,
+    english_sentences: int,
+    han: int = 0,
+    chinese_chars: int = 0,
+    particles: int = 0,
+) -> bool:
     """Japanese prose: a Japanese sentence, a good deal of kana, or kana with no whole English sentence
     around. A few Japanese terms as headings of English paragraphs ("教師あり学習") do not make a text
-    Japanese; Japanese verbs inside English grammar ("We need to 確認する the data") do."""
+    Japanese; Japanese verbs inside English grammar ("We need to 確認する the data") do, and so does a
+    Japanese clause before English paragraphs (its particles after kanji: 英語を日本語へ). Nor do Japanese
+    words named in Chinese prose (few kana among much han, most of it in Chinese clauses)."""
+    if sentence_end:
+        return True
+    if _CHINESE_SHARE_OF_HAN * han <= chinese_chars and _HAN_PER_MENTIONED_KANA * (kana + quoted_kana) < han:
+        return False
     return (
-        sentence_end
-        or kana >= _MIN_KANA
+        kana >= _MIN_KANA
         or quoted_kana >= _MIN_QUOTED_KANA
-        or (kana > 0 and not english_sentences)
+        or (kana > 0 and (not english_sentences or particles >= _MIN_PARTICLES))
         or (quoted_kana > 0 and not words)
     )
 
@@ -362,7 +394,14 @@ def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
     cjk = kana + han
     chinese = chinese_evidence(prose, kana > 0) if han else None
     sentence_end = bool(kana) and _JAPANESE_SENTENCE_END.search(prose) is not None
-    japanese = _is_japanese(kana, quoted_kana, english.words, sentence_end, english.sentences)
+    chinese_chars = chinese.chars if chinese is not None else 0
+    # Particles are looked for only where they decide: a few kana beside whole English sentences.
+    particles = (
+        len(_PARTICLE.findall(prose)) if kana and english.sentences and kana < _MIN_KANA and han else 0
+    )
+    japanese = _is_japanese(
+        kana, quoted_kana, english.words, sentence_end, english.sentences, han, chinese_chars, particles
+    )
     if hangul and hangul >= cjk:
         primary = "ko"
     elif not cjk and not english.words:
@@ -371,6 +410,12 @@ def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
         primary = "ja"
     elif cjk < _CJK_PER_WORD * english.words:
         primary = "en"  # a stray kanji or a glossed term in English prose does not make it Japanese
+    elif (
+        kana
+        and _CHINESE_SHARE_OF_HAN * han <= chinese_chars
+        and _HAN_PER_MENTIONED_KANA * (kana + quoted_kana) < han
+    ):
+        primary = "zh"  # Chinese prose naming Japanese words
     elif not kana and han:
         primary = (
             "zh" if chinese is not None and chinese.score else "ja"
@@ -391,6 +436,7 @@ def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
         english.switches,
         quoted_kana,
         sentence_end,
+        particles,
     )
 
 

@@ -39,6 +39,8 @@ _REFUSAL = re.compile(
     r"(?:情報|データ|知識|能力|手段|権限|アクセス)(?:が|は|を)[^。\n]{0,12}?"
     r"(?:ありません|ない|不足|持っていません|持ち合わせていません|(?:提供|与え|記載)されていません))"
     r"|(?:お答え|回答|お手伝い|対応|お応え|ご協力|提供|作成)(?:することは|は|が)?(?:でき(?:ません|かねます)|いたしかねます)"
+    # ... or the answering act itself cannot be done ("判断できません", "特定することはできません")
+    r"|(?:判断|推測|特定|断定|予測|判定)(?:することは|することが|は|が)?(?:でき(?:ません|かねます)|いたしかねます)"
     # ... declining to answer in other words ("お答えしかねます", "答えられません", "回答を差し控えます")
     r"|(?:お答え|回答|返答|お応え)(?:を)?(?:し|いたし)?かねます|(?:答え|応え)られません"
     r"|(?:お答え|回答|返答|コメント)(?:を|は)?(?:差し控え|控え)(?:させていただきます|させて頂きます|ます|たいと思います)"
@@ -84,9 +86,16 @@ _NOTHING_REAL_CHARS = 30
 # Chat-template debris a broken model echoes before its answer (<<SYS>>...<</SYS>>, <|im_end|>, [INST]).
 # A system block ends at the next <<SYS>> too, so a thousand unclosed ones cost one pass, not a thousand.
 _TEMPLATE = re.compile(r"(?s)<<SYS>>(?:(?!<<SYS>>|<</SYS>>).)*<</SYS>>|<\|[^|<>\n]{1,40}\|>|\[/?INST\]")
-# A first sentence that only says the task cannot be done (no reason clause: "...ので、推測できません" explains).
+# A first sentence that only says the task cannot be done (no reason clause: "...ので、持ち込みはできません"
+# answers a question about a rule) ...
 _JA_TASK_REFUSAL = re.compile(r"^[^。\n]{0,80}?(?:こと|の)は(?:でき(?:ません|かねます)|いたしかねます)。")
 _JA_REASON = re.compile(r"ので|ため|から")
+# ... unless what cannot be done is the answering itself (guessing, judging, telling which): then a reason
+# only says why the question goes unanswered ("記載されていないので、推測することはできません").
+_JA_ANSWERING_DECLINED = re.compile(
+    r"(?:推測|判断|特定|断定|予測|判定|回答|お答え|お答えする|答えること|答える)(?:する)?(?:こと|の)?(?:は|が)?"
+    r"(?:でき(?:ません|かねます)|いたしかねます)。\Z"
+)
 # "..., but I can ...", "..., but if I were ...": a disclaimer followed by the answer.
 _BUT_I_CAN = re.compile(
     r"(?i)(?:ただし|しかし|ですが|ませんが|が、|けれど|但是|不过|\bhowever\b|\bbut\b|\bthat said\b)[^。.!?\n]{0,60}?"
@@ -164,7 +173,9 @@ def is_refusal(text: str, compact: str | None = None) -> bool:
         if premise is not None and not _LEAD_SENTENCE_END.search(head[: premise.start()].rstrip()):
             return len(without_whitespace(text.lstrip()[premise.end() :])) <= _NOTHING_REAL_CHARS
         first = _JA_TASK_REFUSAL.match(head)
-        if first is None or _JA_REASON.search(first.group(0)):
+        if first is None or (
+            _JA_REASON.search(first.group(0)) and not _JA_ANSWERING_DECLINED.search(first.group(0))
+        ):
             return False
         end = first.end()
     else:
@@ -191,8 +202,9 @@ _OPENERS = re.compile(
     r"|we need to (?:answer|respond|produce|write|figure|determine|output)"
     r"|first,? i (?:need|should|will) (?:to )?(?:understand|figure|think|analy[sz]e)"
     r"|ユーザー(?:は|が)[^。\n]{0,60}?(?:求めて|尋ねて|聞いて|質問して|依頼して|望んで)い(?:る|ます)"
-    r"|(?:えーと|えっと|うーん|ふむ)[、。,]"
-    r"|(?:好的，)?(?:嗯+，|用户(?:要求|问|想|希望|让我))"
+    # A filler alone ("うーん、", "嗯，") opens speech, in character or not; reasoning names its task next.
+    r"|(?:えーと|えっと|うーん|ふむ)[、。,]\s*(?:ユーザー|(?:まず|では)[、,]?\s*(?:考え|整理)|考えて(?:みよう|みます|みる))"
+    r"|(?:好的，)?(?:嗯+，\s*)?(?:用户(?:要求|问|想|希望|让我)|我(?:需要|得|应该)(?:先|想|考虑|分析))"
     r")"
 )
 

@@ -70,6 +70,11 @@ def content_words(text: str) -> frozenset[str] | None:
         if pos[0] not in _CONTENT_POS or (len(pos) > 1 and pos[1] in _FUNCTION_POS2):
             continue
         lemma = fields[3] or fields[0]
+        # A loanword's lemma carries its source word ("アニメ-animation"): one word for アニメ and
+        # アニメーション, and for the English word written in Latin letters.
+        _, dash, source = lemma.rpartition("-")
+        if dash and source.isascii() and source.isalpha():
+            lemma = source
         # A one-character verb or adjective (する's stem, いる) carries grammar, not topic.
         if pos[0] == "名詞" or len(lemma) >= 2:
             words.add(lemma.lower())

@@ -26,6 +26,7 @@ __all__ = [
     "RunNotFoundError",
     "as_bool",
     "books_broken",
+    "books_of",
     "json_array",
     "json_list",
     "ledger_books",
@@ -195,6 +196,21 @@ def ledger_books(
         which = "unbalanced run" if unbalanced else "reconciled run"
         raise RunNotFoundError(f"No {which} has the id {run_id!r} (a run span id or trace id, or a prefix)")
     return [_books(db, row) for row in rows]
+
+
+def books_of(db: sqlite3.Connection, runs: Sequence[LedgerRun]) -> list[RunBooks]:
+    """The latest books of each of ``runs`` (as ``ledger_runs_latest`` lists them), in their order; a run
+    no longer in the store is left out."""
+    found: list[RunBooks] = []
+    for run in runs:
+        row = db.execute(
+            f"""SELECT * FROM {LEDGER_RECONCILIATIONS} WHERE trace_id = ? AND run_span_id = ?
+                ORDER BY time_unix_nano DESC, rowid DESC LIMIT 1""",
+            (run.trace_id, run.run_span_id),
+        ).fetchone()
+        if row is not None:
+            found.append(_books(db, row))
+    return found
 
 
 def _books(db: sqlite3.Connection, row: sqlite3.Row) -> RunBooks:
