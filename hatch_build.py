@@ -6,11 +6,17 @@ wheel, and tallyspan uses its pure-Python scans, with the same verdicts at a hig
 install (``pip install -e .``) puts the compiled module beside the sources, where Python imports them
 from; reinstall after changing the C source. ``TALLYSPAN_NO_EXTENSIONS=1`` at build time skips it.
 
+A process that imported the module has it mapped into memory from that file: writing the file over in
+place (as ``shutil.copy2`` does) changed the code under it and it died of a bus error or a segmentation
+fault. So the editable install writes a new file beside the old one and renames it into place
+(``install_atomically``): a running process keeps the file it opened, the next one imports the new.
+
 setuptools does the compiling (``build_ext``): it knows each platform's compiler and flags.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -40,7 +46,7 @@ class ScanModuleHook(BuildHookInterface):  # type: ignore[type-arg]
             return
         target = f"tallyspan/_engine/{built.name}"
         if version == "editable":
-            shutil.copy2(built, Path(self.root, "src", target))
+            install_atomically(built, Path(self.root, "src", target))
         else:
             build_data["force_include"][str(built)] = target
         build_data["pure_python"] = False
@@ -62,3 +68,19 @@ class ScanModuleHook(BuildHookInterface):  # type: ignore[type-arg]
         command.ensure_finalized()
         command.run()
         return Path(command.get_ext_fullpath(MODULE))
+
+
+def install_atomically(built: Path, target: Path) -> None:
+    """Put a copy of ``built`` at ``target`` as a new file renamed over the old one, never writing into it:
+    a process that has the old one mapped keeps its copy (on POSIX, the old file lives on, unnamed, until
+    the last process using it closes it); the file at ``target`` is always whole, old or new."""
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as copy, built.open("rb") as source:
+            shutil.copyfileobj(source, copy)
+        shutil.copystat(built, temporary)  # its mode (executable) and times, as copy2 kept them
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise

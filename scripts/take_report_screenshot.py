@@ -49,7 +49,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tallyspan-demo-") as name:
         folder = Path(name)
         _tallyspan(folder, "demo")
-        _tallyspan(folder, "report", "--html", "report.html")
+        _tallyspan(folder, "--db", str(Path(".tallyspan", "demo.db")), "report", "--html", "report.html")
         screenshot(folder / "report.html", arguments.out, window=(WIDTH, arguments.height))
     width, height = png_size(arguments.out)
     print(f"{arguments.out}: {width}x{height}")

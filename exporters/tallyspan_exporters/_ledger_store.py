@@ -73,6 +73,10 @@ class SQLiteLedgerSink:
             (``Settings.hand_overs``).
     """
 
+    #: The store is the user's own disk: with content capture off the ledger processor still gives it
+    #: the tool names and call ids the agent claimed (when shaped as identifiers), never a summary.
+    keeps_claimed_identifiers: Final = True
+
     def __init__(
         self,
         path: str | os.PathLike[str],

@@ -24,7 +24,10 @@ the ``tallyspan.ledger.claim`` events of ``claim()``) only when it names a tool 
 run; otherwise it is replaced by ``unobserved`` before the books are reconciled, which pairs and flags
 the claims exactly as the raw words would (a word matching nothing observed pairs with nothing).
 Outcomes are normalised to ``succeeded``/``failed``/``rejected`` or reported malformed, and summaries
-are kept only with capture on.
+are kept only with capture on. A sink that writes to the user's own disk (``keeps_claimed_identifiers``,
+the local store) is no place the words leave to: it gets the claimed tool names and call ids as the
+agent wrote them when they are shaped as identifiers (``IDENTIFIER``), and the books reconciled over
+those, so ``tallyspan ledger`` names the tool of a phantom log; it never gets a summary either.
 
 **At the run's end.** ``reconcile()``; the run span is forwarded with ``tallyspan.ledger.balanced``,
 ``protocol_ok``, the counts, ``discrepancy_types`` (absent when there are none, like
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -90,6 +94,10 @@ DEFAULT_MAX_SPAN_EVENTS: Final = 1000
 _MAX_CLOSED_RUNS: Final = 4096
 #: The calls of one run remembered one by one for its status ("in 2 of 5 calls"); past that, only counted.
 _MAX_CALLS_PER_RUN: Final = 4096
+#: What a claimed tool name or call id must look like for a sink on the user's own disk to get it with
+#: capture off: the providers' own rule for tool names (letters, digits, ``_`` and ``-``), with ``.`` and
+#: ``:`` for namespaced tools, at most 128 characters. Anything else is free text, ``unobserved`` there too.
+IDENTIFIER: Final = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
 @dataclass
@@ -339,19 +347,21 @@ class LedgerProcessor(WrappingProcessor):
                     ids.add(entry.call_id)
         return names, ids
 
-    def _redacted(self, entries: list[RawEntry]) -> list[RawEntry]:
-        """``entries`` with each claim's tool name and call id replaced by ``unobserved`` unless observed."""
+    def _redacted(self, entries: list[RawEntry], *, keep_identifiers: bool = False) -> list[RawEntry]:
+        """``entries`` with each claim's tool name and call id replaced by ``unobserved`` unless observed
+        (or, ``keep_identifiers``, unless shaped as an identifier)."""
         names, ids = self._observed(entries)
-        placeholder = semconv.LEDGER_UNOBSERVED
+
+        def kept(value: str | None, known: set[str]) -> str | None:
+            if value is None or value in known or (keep_identifiers and IDENTIFIER.fullmatch(value)):
+                return value
+            return semconv.LEDGER_UNOBSERVED
+
         return [
             entry
             if entry.side == semconv.LEDGER_SIDE_OBSERVED
             else dataclasses.replace(
-                entry,
-                tool_name=entry.tool_name
-                if entry.tool_name is None or entry.tool_name in names
-                else placeholder,
-                call_id=entry.call_id if entry.call_id is None or entry.call_id in ids else placeholder,
+                entry, tool_name=kept(entry.tool_name, names), call_id=kept(entry.call_id, ids)
             )
             for entry in entries
         ]
@@ -443,8 +453,35 @@ class LedgerProcessor(WrappingProcessor):
     ) -> None:
         # Stable sort: entries at the same instant keep the order in which their spans ended.
         ordered = sorted(books.entries, key=lambda entry: entry.time_unix_nano)
-        if not self._capture_content:
-            ordered = self._redacted(ordered)
+        run_span_id = span.context.span_id if span.context is not None else 0
+        own = span.attributes or {}
+        run_name = str(
+            own.get(semconv.RUN_NAME)
+            or own.get(semconv.GEN_AI_AGENT_NAME)
+            or own.get(semconv.GEN_AI_WORKFLOW_NAME)
+            or span.name
+        )
+        shown = ordered if self._capture_content else self._redacted(ordered)
+        records, record = self._books(shown, books.trace_id, run_span_id, run_name, span.end_time or 0)
+        local = None
+        if not self._capture_content and any(_keeps_identifiers(sink) for sink in self._sinks):
+            kept = self._redacted(ordered, keep_identifiers=True)
+            if kept != shown:  # a claimed identifier the run never observed: the user's disk may name it
+                local = self._books(kept, books.trace_id, run_span_id, run_name, span.end_time or 0)
+        self._export(records, record, local)
+        result = record.reconciliation
+        observed_count, claimed_count = record.observed_count, record.claimed_count
+        self._describe(
+            span, result, records, observed_count, claimed_count, books.dropped, attributes, events
+        )
+        record_run(result.balanced)
+        if not result.balanced:
+            problems.append(_unbalanced_text(result.discrepancies))
+
+    def _books(
+        self, ordered: Sequence[RawEntry], trace_id: int, run_span_id: int, run_name: str, end: int
+    ) -> tuple[list[LedgerEntry], LedgerRecord]:
+        """The records of the ``ordered`` entries of one run, and its reconciliation."""
         observed: list[Observed] = []
         claims: list[Claim] = []
         for seq, entry in enumerate(ordered):
@@ -456,31 +493,10 @@ class LedgerProcessor(WrappingProcessor):
                 )
         result = reconcile(observed, claims, log_tool=self._spec.tool)
         observed_count = sum(1 for o in observed if o.tool_name != self._spec.tool)
-        run_span_id = span.context.span_id if span.context is not None else 0
-        records = [self._record(books.trace_id, run_span_id, seq, entry) for seq, entry in enumerate(ordered)]
-        own = span.attributes or {}
-        run_name = str(
-            own.get(semconv.RUN_NAME)
-            or own.get(semconv.GEN_AI_AGENT_NAME)
-            or own.get(semconv.GEN_AI_WORKFLOW_NAME)
-            or span.name
+        records = [self._record(trace_id, run_span_id, seq, entry) for seq, entry in enumerate(ordered)]
+        return records, LedgerRecord(
+            trace_id, run_span_id, run_name, result, observed_count, len(claims), end
         )
-        self._export(
-            records,
-            LedgerRecord(
-                books.trace_id,
-                run_span_id,
-                run_name,
-                result,
-                observed_count,
-                len(claims),
-                span.end_time or 0,
-            ),
-        )
-        self._describe(span, result, records, observed_count, len(claims), books.dropped, attributes, events)
-        record_run(result.balanced)
-        if not result.balanced:
-            problems.append(_unbalanced_text(result.discrepancies))
 
     def _record(self, trace_id: int, run_span_id: int, seq: int, entry: RawEntry) -> LedgerEntry:
         return LedgerEntry(
@@ -538,12 +554,21 @@ class LedgerProcessor(WrappingProcessor):
                 event_attributes[semconv.LEDGER_CALL_ID] = discrepancy.call_id
             events.append(Event(semconv.EVENT_LEDGER_DISCREPANCY, event_attributes, timestamp=end))
 
-    def _export(self, records: Sequence[LedgerEntry], record: LedgerRecord) -> None:
+    def _export(
+        self,
+        records: Sequence[LedgerEntry],
+        record: LedgerRecord,
+        local: tuple[Sequence[LedgerEntry], LedgerRecord] | None = None,
+    ) -> None:
+        """Write the books to every sink; those on the user's own disk get the ``local`` books if any."""
         for sink in self._sinks:
+            entries, reconciled = (
+                local if local is not None and _keeps_identifiers(sink) else (records, record)
+            )
             try:
-                if records and not sink.export_entries(records):
+                if entries and not sink.export_entries(entries):
                     count("errors.ledger_sink.entries")
-                if not sink.export_reconciliation(record):
+                if not sink.export_reconciliation(reconciled):
                     count("errors.ledger_sink.reconciliation")
             except Exception:  # a sink breaking its promise not to raise must not cost the span
                 swallowed(_logger, "ledger.sink", f"ledger sink {type(sink).__name__} raised")
@@ -577,6 +602,11 @@ class LedgerProcessor(WrappingProcessor):
                     _logger, "ledger.sink.shutdown", f"ledger sink {type(sink).__name__} failed to shut down"
                 )
         super().shutdown()
+
+
+def _keeps_identifiers(sink: LedgerSink) -> bool:
+    """Whether ``sink`` writes to the user's own disk only (``keeps_claimed_identifiers = True``)."""
+    return getattr(sink, "keeps_claimed_identifiers", False) is True
 
 
 def _is_model_call(span: ReadableSpan) -> bool:

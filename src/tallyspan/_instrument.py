@@ -17,12 +17,13 @@ component that is not installed is skipped.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, EntryPoints, PackageNotFoundError, distribution, entry_points
 from pathlib import Path
@@ -107,18 +108,21 @@ class ComponentFactory(Protocol):
 
 
 class _Switch(SpanProcessor):
-    """The head of our chain on the provider: the SDK cannot remove a processor, so uninstrument turns it off."""
+    """The head of our chain on the provider: the SDK cannot remove a processor, so uninstrument turns it off.
+
+    ``paused`` (``set_aside``) lets spans pass by without stopping the chain."""
 
     def __init__(self, inner: SpanProcessor) -> None:
         self.inner = inner
         self.enabled = True
+        self.paused = False
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        if self.enabled:
+        if self.enabled and not self.paused:
             self.inner.on_start(span, parent_context=parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self.enabled:
+        if self.enabled and not self.paused:
             self.inner.on_end(span)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -162,6 +166,34 @@ class Instrumentation:
         provider itself is left to its owner."""
         self.settings.shutdown_budget.start()
         self.processor.shutdown()
+
+    @contextlib.contextmanager
+    def set_aside(self) -> Iterator[None]:
+        """Set this, the running instrumentation, aside for the block, so that ``instrument()`` can be
+        called in it (the pytest fixture's, for one test, in an app that instrumented itself at import).
+
+        Set aside, it is paused, not undone: its chain receives no span and is not shut down (its store,
+        spool and exports stay open), and the libraries it patched stay patched, sending their spans to
+        its provider: instrument on ``self.tracer_provider`` in the block to receive them. What the block
+        instrumented is undone at its end (if the block did not), and this instrumentation runs again.
+
+        Raises:
+            ConfigError: this is not the running instrumentation.
+        """
+        with _lock:
+            if active() is not self:
+                raise ConfigError("only the running instrumentation can be set aside")
+            set_active(None)
+            if self._head is not None:
+                self._head.paused = True
+        try:
+            yield
+        finally:
+            uninstrument()  # what the block left running, if anything
+            with _lock:
+                set_active(self)
+                if self._head is not None:
+                    self._head.paused = False
 
 
 _lock = threading.RLock()

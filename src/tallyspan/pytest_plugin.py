@@ -17,15 +17,24 @@ Usage::
     def test_with_options(tallyspan): ...
 
 The contracts come from the marker's ``contracts=``, else ``--tallyspan-contracts FILE``, else the
-``tallyspan_contracts`` ini option (relative to the rootdir). A failed assertion names each span, its
-stage, the violation types and their content-free details, and the rule to follow; the model's output
-is shown only when content capture is on for the test.
+``tallyspan_contracts`` ini option (relative to the rootdir). A failed assertion raises an
+``AssertionError`` (``ViolationsFoundError``, ``LedgerNotInOrderError``), so ``pytest.raises(AssertionError)``
+catches it as it catches a plain ``assert``; its message names each span, its stage, the violation types
+and their content-free details, and the rule to follow; the model's output is shown only when content
+capture is on for the test. The books name the tool and call id an agent claimed even with capture off
+(identifiers, as the local store keeps them; SECURITY.md), never its summary.
+
+An app that calls ``tallyspan.instrument()`` when it is imported keeps its instrumentation: for each
+test the fixture sets it aside (paused, not undone: its patches stay, its chain receives nothing),
+instruments the test on the same tracer provider, and gives it back afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -37,8 +46,17 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     import tallyspan as _tallyspan
+    from tallyspan.ledger import LedgerEntry, LedgerRecord
 
-__all__ = ["LedgerVerdict", "TallyspanRecorder", "Verdict", "tallyspan"]
+__all__ = [
+    "LedgerNotInOrderError",
+    "LedgerVerdict",
+    "TallyspanAssertionError",
+    "TallyspanRecorder",
+    "Verdict",
+    "ViolationsFoundError",
+    "tallyspan",
+]
 
 OPTION: Final = "--tallyspan-contracts"
 INI: Final = "tallyspan_contracts"
@@ -94,6 +112,59 @@ class LedgerVerdict:
     """(type, call id, detail) per discrepancy."""
 
 
+class TallyspanAssertionError(AssertionError):
+    """A ``tallyspan`` fixture assertion failed: an ``AssertionError``, as a plain ``assert`` raises."""
+
+
+class ViolationsFoundError(TallyspanAssertionError):
+    """``assert_no_violations`` found violations; ``verdicts`` holds them."""
+
+    def __init__(self, message: str, verdicts: Iterable[Verdict]) -> None:
+        super().__init__(message)
+        self.verdicts = tuple(verdicts)
+
+
+class LedgerNotInOrderError(TallyspanAssertionError):
+    """``assert_ledger_balanced`` found books that do not balance or a broken protocol; ``runs`` holds them."""
+
+    def __init__(self, message: str, runs: Iterable[LedgerVerdict]) -> None:
+        super().__init__(message)
+        self.runs = tuple(runs)
+
+
+class _Books:
+    """A ledger sink that keeps each run's reconciliation for the test.
+
+    A test runs on the user's own machine, as the local store is on the user's own disk: it gets the
+    tool names and call ids the agent claimed (shaped as identifiers) even with content capture off, so
+    a phantom log names its tool; never a summary (SECURITY.md)."""
+
+    keeps_claimed_identifiers: Final = True
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: list[LedgerRecord] = []
+
+    @property
+    def records(self) -> list[LedgerRecord]:
+        with self._lock:
+            return list(self._records)
+
+    def export_entries(self, entries: Sequence[LedgerEntry]) -> bool:
+        return True
+
+    def export_reconciliation(self, record: LedgerRecord) -> bool:
+        with self._lock:
+            self._records.append(record)
+        return True
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        pass
+
+
 def _span_id(span: ReadableSpan) -> str:
     return format(span.context.span_id, "016x") if span.context is not None else "?"
 
@@ -124,10 +195,12 @@ class TallyspanRecorder:
         instrumentation: _tallyspan.Instrumentation,
         exporter: InMemorySpanExporter,
         provider: TracerProvider,
+        books: _Books | None = None,
     ) -> None:
         self.instrumentation = instrumentation
         self._exporter = exporter
         self._provider = provider
+        self._books = books or _Books()
 
     @property
     def store(self) -> Path | None:
@@ -190,53 +263,37 @@ class TallyspanRecorder:
 
     @property
     def ledger(self) -> list[LedgerVerdict]:
-        """The reconciled runs, in the order they ended."""
-        from tallyspan import semconv
-
-        found = []
-        for span in self.spans:
-            attributes = span.attributes or {}
-            if semconv.LEDGER_BALANCED not in attributes:
-                continue
-            discrepancies = tuple(
-                (
-                    str((event.attributes or {}).get(semconv.LEDGER_DISCREPANCY_TYPE, "")),
-                    _optional((event.attributes or {}).get(semconv.LEDGER_CALL_ID)),
-                    str((event.attributes or {}).get(semconv.LEDGER_DETAIL, "")),
-                )
-                for event in span.events
-                if event.name == semconv.EVENT_LEDGER_DISCREPANCY
+        """The reconciled runs, in the order they ended; a claimed tool or call id is named as claimed."""
+        self.flush()
+        return [
+            LedgerVerdict(
+                run_name=record.run_name,
+                span_id=format(record.run_span_id, "016x"),
+                balanced=record.reconciliation.balanced,
+                protocol_ok=record.reconciliation.protocol_ok,
+                discrepancies=tuple(
+                    (found.type, found.call_id, found.detail) for found in record.reconciliation.discrepancies
+                ),
             )
-            name = attributes.get(semconv.RUN_NAME) or attributes.get(semconv.GEN_AI_AGENT_NAME) or span.name
-            found.append(
-                LedgerVerdict(
-                    run_name=str(name),
-                    span_id=_span_id(span),
-                    balanced=bool(attributes.get(semconv.LEDGER_BALANCED)),
-                    protocol_ok=bool(attributes.get(semconv.LEDGER_PROTOCOL_OK, True)),
-                    discrepancies=discrepancies,
-                )
-            )
-        return found
+            for record in self._books.records
+        ]
 
     def assert_no_violations(self, stage: str | None = None) -> None:
-        """Fail the test if a checked span (of ``stage``, or of any stage) has violations."""
+        """Fail the test (``ViolationsFoundError``, an ``AssertionError``) if a checked span (of ``stage``, or
+        of any stage) has violations."""
         __tracebackhide__ = True
         found = [v for v in self.verdicts if stage is None or v.stage == stage]
         if found:
-            pytest.fail(_violations_message(found, stage), pytrace=False)
+            raise ViolationsFoundError(_violations_message(found, stage), found)
 
     def assert_ledger_balanced(self) -> None:
-        """Fail the test if a run's books do not balance or its logging protocol was broken."""
+        """Fail the test (``LedgerNotInOrderError``, an ``AssertionError``) if a run's books do not balance or
+        its logging protocol was broken."""
         __tracebackhide__ = True
         runs = self.ledger
         broken = [run for run in runs if not run.balanced or not run.protocol_ok]
         if broken:
-            pytest.fail(_ledger_message(broken, len(runs)), pytrace=False)
-
-
-def _optional(value: object) -> str | None:
-    return None if value is None else str(value)
+            raise LedgerNotInOrderError(_ledger_message(broken, len(runs)), broken)
 
 
 def _violations_message(found: Sequence[Verdict], stage: str | None) -> str:
@@ -298,28 +355,29 @@ def tallyspan(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tallys
 
     import tallyspan as package
 
-    if package.instrumentation() is not None:
-        pytest.fail(
-            "tallyspan is already instrumented in this process: the tallyspan fixture needs its own "
-            "instrumentation (call tallyspan.uninstrument() first)",
-            pytrace=False,
-        )
     marker = request.node.get_closest_marker(MARKER)
     options = marker.kwargs if marker is not None else {}
     store = options.get("store", False)
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    instrumentation = package.instrument(
-        _contracts(request, marker),
-        tracer_provider=provider,
-        store=(tmp_path / "tallyspan.db" if store is True else store) or None,
-        capture_content=options.get("capture_content"),
-        instrumentors=options.get("instrumentors"),
-        span_processors=[SimpleSpanProcessor(exporter)],
-        adopt_processors=False,
-    )
-    try:
-        yield TallyspanRecorder(instrumentation, exporter, provider)
-    finally:
-        package.uninstrument()
-        provider.shutdown()
+    books = _Books()
+    # The app's own instrumentation (instrument() at import) is paused for the test, not undone: the
+    # libraries it patched send their spans to its provider, so the test's chain goes on that provider.
+    running = package.instrumentation()
+    with running.set_aside() if running is not None else contextlib.nullcontext():
+        provider = running.tracer_provider if running is not None else TracerProvider()
+        try:
+            instrumentation = package.instrument(
+                _contracts(request, marker),
+                tracer_provider=provider,
+                store=(tmp_path / "tallyspan.db" if store is True else store) or None,
+                capture_content=options.get("capture_content"),
+                instrumentors=options.get("instrumentors"),
+                span_processors=[SimpleSpanProcessor(exporter)],
+                ledger_sinks=[books],
+                adopt_processors=False,
+            )
+            yield TallyspanRecorder(instrumentation, exporter, provider, books)
+        finally:
+            package.uninstrument()
+            if running is None:
+                provider.shutdown()

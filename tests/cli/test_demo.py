@@ -137,9 +137,67 @@ def test_demo_prints_the_report(demo_text: tuple[Path, str]) -> None:
     assert "  1 of 9 runs do not balance" in lines
     assert lines[-2:] == [
         "",
-        "Next: `tallyspan spans --violated` says why each failing call failed; `tallyspan ledger --unbalanced`"
-        " shows the books that do not balance; every command takes --json for scripts.",
+        f"Next: `tallyspan --db {db} spans --violated` says why each failing call failed; `tallyspan --db {db}"
+        " ledger --unbalanced` shows the books that do not balance; every command takes --json for scripts."
+        " Each demo starts from a fresh store: a rerun shows the same report.",
     ]
+
+
+def _without_times(report: dict[str, Any]) -> dict[str, Any]:
+    """The report without what differs from one run to the next: times, trace and span ids."""
+    text = json.dumps(report, sort_keys=True)
+    text = re.sub(
+        r'"(\w*time\w*|\w*_unix_nano|trace_id|span_id|run_span_id)": ("[^"]*"|\d+|null)', r'"\1": 0', text
+    )
+    stripped: dict[str, Any] = json.loads(text)
+    return stripped
+
+
+def test_a_rerun_of_the_demo_starts_from_a_fresh_store_and_shows_the_same_report(db_path: Path) -> None:
+    first = CliRunner().invoke(main, ["--db", str(db_path), "demo", "--json"], catch_exceptions=False)
+    second = CliRunner().invoke(main, ["--db", str(db_path), "demo", "--json"], catch_exceptions=False)
+    assert (first.exit_code, second.exit_code) == (0, 0), second.output
+    reports = [json.loads(result.output)["data"]["report"] for result in (first, second)]
+    assert [(report["runs"], report["spans"]) for report in reports] == [(9, 59), (9, 59)]  # not 18 runs
+    assert _without_times(reports[1]) == _without_times(reports[0])
+    assert _report(db_path)["runs"] == 9
+
+
+def test_by_default_the_demo_writes_a_store_of_its_own_never_the_apps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TALLYSPAN_DB")
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        result = CliRunner().invoke(main, ["demo"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    assert f"tallyspan report — {Path('.tallyspan', 'demo.db')}" in result.output
+    assert "`tallyspan --db .tallyspan/demo.db spans --violated`" in result.output
+    assert sorted(path.name for path in (tmp_path / ".tallyspan").iterdir() if path.suffix == ".db") == [
+        "demo.db"
+    ]
+    assert _report(tmp_path / ".tallyspan" / "demo.db")["runs"] == 9
+
+
+def test_the_demo_leaves_a_store_with_more_than_a_demo_in_it_untouched(db_path: Path) -> None:
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: "shop"}))
+    instrumentation = tallyspan.instrument(tracer_provider=provider, store=db_path, instrumentors=[])
+    with tallyspan.run("checkout"):
+        pass
+    instrumentation.force_flush()
+    tallyspan.uninstrument()
+    provider.shutdown()
+    before = db_path.read_bytes()
+    result = CliRunner().invoke(main, ["--db", str(db_path), "demo"])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: {db_path} holds more than a demo's spans, so the demo leaves it alone (each demo starts "
+        "from a fresh store and replaces only the last demo's): pass --db with a path of its own\n"
+    )
+    assert db_path.read_bytes() == before
+    assert _report(db_path)["runs"] == 1
 
 
 def _conversation(run: dict[str, Any]) -> list[dict[str, Any]]:

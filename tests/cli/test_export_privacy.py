@@ -1,8 +1,9 @@
 """Exported datasets hold no content with capture off (issue 38, item 8): secrets planted in every place
 an app's content reaches (system and user prompts, the model's answers and tool-call arguments, tool
 arguments, results and exception messages, a rejection's reason, the agent's own log and the tool names
-and call ids it claims, the API key) appear neither in the store nor in either export format or its
-dataset card. Tried as an adversary would: nothing leaked; this keeps it so."""
+and call ids it claims, the API key) appear in neither export format nor its dataset card, nor in the
+store but for the claimed identifiers it keeps on the user's own disk (issue 39, item 5). Tried as an
+adversary would: nothing leaked; this keeps it so."""
 
 from __future__ import annotations
 
@@ -96,7 +97,14 @@ def test_exported_datasets_and_the_store_hold_no_planted_secret_with_capture_off
     assert len(records["diagnosis"]) == 1
     assert all(json.loads(line)["content_captured"] is False for line in records["diagnosis"])
     written = [*outputs.values(), tmp_path / "failures" / "README.md"]
+    assert {str(path): _leaks(path.read_bytes()) for path in written} == {str(path): [] for path in written}
+    # The store is the user's own disk: it keeps the identifiers the agent claimed (SECURITY.md), and
+    # nothing else; the export above, made to leave the machine, gives them as "unobserved".
     store_files = [path for path in db_path.parent.iterdir() if path.name.startswith(db_path.name)]
-    assert {str(path): _leaks(path.read_bytes()) for path in [*written, *store_files]} == {
-        str(path): [] for path in [*written, *store_files]
-    }
+    assert sorted({leak for path in store_files for leak in _leaks(path.read_bytes())}) == [
+        "claimed_call_id",
+        "claimed_tool",
+    ]
+    assert (
+        "unobserved claimed succeeded, never called" in records["failure-logs"][-1] + records["diagnosis"][0]
+    )

@@ -55,11 +55,15 @@ def books(tracer_provider: TracerProvider, db_path: Path) -> dict[str, str]:
         log_action("c2", "search", "succeeded", tool_call_id="L2")
         with pytest.raises(tallyspan.Rejected):
             book("HAT001", tool_call_id="c3")
-        log_action("c9", "refund", "succeeded", tool_call_id="L3")
+        log_action("c9", "issue_refund", "succeeded", tool_call_id="L3", summary=REFUND_SUMMARY)
     ids["sloppy"] = format(span.get_span_context().span_id, "016x")
     instrumentation.force_flush()
     tallyspan.uninstrument()
     return ids
+
+
+#: The agent's free text for a refund it never made: content, kept only with capture on.
+REFUND_SUMMARY = "Refunded 12,000 yen to Tanaka Hanako"
 
 
 def test_ledger_shows_both_columns_the_balance_and_the_discrepancies(
@@ -87,13 +91,66 @@ def test_ledger_shows_both_columns_the_balance_and_the_discrepancies(
     ]
     assert lines[3].split() == ["c2", "search", "succeeded", "|", "c2", "search", "succeeded", "-"]
     assert lines[4].split() == ["c3", "book", "rejected", "|", "-", "-", "-", "-"]
-    # The agent's words for a call never made stay in the process (capture is off): neither is observed.
-    assert lines[5].split() == ["-", "-", "-", "|", "unobserved", "unobserved", "succeeded", "-"]
+    # A call never made, as claimed: its call id and tool name are identifiers, kept on the user's own
+    # disk with capture off; its summary is content, kept nowhere.
+    assert lines[5].split() == ["-", "-", "-", "|", "c9", "issue_refund", "succeeded", "-"]
     assert lines[6].split() == ["discrepancy", "call", "detail"]
     assert lines[7].split() == ["unlogged_refusal", "c3", "book", "rejected,", "not", "logged"]
-    assert lines[8].split() == [
+    assert lines[8] == "  phantom_log       c9    issue_refund claimed succeeded, never called"
+    assert len(lines) == 9
+
+
+def test_without_capture_the_summary_of_a_phantom_log_is_in_no_byte_of_the_store(
+    db_path: Path, books: dict[str, str]
+) -> None:
+    stored = sorted(db_path.parent.glob(db_path.name + "*"))
+    assert db_path in stored
+    data = b"".join(path.read_bytes() for path in stored)  # the database, its WAL and shared memory
+    assert REFUND_SUMMARY.encode() not in data
+    assert b"Tanaka" not in data
+    assert b"issue_refund" in data  # the search can find what is there
+
+
+def test_with_capture_the_ledger_shows_a_phantom_log_with_its_summary(
+    tracer_provider: TracerProvider, db_path: Path
+) -> None:
+    instrumentation = tallyspan.instrument(
+        tracer_provider=tracer_provider, store=db_path, instrumentors=(), capture_content=True
+    )
+    with tallyspan.run("phantom") as span:
+        log_action("c9", "issue_refund", "succeeded", tool_call_id="L1", summary=REFUND_SUMMARY)
+    instrumentation.force_flush()
+    tallyspan.uninstrument()
+    code, output = _invoke(db_path)
+    assert code == 0
+    assert output.splitlines()[1:] == [
+        "  UNBALANCED, protocol ok: 0 observed, 1 claimed",
+        "  observed call  tool  outcome  |  claimed call  tool          outcome    summary",
+        f"  -              -     -        |  c9            issue_refund  succeeded  {REFUND_SUMMARY}",
+        "  discrepancy  call  detail",
+        "  phantom_log  c9    issue_refund claimed succeeded, never called",
+    ]
+    assert output.startswith(f"run phantom  span {span.get_span_context().span_id:016x}  trace ")
+
+
+def test_a_claimed_name_that_is_no_identifier_stays_unobserved_in_the_store(
+    tracer_provider: TracerProvider, db_path: Path
+) -> None:
+    """Free text in the tool-name field (spaces, a sentence) is content, not an identifier."""
+    instrumentation = tallyspan.instrument(tracer_provider=tracer_provider, store=db_path, instrumentors=())
+    with tallyspan.run("wordy"):
+        log_action("call 9 for Tanaka", "refund Tanaka Hanako", "succeeded", tool_call_id="L1")
+    instrumentation.force_flush()
+    tallyspan.uninstrument()
+    code, output = _invoke(db_path)
+    assert code == 0
+    lines = output.splitlines()
+    assert lines[3].split() == ["-", "-", "-", "|", "unobserved", "unobserved", "succeeded", "-"]
+    assert lines[5].split() == [
         "phantom_log", "unobserved", "unobserved", "claimed", "succeeded,", "never", "called"
     ]  # fmt: skip
+    data = b"".join(path.read_bytes() for path in db_path.parent.glob(db_path.name + "*"))
+    assert b"Tanaka" not in data
 
 
 def test_run_option_selects_one_run_by_span_id_prefix(db_path: Path, books: dict[str, str]) -> None:

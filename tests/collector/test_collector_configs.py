@@ -9,7 +9,10 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import re
+import shutil
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -270,22 +273,69 @@ def test_malformed_json_is_rejected_by_the_parser_the_test_uses() -> None:
         json.loads('{"panels": [}')
 
 
-def _rotel_env() -> dict[str, str]:
-    settings: dict[str, str] = {}
+#: A line of rotel.env: a Rotel setting whose value is a default the environment overrides.
+_ROTEL_LINE = re.compile(r"(ROTEL_[A-Z_]+)=\$\{\1:-[^\s]+\}")
+
+
+def _rotel_env(environment: dict[str, str]) -> dict[str, str]:
+    """The Rotel settings rotel.env gives, loaded as it says (``set -a; . rotel.env; set +a``) in a POSIX
+    shell whose environment is ``environment`` (and nothing else)."""
     for number, line in enumerate(ROTEL_ENV.read_text(encoding="utf-8").splitlines(), start=1):
         stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        key, sep, value = stripped.partition("=")
-        assert sep, f"rotel.env line {number} has no '='"
-        assert key.startswith("ROTEL_"), f"rotel.env line {number}: {key} is not a Rotel setting"
-        assert value, f"rotel.env line {number}: {key} is empty"
-        settings[key] = value
-    return settings
+        if stripped and not stripped.startswith("#"):
+            assert _ROTEL_LINE.fullmatch(stripped), f"rotel.env line {number} is not NAME=${{NAME:-default}}"
+    loaded = subprocess.run(
+        ["sh", "-c", 'set -a; . "$1"; set +a; env', "sh", str(ROTEL_ENV)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    settings = dict(line.partition("=")[::2] for line in loaded.stdout.splitlines())
+    return {key: value for key, value in settings.items() if key.startswith("ROTEL_")}
 
 
+def _rotel_defaults(run_dir: str) -> dict[str, str]:
+    return {
+        "ROTEL_OTLP_GRPC_ENDPOINT": "127.0.0.1:4317",
+        "ROTEL_OTLP_HTTP_ENDPOINT": "127.0.0.1:4318",
+        "ROTEL_OTLP_WITH_TRACE_PROCESSOR": "collector-config/rotel/violations_only.py",
+        "ROTEL_EXPORTER": "otlp",
+        "ROTEL_OTLP_EXPORTER_ENDPOINT": "http://127.0.0.1:6006",
+        "ROTEL_OTLP_EXPORTER_PROTOCOL": "http",
+        "ROTEL_BATCH_TIMEOUT": "200ms",
+        "ROTEL_PID_FILE": f"{run_dir}/rotel-agent.pid",
+        "ROTEL_LOG_FILE": f"{run_dir}/rotel-agent.log",
+    }
+
+
+needs_sh = pytest.mark.skipif(shutil.which("sh") is None, reason="rotel.env is loaded by a POSIX shell")
+
+
+@needs_sh
+def test_rotel_env_gives_the_standard_ports_and_private_files_by_default(tmp_path: Path) -> None:
+    path = os.environ.get("PATH", "")
+    assert _rotel_env({"PATH": path, "XDG_RUNTIME_DIR": str(tmp_path)}) == _rotel_defaults(str(tmp_path))
+    assert _rotel_env({"PATH": path, "TMPDIR": str(tmp_path / "t")}) == _rotel_defaults(str(tmp_path / "t"))
+    assert _rotel_env({"PATH": path}) == _rotel_defaults("/tmp")
+
+
+@needs_sh
+def test_rotel_env_leaves_ports_and_files_the_environment_sets(tmp_path: Path) -> None:
+    given = {
+        "ROTEL_OTLP_GRPC_ENDPOINT": "127.0.0.1:14317",
+        "ROTEL_OTLP_HTTP_ENDPOINT": "0.0.0.0:14318",
+        "ROTEL_OTLP_EXPORTER_ENDPOINT": "http://collector.internal:4318",
+        "ROTEL_PID_FILE": str(tmp_path / "run" / "rotel.pid"),
+        "ROTEL_LOG_FILE": str(tmp_path / "log" / "rotel.log"),
+    }
+    settings = _rotel_env({"PATH": os.environ.get("PATH", ""), "XDG_RUNTIME_DIR": str(tmp_path), **given})
+    assert settings == {**_rotel_defaults(str(tmp_path)), **given}
+
+
+@needs_sh
 def test_rotel_env_names_an_existing_processor_and_an_otlp_exporter() -> None:
-    settings = _rotel_env()
+    settings = _rotel_env({"PATH": os.environ.get("PATH", "")})
     assert (ROOT / settings["ROTEL_OTLP_WITH_TRACE_PROCESSOR"]).resolve() == ROTEL_PROCESSOR
     assert settings["ROTEL_EXPORTER"] == "otlp"
     compile(ROTEL_PROCESSOR.read_text(encoding="utf-8"), str(ROTEL_PROCESSOR), "exec")

@@ -190,6 +190,35 @@ def test_a_match_rule_naming_an_unknown_contract_fails() -> None:
         load_contracts({"contracts": {"a": {}}, "match": [{"contract": "a"}]})
 
 
+def test_a_match_rule_naming_an_unknown_contract_names_its_line_and_the_contract_meant(
+    tmp_path: Path,
+) -> None:
+    """The check spans the whole file (rules against contracts): it used to name the file's first line."""
+    text = (
+        "# the agents' contracts\n"
+        "contracts:\n"
+        "  weekly_report:\n"
+        "    language: ja\n"
+        "\n"
+        "match:\n"
+        "  - stage: 'weekly_*'\n"
+        "    contract: weekly_report\n"
+        "  - agent: reporter\n"
+        "    contract: weekly_reprot\n"
+    )
+    path = _write(tmp_path, "contracts.yaml", text)
+    with pytest.raises(ContractError) as raised:
+        load_contracts(path)
+    assert (raised.value.line, raised.value.stage, raised.value.field) == (10, None, "match.1.contract")
+    assert str(raised.value) == (
+        f"{path}:10, field 'match.1.contract': a match rule names an unknown contract 'weekly_reprot'; "
+        "did you mean 'weekly_report'?"
+    )
+    with pytest.raises(ContractError) as raised:
+        load_contracts({"contracts": {"a": {}}, "match": [{"stage": "x", "contract": "zzz"}]})
+    assert str(raised.value) == "field 'match.0.contract': a match rule names an unknown contract 'zzz'"
+
+
 def test_broken_yaml_and_toml_syntax_fail_with_the_line(tmp_path: Path) -> None:
     with pytest.raises(ContractError) as raised:
         load_contracts(_write(tmp_path, "c.yaml", "contracts:\n  a: [unclosed\n  b: 1\n"))

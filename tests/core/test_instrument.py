@@ -202,3 +202,34 @@ def test_an_app_that_exits_without_flushing_keeps_its_call_and_verdict_in_the_st
     with closing(sqlite3.connect(tmp_path / "t.db")) as db:
         rows = db.execute("SELECT name, violation_types FROM spans").fetchall()
     assert rows == [("chat m", '["not_japanese"]')]
+
+
+def test_set_aside_pauses_the_running_instrumentation_and_gives_it_back(
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+) -> None:
+    app = tallyspan.instrument(
+        tracer_provider=tracer_provider, store=None, span_processors=[SimpleSpanProcessor(span_exporter)]
+    )
+    tracer = tracer_provider.get_tracer("test")
+    inner_spans = InMemorySpanExporter()
+    with app.set_aside():
+        assert tallyspan.instrumentation() is None
+        inner = tallyspan.instrument(
+            tracer_provider=tracer_provider, store=None, span_processors=[SimpleSpanProcessor(inner_spans)]
+        )
+        with tracer.start_as_current_span("aside"):
+            pass
+        assert inner.force_flush()
+        refused = pytest.raises(
+            tallyspan.ConfigError, match=r"^only the running instrumentation can be set aside$"
+        )
+        with refused, app.set_aside():
+            pass
+        # Left running: the end of the block undoes it.
+    assert tallyspan.instrumentation() is app
+    with tracer.start_as_current_span("back"):
+        pass
+    assert app.force_flush()
+    assert [span.name for span in span_exporter.get_finished_spans()] == ["back"]
+    assert [span.name for span in inner_spans.get_finished_spans()] == ["aside"]
+    tallyspan.uninstrument()

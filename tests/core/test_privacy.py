@@ -8,7 +8,8 @@ serialised (every span as exported, the OTLP traces and ledger log records a rea
 a user's ledger sink got, every row of every table of the SQLite store, tallyspan's own log records),
 and searched for the markers:
 
-* capture off: no marker at all;
+* capture off: no marker at all, but for the identifiers the agent claimed (a tool name and a call id),
+  which the local store's ledger tables keep: the store is the user's own disk (SECURITY.md);
 * capture on (the environment variable or ``capture_content=True``): the content markers each case
   plants are there (so the search can fail), the secrets still are not.
 """
@@ -79,6 +80,8 @@ CONTENT_MARKERS = {
     "claim_call_id": CLAIM_CALL_ID,
     "error_body": ERROR_BODY,
 }
+#: Identifiers the agent claims: with capture off they stay on the user's disk (the store) only.
+LOCAL_IDENTIFIERS = ("claimed_tool", "claim_call_id")
 SECRET_MARKERS = {
     "api_key": "PRVSECRETkey0T5",
     "header": HEADER_SECRET,
@@ -706,7 +709,15 @@ def test_nothing_private_leaves_unless_asked_and_secrets_never(
     )
     _assert_absent(outgoing, SECRET_MARKERS)
     if capture == "off":
-        _assert_absent(outgoing, CONTENT_MARKERS)
+        identifiers = {name: CONTENT_MARKERS[name] for name in LOCAL_IDENTIFIERS}
+        _assert_absent(outgoing, {k: v for k, v in CONTENT_MARKERS.items() if k not in identifiers})
+        # The claimed identifiers are on the user's disk, in the store's ledger tables, and nowhere else.
+        places = {
+            name: sorted({where.split(":")[0] for where in outgoing.where(marker)})
+            for name, marker in identifiers.items()
+        }
+        expected = ["store ledger_entries", "store ledger_reconciliations"]
+        assert places == {name: expected if name in case.captured else [] for name in identifiers}
     else:
         text = outgoing.text()
         missing = sorted(name for name in case.captured if CONTENT_MARKERS[name] not in text)

@@ -34,7 +34,10 @@ PUBLIC = {
         "AnthropicReply", "AnthropicServer", "OllamaReply", "OllamaServer", "OpenAICompatibleServer",
         "RecordedRequest", "ReplyHandler", "ScriptedReply", "ScriptedToolCall",
     ],
-    tallyspan.pytest_plugin: ["LedgerVerdict", "TallyspanRecorder", "Verdict", "tallyspan"],
+    tallyspan.pytest_plugin: [
+        "LedgerNotInOrderError", "LedgerVerdict", "TallyspanAssertionError", "TallyspanRecorder", "Verdict",
+        "ViolationsFoundError", "tallyspan",
+    ],
 }  # fmt: skip
 
 

@@ -37,11 +37,14 @@ def fetch_sales(week: str, tool_call_id: str) -> str:
     return "120"
 
 
-def run_agent(report, log=True):
+def run_agent(report, log=True, phantom=None):
     replies = [ScriptedReply(tool_calls=[ScriptedToolCall("fetch_sales", {"week": "W18"}, "call_1")])]
     if log:
         arguments = {"call_id": "call_1", "tool_name": "fetch_sales", "claimed_outcome": "succeeded"}
-        replies.append(ScriptedReply(tool_calls=[ScriptedToolCall("log_action", arguments, "call_1_log")]))
+        logs = [ScriptedToolCall("log_action", arguments, "call_1_log")]
+        if phantom is not None:  # the agent also logs a call it never made
+            logs.append(ScriptedToolCall("log_action", phantom, "call_9_log"))
+        replies.append(ScriptedReply(tool_calls=logs))
     replies += [ScriptedReply(text="準備ができました"), ScriptedReply(text=report)]
     with OpenAICompatibleServer(replies=replies) as server, openai.OpenAI(
         base_url=server.base_url, api_key="k", max_retries=0
@@ -75,6 +78,11 @@ def _section(result: pytest.RunResult, test: str) -> str:
     start = text.index(f"_ {test} _")
     end = min(i for i in (text.find("\n___", start + 1), text.find("short test summary", start)) if i > 0)
     return text[start:end]
+
+
+def _error_lines(result: pytest.RunResult) -> str:
+    """What the failures said (pytest's ``E`` lines), without the test sources it quotes."""
+    return "\n".join(line for line in result.stdout.lines if line.startswith("E "))
 
 
 def test_passing_and_failing_agent_tests_read_well(pytester: pytest.Pytester) -> None:
@@ -121,7 +129,8 @@ def test_unlogged(tallyspan):
         "fix: write the deliverable in Japanese",
     ):
         assert line in violating
-    assert "Sales went up" not in result.stdout.str()  # content is off: the output is never shown
+    # Content is off: the output is never shown (the traceback quotes the test's own source, not it).
+    assert "Sales went up" not in _error_lines(result)
     assert "output (captured)" not in violating
     unlogged = _section(result, "test_unlogged")
     for line in (
@@ -135,36 +144,136 @@ def test_unlogged(tallyspan):
         assert line in unlogged
 
 
-def test_captured_content_is_shown_and_instrumentation_is_never_shared(pytester: pytest.Pytester) -> None:
+def test_captured_content_is_shown(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         AGENT
         + f'''
-from opentelemetry.sdk.trace import TracerProvider
-
-
 @pytest.mark.tallyspan(contracts=CONTRACTS, capture_content=True)
 def test_captured(tallyspan):
     run_agent("{BAD_REPORT}")
     tallyspan.assert_no_violations()
-
-
-@pytest.fixture
-def already():
-    ts.instrument(tracer_provider=TracerProvider(), store=None)
-    yield
-    ts.uninstrument()
-
-
-def test_shared(already, tallyspan):
-    pass
 '''
     )
     result = _run(pytester)
-    result.assert_outcomes(failed=1, errors=1)
+    result.assert_outcomes(failed=1)
     assert "output (captured): 'Sales went up this week, thanks to the new campaign.'" in _section(
         result, "test_captured"
     )
-    result.stdout.fnmatch_lines(["*tallyspan is already instrumented in this process*"])
+
+
+def test_the_assertions_raise_assertion_errors_that_pytest_raises_catches(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        AGENT
+        + f'''
+from tallyspan.pytest_plugin import LedgerNotInOrderError, ViolationsFoundError
+
+
+@pytest.mark.tallyspan(contracts=CONTRACTS)
+def test_expected_failures(tallyspan):
+    run_agent("{BAD_REPORT}", log=False)
+    with pytest.raises(AssertionError, match="^tallyspan: 2 violations on 1 span\\(s\\):\\n") as caught:
+        tallyspan.assert_no_violations()
+    assert type(caught.value) is ViolationsFoundError
+    assert [verdict.types for verdict in caught.value.verdicts] == [("missing_required", "not_japanese")]
+    with pytest.raises(AssertionError, match="^tallyspan: the books of 1 of 1 run\\(s\\) are not in order:") as caught:
+        tallyspan.assert_ledger_balanced()
+    assert type(caught.value) is LedgerNotInOrderError
+    assert [run.run_name for run in caught.value.runs] == ["weekly-agent"]
+
+
+@pytest.mark.tallyspan(contracts=CONTRACTS)
+def test_unexpected_failure(tallyspan):
+    run_agent("{BAD_REPORT}")
+    tallyspan.assert_no_violations()
+'''
+    )
+    result = _run(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    failed = _section(result, "test_unexpected_failure")
+    assert (
+        "E       tallyspan.pytest_plugin.ViolationsFoundError: tallyspan: 2 violations on 1 span(s):"
+        in failed
+    )
+    assert "E           - missing_required: pattern 'verdict' not found" in failed
+    assert "Failed:" not in result.stdout.str()
+
+
+def test_an_app_instrumented_at_import_keeps_its_instrumentation_around_the_fixture(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        app="""
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import tallyspan
+
+APP_SPANS = InMemorySpanExporter()
+# The README's one line, run when the app is imported, with an exporter to see what the app's chain gets.
+INSTRUMENTATION = tallyspan.instrument(store=None, span_processors=[SimpleSpanProcessor(APP_SPANS)])
+"""
+    )
+    pytester.makepyfile(
+        AGENT
+        + f'''
+import app
+
+
+def test_before():
+    assert ts.instrumentation() is app.INSTRUMENTATION
+
+
+@pytest.mark.tallyspan(contracts=CONTRACTS)
+def test_in_the_fixture(tallyspan):
+    assert ts.instrumentation() is tallyspan.instrumentation is not app.INSTRUMENTATION
+    assert tallyspan.instrumentation.tracer_provider is app.INSTRUMENTATION.tracer_provider
+    run_agent("{BAD_REPORT}")
+    assert [verdict.types for verdict in tallyspan.verdicts] == [("missing_required", "not_japanese")]
+    assert [run.run_name for run in tallyspan.ledger] == ["weekly-agent"]
+    app.INSTRUMENTATION.force_flush()
+    assert app.APP_SPANS.get_finished_spans() == ()  # the app's chain is paused for the test
+
+
+def test_after():
+    assert ts.instrumentation() is app.INSTRUMENTATION
+    run_agent("{BAD_REPORT}")
+    assert app.INSTRUMENTATION.force_flush()
+    names = [span.name for span in app.APP_SPANS.get_finished_spans()]
+    assert names.count("chat qwen3") == 4
+    assert names.count("invoke_agent weekly-agent") == 1
+'''
+    )
+    result = _run(pytester)
+    result.assert_outcomes(passed=3)
+
+
+def test_a_phantom_log_names_the_tool_it_claims_with_capture_off(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        AGENT
+        + f'''
+PHANTOM = {{
+    "call_id": "call_9", "tool_name": "issue_refund", "claimed_outcome": "succeeded",
+    "summary": "Refunded 12,000 yen to Tanaka Hanako",
+}}
+
+
+@pytest.mark.tallyspan(contracts=CONTRACTS)
+def test_phantom(tallyspan):
+    run_agent("{GOOD_REPORT}", phantom=PHANTOM)
+    assert not tallyspan.capture_content
+    assert [run.discrepancies for run in tallyspan.ledger] == [
+        (("phantom_log", "call_9", "issue_refund claimed succeeded, never called"),)
+    ]
+    tallyspan.assert_ledger_balanced()
+'''
+    )
+    result = _run(pytester)
+    result.assert_outcomes(failed=1)
+    phantom = _section(result, "test_phantom")
+    assert "E         weekly-agent (span " in phantom
+    assert "): unbalanced, protocol ok\nE           - phantom_log call_9: " in phantom
+    assert "- phantom_log call_9: issue_refund claimed succeeded, never called\n" in phantom
+    assert "Tanaka" not in _error_lines(result)  # the summary is content: capture is off
 
 
 def test_contracts_from_the_command_line_and_a_store_on_request(

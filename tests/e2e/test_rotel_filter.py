@@ -81,32 +81,35 @@ def _free_port() -> int:
         return port
 
 
-def _env_file() -> dict[str, str]:
-    settings = {}
-    for line in (ROTEL_DIR / "rotel.env").read_text(encoding="utf-8").splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            key, _, value = line.strip().partition("=")
-            settings[key] = value
-    return settings
-
-
 @contextlib.contextmanager
 def _rotel(exporter_endpoint: str, tmp_path: Path) -> Iterator[str]:
-    """Run Rotel in the foreground with rotel.env, on free loopback ports; yield its OTLP/HTTP URL."""
+    """Run Rotel in the foreground with rotel.env loaded as it says (``set -a; . rotel.env; set +a``,
+    from the repository's root), the ports and files given in the environment; yield its OTLP/HTTP URL."""
     binary = _rotel_binary()
     http_port, grpc_port = _free_port(), _free_port()
     env = _with_libpython({key: value for key, value in os.environ.items() if not key.startswith("ROTEL_")})
-    env.update(_env_file())
     env.update(
         ROTEL_OTLP_HTTP_ENDPOINT=f"127.0.0.1:{http_port}",
         ROTEL_OTLP_GRPC_ENDPOINT=f"127.0.0.1:{grpc_port}",
         ROTEL_OTLP_EXPORTER_ENDPOINT=exporter_endpoint,
-        ROTEL_OTLP_WITH_TRACE_PROCESSOR=str(ROOT / env["ROTEL_OTLP_WITH_TRACE_PROCESSOR"]),
         ROTEL_PID_FILE=str(tmp_path / "rotel.pid"),
         ROTEL_LOG_FILE=str(tmp_path / "rotel.log"),
     )
     log = (tmp_path / "rotel.out").open("wb")
-    process = subprocess.Popen([str(binary), "start"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [
+            "sh",
+            "-c",
+            'set -a; . "$1"; set +a; exec "$2" start',
+            "sh",
+            str(ROTEL_DIR / "rotel.env"),
+            str(binary),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + _STARTUP_TIMEOUT_S
         while True:

@@ -529,6 +529,65 @@ def test_without_capture_claims_naming_nothing_observed_are_unobserved(chain: _C
     assert [entry.summary for entry in chain.sink.entries] == ["", "", "", ""]
 
 
+class _DiskSink(_CallsSink):
+    """A sink on the user's own disk, as the local store is."""
+
+    keeps_claimed_identifiers = True
+
+
+def test_without_capture_a_sink_on_the_users_disk_gets_claimed_identifiers_and_no_summary() -> None:
+    disk, other = _DiskSink(), _CallsSink()
+    chain = _Chain(sinks=[other, disk])
+    with chain.run():
+        chain.tool("search", "c1")
+        chain.log("c1", "search")
+        chain.log("c9", "issue_refund")
+        chain.log("c 10", "refund Tanaka")  # free text, not identifiers
+    chain.close()
+    assert [(entry.side, entry.call_id, entry.tool_name, entry.summary) for entry in disk.entries] == [
+        ("observed", "c1", "search", ""),
+        ("claimed", "c1", "search", ""),
+        ("claimed", "c9", "issue_refund", ""),
+        ("claimed", "unobserved", "unobserved", ""),
+    ]
+    assert [(entry.call_id, entry.tool_name) for entry in other.entries] == [
+        ("c1", "search"),
+        ("c1", "search"),
+        ("unobserved", "unobserved"),
+        ("unobserved", "unobserved"),
+    ]
+    (on_disk,) = disk.records
+    (elsewhere,) = other.records
+    assert [(d.type, d.call_id, d.detail) for d in on_disk.reconciliation.discrepancies] == [
+        ("phantom_log", "c9", "issue_refund claimed succeeded, never called"),
+        ("phantom_log", "unobserved", "unobserved claimed succeeded, never called"),
+    ]
+    assert [(d.type, d.call_id, d.detail) for d in elsewhere.reconciliation.discrepancies] == [
+        ("phantom_log", "unobserved", "unobserved claimed succeeded, never called"),
+        ("phantom_log", "unobserved", "unobserved claimed succeeded, never called"),
+    ]
+    # The run span leaves the process: its events and status name nothing unobserved.
+    run = chain.finished()
+    assert [event.get(semconv.LEDGER_TOOL_NAME) for event in _events(run, semconv.EVENT_LEDGER_ENTRY)] == [
+        "search",
+        "search",
+        "unobserved",
+        "unobserved",
+    ]
+    assert run.status.description == "ledger unbalanced: phantom_log"
+
+
+def test_with_capture_a_sink_on_the_users_disk_gets_the_same_books_as_the_others() -> None:
+    disk, other = _DiskSink(), _CallsSink()
+    chain = _Chain(sinks=[other, disk], capture_content=True)
+    with chain.run():
+        chain.log("c9", "refund Tanaka")
+    chain.close()
+    assert disk.entries == other.entries
+    assert disk.records == other.records
+    assert [(e.call_id, e.tool_name, e.summary) for e in disk.entries] == [("c9", "refund Tanaka", "words")]
+
+
 def test_with_capture_claims_keep_their_words() -> None:
     chain = _Chain(capture_content=True)
     with chain.run():

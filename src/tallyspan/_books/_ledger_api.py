@@ -53,6 +53,12 @@ class LedgerSink(Protocol):
 
     Methods are called on the processor's worker thread. They report failure by returning False and
     never raise (the processor still guards them, logging once and counting).
+
+    With content capture off, a sink gets the agent's claimed tool names and call ids only where they
+    name something observed in the run (else ``unobserved``), and no summary. A sink that writes only
+    to the user's own disk, as the local store does, may say so with the class attribute
+    ``keeps_claimed_identifiers = True``: it then gets the claimed tool names and call ids shaped as
+    identifiers as the agent wrote them (and the reconciliation over them), still no summary.
     """
 
     def export_entries(self, entries: Sequence[LedgerEntry]) -> bool:

@@ -235,6 +235,16 @@ def _compiled(item: str | NamedPattern, budget: PatternLoadBudget | None) -> tup
     return item, compile_pattern(item, contract_flags(), budget)
 
 
+class LocatedValueError(ValueError):
+    """A validator's ``ValueError`` about a value below the model it checks, at ``location`` (a path
+    from that model, as pydantic's): pydantic places an error of a model validator at the model itself
+    (in a file, its first line), so the loader adds the path to name the field and its line."""
+
+    def __init__(self, message: str, location: tuple[str | int, ...]) -> None:
+        super().__init__(message)
+        self.location = location
+
+
 class MatchRule(BaseModel):
     """Binds a contract to spans by stage, agent name and/or model (glob patterns, all must match)."""
 
@@ -272,7 +282,15 @@ class ContractSet(BaseModel):
     def _rules_name_contracts(self) -> ContractSet:
         for index, rule in enumerate(self.match):
             if rule.contract not in self.contracts and not (rule.contract == "default" and self.default):
-                raise ValueError(f"match[{index}] names an unknown contract {rule.contract!r}")
+                import difflib  # a bad file only
+
+                message = f"a match rule names an unknown contract {rule.contract!r}"
+                known = [*self.contracts, *(["default"] if self.default else [])]
+                meant = difflib.get_close_matches(rule.contract, known, n=1, cutoff=0.75)
+                if meant:
+                    message += f"; did you mean {meant[0]!r}?"
+                # A check of the whole set has no place of its own: it says where in the file it failed.
+                raise LocatedValueError(message, ("match", index, "contract"))
         return self
 
     def contract_for(
@@ -422,6 +440,9 @@ def _contract_error(
     error = exc.errors()[0]
     location = tuple(error["loc"])
     message = str(error["msg"])
+    cause = error.get("ctx", {}).get("error")
+    if isinstance(cause, LocatedValueError):
+        location, message = (*location, *cause.location), str(cause)
     if error["type"] == "extra_forbidden":
         import difflib  # a bad file only
 

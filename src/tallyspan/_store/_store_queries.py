@@ -22,8 +22,10 @@ violations from the whole chain, once. Every other span counts for itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tallyspan import semconv
-from tallyspan._books._ledger import Discrepancy
+from tallyspan._books._ledger import DEFAULT_LOG_TOOL, Discrepancy
 from tallyspan._errors import ConfigError, TallyspanError
 from tallyspan._store._store_ledger import (
     DEFAULT_BOOKS_LIMIT,
@@ -790,7 +792,60 @@ def _trace_data(db: sqlite3.Connection, trace_id: str) -> TraceData:
             entries=tuple(entries.get(row["run_span_id"], ())),
             time_unix_nano=row["time_unix_nano"],
         )
+    if not any(span.content for span in trace.spans):
+        trace.ledgers = {run: _unobserved_claims(books) for run, books in trace.ledgers.items()}
     return trace
+
+
+def _unobserved_claims(books: LedgerData) -> LedgerData:
+    """``books`` with each claimed tool name and call id that names nothing observed in the run read as
+    ``unobserved``, in its entries and its discrepancies (their call ids and details).
+
+    The store is the user's own disk: with content capture off it keeps the identifiers the agent claimed
+    (SECURITY.md), for ``tallyspan ledger``. What ``tallyspan export`` writes is made to leave the machine
+    (datasets to share, to train on), so it gives them as the OTLP export does: only names observed.
+    """
+    observed = [entry for entry in books.entries if entry.side == semconv.LEDGER_SIDE_OBSERVED]
+    known = (
+        {entry.tool_name for entry in observed} | {entry.call_id for entry in observed} | {DEFAULT_LOG_TOOL}
+    )
+    hidden = {
+        value
+        for entry in books.entries
+        if entry.side != semconv.LEDGER_SIDE_OBSERVED
+        for value in (entry.tool_name, entry.call_id)
+        if value is not None and value not in known and value != semconv.LEDGER_UNOBSERVED
+    }
+    if not hidden:
+        return books
+    placeholder = semconv.LEDGER_UNOBSERVED
+    # A hidden value stands in a detail as a whole word ("X claimed succeeded", "claimed as 'X'").
+    word = re.compile(
+        r"(?<![\w.:-])(?:"
+        + "|".join(re.escape(value) for value in sorted(hidden, key=len, reverse=True))
+        + r")(?![\w.:-])"
+    )
+    return dataclasses.replace(
+        books,
+        entries=tuple(
+            dataclasses.replace(
+                entry,
+                tool_name=placeholder if entry.tool_name in hidden else entry.tool_name,
+                call_id=placeholder if entry.call_id in hidden else entry.call_id,
+            )
+            if entry.side != semconv.LEDGER_SIDE_OBSERVED
+            else entry
+            for entry in books.entries
+        ),
+        discrepancies=tuple(
+            dataclasses.replace(
+                found,
+                call_id=placeholder if found.call_id in hidden else found.call_id,
+                detail=word.sub(placeholder, found.detail),
+            )
+            for found in books.discrepancies
+        ),
+    )
 
 
 # --- what ``tallyspan doctor`` reads -----------------------------------------------------------------

@@ -10,13 +10,14 @@ Exit status: 0 success, 2 bad input (a ``ConfigError``: arguments, configuration
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import click
 
-from tallyspan._config import resolve_db_path
+from tallyspan._config import ENV_DB, resolve_db_path
 from tallyspan._errors import ConfigError, TallyspanError
 from tallyspan.cli._state import CliState
 from tallyspan.cli.check import command as check_command
@@ -66,7 +67,8 @@ class _Group(click.Group):
 @click.pass_context
 def main(ctx: click.Context, db_path: Path | None) -> None:
     """Make the silent failures of LLM agents visible: read what tallyspan.instrument() recorded."""
-    ctx.obj = CliState(db_path=resolve_db_path(db_path))
+    given = db_path is not None or bool(os.environ.get(ENV_DB, "").strip())
+    ctx.obj = CliState(db_path=resolve_db_path(db_path), db_given=given)
 
 
 # Plain imports: a command that fails to import is a bug to see at once, not a command quietly missing.

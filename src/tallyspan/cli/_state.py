@@ -16,6 +16,8 @@ class CliState:
 
     db_path: Path
     """The store: ``--db``, else ``TALLYSPAN_DB``, else ``./.tallyspan/tallyspan.db``."""
+    db_given: bool = True
+    """Whether the user named the store (``--db`` or ``TALLYSPAN_DB``) rather than taking the default."""
 
 
 pass_state = click.make_pass_decorator(CliState)

@@ -8,11 +8,17 @@ model is a local OpenAI-compatible server on 127.0.0.1 replaying realistic outpu
 
 The demo uses whatever parts of tallyspan are installed: without the OpenAI instrumentor, the checks
 or the ledger it still runs, and says what was missing.
+
+Each run starts from a fresh store, so a rerun shows the same report: by default a store of its own,
+``./.tallyspan/demo.db`` (never the app's), else the one ``--db`` or ``TALLYSPAN_DB`` names. The last
+demo's store there is replaced; a store holding anything else (another service's spans, another
+agent's books, a file not ours) is refused and left as it is.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,7 +32,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import tallyspan
 from tallyspan._errors import TallyspanError
-from tallyspan._store._store_queries import Report
+from tallyspan._store._store_queries import Report, open_store
+from tallyspan._store._store_schema import LEDGER_RECONCILIATIONS, SPANS
 from tallyspan.cli._render import emit
 from tallyspan.cli._state import CliState, pass_state
 from tallyspan.cli.report import build_report, format_report
@@ -47,6 +54,8 @@ MAX_TOOL_TURNS: Final = 10
 INSTRUMENTORS: Final = ("tallyspan_openai",)
 """The demo talks to an OpenAI-compatible server only; instrumenting other libraries would just cost time."""
 INSTALL_HINT: Final = "`tallyspan demo` needs the openai package: pip install 'tallyspan[openai]'"
+DEMO_STORE: Final = Path(".tallyspan", "demo.db")
+"""The demo's own store when the user names none: the app's default store is never the demo's."""
 
 
 class ToolUnavailableError(RuntimeError):
@@ -91,6 +100,7 @@ def run_demo(db_path: Path) -> DemoResult:
             "tallyspan is already instrumented in this process; the demo needs its own set-up"
         )
     script = load_script()
+    _start_afresh(db_path, str(script["agent"]))
     notes: list[str] = []
     provider = TracerProvider(resource=Resource.create({SERVICE_NAME: SERVICE}))
     try:
@@ -120,6 +130,28 @@ def run_demo(db_path: Path) -> DemoResult:
         notes=notes,
         report=build_report(db_path),
     )
+
+
+def _start_afresh(db_path: Path, agent: str) -> None:
+    """Delete the last demo's store at ``db_path`` (and its journal files), so the run starts from none.
+
+    Raises:
+        TallyspanError: the store holds more than a demo's spans and books (it is left untouched); also
+            ``NotAStoreError`` (a ``ConfigError``) for a file that is not a tallyspan store.
+    """
+    if not db_path.exists():
+        return
+    with open_store(db_path) as db:
+        spans = db.execute(f"SELECT COUNT(*) FROM {SPANS} WHERE service_name IS NOT ?", (SERVICE,))
+        runs = db.execute(f"SELECT COUNT(*) FROM {LEDGER_RECONCILIATIONS} WHERE run_name IS NOT ?", (agent,))
+        foreign = spans.fetchone()[0] + runs.fetchone()[0]
+    if foreign:
+        raise TallyspanError(
+            f"{db_path} holds more than a demo's spans, so the demo leaves it alone (each demo starts "
+            "from a fresh store and replaces only the last demo's): pass --db with a path of its own"
+        )
+    for path in (db_path, *(db_path.with_name(db_path.name + suffix) for suffix in ("-wal", "-shm"))):
+        path.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -221,6 +253,7 @@ def _run_agent(client: openai.OpenAI, script: Mapping[str, Any], run: Mapping[st
 
 def format_demo(result: DemoResult) -> str:
     """The demo's summary followed by the report."""
+    tallyspan_db = f"tallyspan --db {shlex.quote(result.store)}"
     lines = [
         f"tallyspan demo: {result.runs} runs of {result.agent} against a scripted local model ({result.model_url})",
         f"  instrumented: {', '.join(result.instrumented) or 'nothing'}; "
@@ -229,8 +262,9 @@ def format_demo(result: DemoResult) -> str:
         "",
         format_report(result.report),
         "",
-        "Next: `tallyspan spans --violated` says why each failing call failed; `tallyspan ledger --unbalanced`"
-        " shows the books that do not balance; every command takes --json for scripts.",
+        f"Next: `{tallyspan_db} spans --violated` says why each failing call failed; `{tallyspan_db} ledger"
+        " --unbalanced` shows the books that do not balance; every command takes --json for scripts. Each"
+        " demo starts from a fresh store: a rerun shows the same report.",
     ]
     return "\n".join(lines)
 
@@ -239,5 +273,10 @@ def format_demo(result: DemoResult) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")
 @pass_state
 def command(state: CliState, as_json: bool) -> None:
-    """Run a small instrumented agent workflow on a local scripted model and print the report."""
-    emit("demo", run_demo(state.db_path), as_json=as_json, text=format_demo)
+    """Run a small instrumented agent workflow on a local scripted model and print the report.
+
+    Each run starts from a fresh store (the last demo's is replaced): ./.tallyspan/demo.db unless --db
+    or TALLYSPAN_DB names one; a store holding anything but a demo's is refused, untouched.
+    """
+    db_path = state.db_path if state.db_given else DEMO_STORE
+    emit("demo", run_demo(db_path), as_json=as_json, text=format_demo)
