@@ -51,14 +51,8 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
 
-from tallyspan.plugin import (
-    ExportSettings,
-    ShutdownBudget,
-    after_fork_in_child,
-    count,
-    start_thread,
-    swallowed,
-)
+from tallyspan.plugin import ShutdownBudget, after_fork_in_child, count, start_thread, swallowed
+from tallyspan.plugin.exporters import ExportSettings
 from tallyspan_exporters._spool import LEASE_S, Spool, SpooledRow
 
 __all__ = ["Attempt", "AttemptObserver", "Codec", "Outbox"]

@@ -44,14 +44,8 @@ from opentelemetry.util.types import AnyValue, AttributeValue
 
 from tallyspan import semconv
 from tallyspan.ledger import LedgerEntry, LedgerRecord
-from tallyspan.plugin import (
-    ExportSettings,
-    OTLPProtocol,
-    ShutdownBudget,
-    __version__,
-    otlp_logs_protocol,
-    swallowed,
-)
+from tallyspan.plugin import ShutdownBudget, __version__, swallowed
+from tallyspan.plugin.exporters import ExportSettings, OTLPProtocol, otlp_logs_protocol
 from tallyspan_exporters._codec import decode_log_record, encode_log_record
 from tallyspan_exporters._delivery import Codec, Outbox
 from tallyspan_exporters._otlp import Observer, observed_session, open_spool, otlp_log_exporter

@@ -19,13 +19,8 @@ from collections.abc import Sequence
 from typing import Final
 
 from tallyspan.ledger import LedgerEntry, LedgerRecord
-from tallyspan.plugin import (
-    BUSY_TIMEOUT_MS,
-    LEDGER_ENTRIES,
-    LEDGER_RECONCILIATIONS,
-    HandOvers,
-    ShutdownBudget,
-)
+from tallyspan.plugin import HandOvers, ShutdownBudget
+from tallyspan.plugin.exporters import BUSY_TIMEOUT_MS, LEDGER_ENTRIES, LEDGER_RECONCILIATIONS
 from tallyspan_exporters._writer import (
     Rows,
     StoreWriter,

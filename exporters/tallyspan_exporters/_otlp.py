@@ -50,13 +50,8 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import StatusCode
 
 from tallyspan import semconv
-from tallyspan.plugin import (
-    GRPC_INSTALL_HINT,
-    ConfigError,
-    ExportSettings,
-    OTLPProtocol,
-    ShutdownBudget,
-)
+from tallyspan.plugin import ConfigError, ShutdownBudget
+from tallyspan.plugin.exporters import GRPC_INSTALL_HINT, ExportSettings, OTLPProtocol
 from tallyspan_exporters._codec import decode_span, encode_span
 from tallyspan_exporters._delivery import Attempt, Codec, Outbox
 from tallyspan_exporters._spool import Spool, shared_spool

@@ -55,7 +55,8 @@ from typing import Final, TypeVar
 
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
-from tallyspan.plugin import count, is_locked, renew_lock_after_fork, swallowed
+from tallyspan.plugin import count, renew_lock_after_fork, swallowed
+from tallyspan.plugin.exporters import is_locked
 from tallyspan_exporters._writer import (
     insert_sql,
     many_rows_sql,

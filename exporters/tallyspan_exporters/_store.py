@@ -29,24 +29,26 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from tallyspan import semconv
 from tallyspan.plugin import (
+    HandOvers,
+    Settings,
+    ShutdownBudget,
+    count,
+    plain_attributes,
+    renew_lock_after_fork,
+    stats,
+    swallowed,
+)
+from tallyspan.plugin.exporters import (
     BUSY_TIMEOUT_MS,
     FAILURE_CLASS_OF,
     RUNS,
     SELF_STATS,
     SPANS,
     VIOLATIONS,
-    HandOvers,
-    Settings,
-    ShutdownBudget,
     ViolationType,
-    count,
     is_run_span,
     json_bytes_encoder,
-    plain_attributes,
-    renew_lock_after_fork,
     resolve_db_path,
-    stats,
-    swallowed,
 )
 from tallyspan_exporters._writer import (
     DEFAULT_MAX_PENDING,

@@ -39,22 +39,20 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from tallyspan.plugin import (
-    BUSY_TIMEOUT_MS,
     HandOvers,
     Turns,
     after_fork_in_child,
-    connect,
     count,
-    is_locked,
     release_free_memory,
     renew_lock_after_fork,
     start_thread,
     swallowed,
     turn_threshold,
 )
+from tallyspan.plugin.exporters import BUSY_TIMEOUT_MS, connect, is_locked
 
 if TYPE_CHECKING:
-    import sqlite3  # loads with the first connection (tallyspan.plugin.connect), on the writer thread
+    import sqlite3  # loads with the first connection (tallyspan.plugin.exporters.connect), on the writer thread
 
 __all__ = [
     "DEFAULT_BATCH_ITEMS",

@@ -11,7 +11,7 @@ An instrumentor states what it wraps and what is particular to its library; the 
         def _on_uninstrument(self, state): ...           # functions on import and on undo
 
 ``instrument()`` resolves the tracer (from ``tracer_provider``) and ``capture_content`` (the one rule of
-:func:`tallyspan.plugin.resolve_capture_content`: a bad argument raises ``ConfigError``, a bad environment
+:func:`tallyspan.plugin.instrumentors.resolve_capture_content`: a bad argument raises ``ConfigError``, a bad environment
 value warns and leaves content off), builds the :class:`WrapperState` every wrapper reads, and patches
 each table entry when the app imports its module (:class:`~tallyspan_instrumentors._post_import.PatchSet`).
 ``uninstrument()`` turns the state off (a library that kept a bound wrapper gets a pass-through) and
@@ -40,7 +40,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Tracer
 
 from tallyspan import semconv
-from tallyspan.plugin import __version__, dependency_conflict, resolve_capture_content
+from tallyspan.plugin import __version__
+from tallyspan.plugin.instrumentors import dependency_conflict, resolve_capture_content
 from tallyspan_instrumentors._post_import import PatchSet
 
 __all__ = ["TallyspanInstrumentor", "WrapEntry", "Wrapper", "WrapperFactory", "WrapperState"]

@@ -25,7 +25,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import current_stage, semconv
-from tallyspan.plugin import ModelContent, content_buffer, end_tool_span, swallowed
+from tallyspan.plugin import ModelContent, content_buffer, swallowed
+from tallyspan.plugin.instrumentors import end_tool_span
 from tallyspan_instrumentors._base import Wrapper, WrapperState
 from tallyspan_instrumentors._parts import messages_json
 

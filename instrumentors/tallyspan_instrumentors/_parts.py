@@ -14,7 +14,8 @@ from typing import Any
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan.plugin import ToolCallContent, json_encoder
+from tallyspan.plugin import ToolCallContent
+from tallyspan.plugin.instrumentors import json_encoder
 
 __all__ = [
     "field_of",

@@ -32,22 +32,15 @@ from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan.plugin import (
-    Content,
-    ModelContent,
-    Settings,
-    record_violations,
-    renew_lock_after_fork,
-    swallowed,
-    warn_once,
-)
+from tallyspan.plugin import Content, ModelContent, Settings, renew_lock_after_fork, swallowed, warn_once
+from tallyspan.plugin.processors import record_violations
 from tallyspan_processors._enrich import enriched_copy, plain_attributes
 from tallyspan_processors._wrapping import WrappingProcessor
 
 if TYPE_CHECKING:
     # The engine loads with the first contract (tallyspan.plugin imports it on first use): a chain
     # without contracts never needs it.
-    from tallyspan.plugin import CheckResult, Contract, ContractSet
+    from tallyspan.plugin.processors import CheckResult, Contract, ContractSet
 
 __all__ = ["ChecksProcessor", "checks_component"]
 
@@ -206,7 +199,7 @@ class ChecksProcessor(WrappingProcessor):
             result = self._check(span, attributes, stage, contract, model_content)
         except Exception:  # the engine guards each rule; this is the last line: the span says so
             swallowed(_logger, "checks.engine", "tallyspan's checks failed on a span")
-            from tallyspan.plugin import CheckResult
+            from tallyspan.plugin.processors import CheckResult
 
             result = CheckResult(check_errors=(_ENGINE_FAILED,))
         if result.violations:
@@ -292,7 +285,7 @@ class ChecksProcessor(WrappingProcessor):
 
 
 def _engine_check() -> Callable[..., CheckResult]:
-    from tallyspan.plugin import check
+    from tallyspan.plugin.processors import check
 
     return check
 

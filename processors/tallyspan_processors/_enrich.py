@@ -11,7 +11,8 @@ from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, Status
 from opentelemetry.util.types import AttributeValue
 
-from tallyspan.plugin import SDK_SPAN_TYPES, plain_attributes
+from tallyspan.plugin import plain_attributes
+from tallyspan.plugin.processors import SDK_SPAN_TYPES
 
 __all__ = ["enriched_copy", "plain_attributes"]
 

@@ -69,16 +69,8 @@ from tallyspan.ledger import (
     Reconciliation,
     reconcile,
 )
-from tallyspan.plugin import (
-    Content,
-    Settings,
-    count,
-    declares_run,
-    is_run_container,
-    record_run,
-    renew_lock_after_fork,
-    swallowed,
-)
+from tallyspan.plugin import Content, Settings, count, renew_lock_after_fork, swallowed
+from tallyspan.plugin.processors import declares_run, is_run_container, record_run
 from tallyspan_processors._enrich import enriched_copy
 from tallyspan_processors._ledger_sources import RawEntry, entries_of
 from tallyspan_processors._wrapping import WrappingProcessor, flush_all

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from tallyspan import _json_encoding
-from tallyspan.plugin import json_bytes_encoder, json_encoder
+from tallyspan.plugin.exporters import json_bytes_encoder
+from tallyspan.plugin.instrumentors import json_encoder
 
 #: Values of every attribute type, and strings that need escaping (the store's test writes them too).
 TRICKY_ATTRIBUTES: dict[str, Any] = {

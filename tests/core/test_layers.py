@@ -175,10 +175,10 @@ def _describe(component: list[str], edges: dict[str, dict[str, Import]]) -> str:
 
 def test_every_module_is_parsed_and_the_scan_sees_each_kind_of_import() -> None:
     imports = {(found.source, found.target) for found in _all_imports()}
-    # A top-level import, a type-only one (plugin.py, under TYPE_CHECKING), a function-level one
+    # A top-level import, a type-only one (plugin/processors.py, under TYPE_CHECKING), a function-level one
     # (_contract_loading.py, inside load_contracts), and ``from tallyspan import semconv`` as the module.
     assert ("tallyspan._engine._checks", "tallyspan._contract._contracts") in imports
-    assert ("tallyspan.plugin", "tallyspan._engine._checks") in imports
+    assert ("tallyspan.plugin.processors", "tallyspan._engine._checks") in imports
     assert ("tallyspan._contract_loading", "tallyspan._contract._contracts") in imports
     assert ("tallyspan._books._ledger", "tallyspan.semconv") in imports
 

@@ -234,7 +234,7 @@ def test_the_lazy_names_are_the_engine_s_own() -> None:
         """
         import tallyspan
         from tallyspan import Contract, check
-        from tallyspan.plugin import CheckResult, ContractSet
+        from tallyspan.plugin.processors import CheckResult, ContractSet
 
         assert check is tallyspan.check and Contract.__module__ == "tallyspan"
         assert CheckResult is tallyspan.CheckResult and ContractSet is tallyspan.ContractSet

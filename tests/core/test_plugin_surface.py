@@ -7,6 +7,7 @@ the contract down; this test keeps the code to it.
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,13 @@ PLUGIN_ROOTS = (
     ROOT / "processors" / "tallyspan_processors",
     ROOT / "exporters" / "tallyspan_exporters",
 )
-ALLOWED = {"tallyspan", "tallyspan.semconv", "tallyspan.ledger", "tallyspan.plugin"}
+SURFACE = (
+    "tallyspan.plugin",
+    "tallyspan.plugin.instrumentors",
+    "tallyspan.plugin.processors",
+    "tallyspan.plugin.exporters",
+)
+ALLOWED = {"tallyspan", "tallyspan.semconv", "tallyspan.ledger", *SURFACE}
 CORE_PACKAGE = "tallyspan"
 
 
@@ -69,7 +76,35 @@ def test_no_module_reaches_up_into_instrument_from_a_function() -> None:
     assert offenders == []
 
 
-def test_the_surface_exports_what_it_lists() -> None:
-    missing = [name for name in tallyspan.plugin.__all__ if not hasattr(tallyspan.plugin, name)]
+@pytest.mark.parametrize("module_name", SURFACE)
+def test_the_surface_exports_what_it_lists(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    missing = [name for name in module.__all__ if not hasattr(module, name)]
     assert missing == []
     assert tallyspan.plugin.__version__ == tallyspan.__version__
+
+
+def test_the_surface_is_narrow_and_each_name_has_one_home() -> None:
+    """What every plugin uses stays under 25 names; each kind of plugin has a module of its own, and no
+    name is offered twice."""
+    modules = [importlib.import_module(name) for name in SURFACE]
+    assert len(tallyspan.plugin.__all__) < 25
+    names = [name for module in modules for name in module.__all__]
+    assert len(names) == len(set(names))
+
+
+def test_each_plugin_package_uses_the_module_of_its_kind_only() -> None:
+    """An instrumentor that needed the check engine, or a processor the store's schema, would say that
+    a part sits in the wrong package."""
+    kinds = {
+        "tallyspan_instrumentors": "tallyspan.plugin.instrumentors",
+        "tallyspan_processors": "tallyspan.plugin.processors",
+        "tallyspan_exporters": "tallyspan.plugin.exporters",
+    }
+    crossing = [
+        f"{path.relative_to(ROOT)}:{line} {module}"
+        for path in _plugin_files()
+        for line, module, _ in _core_imports(path)
+        if module in SURFACE[1:] and module != kinds[path.relative_to(ROOT).parts[1]]
+    ]
+    assert crossing == []

@@ -22,7 +22,7 @@ import tallyspan
 from tallyspan import semconv
 from tallyspan._content import ModelContent, ToolCallContent, ToolContent, content_buffer
 from tallyspan.ledger import LedgerRecord
-from tallyspan.plugin import is_run_span
+from tallyspan.plugin.exporters import is_run_span
 from tallyspan_processors import LedgerProcessor
 
 

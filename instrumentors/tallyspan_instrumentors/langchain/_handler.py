@@ -25,7 +25,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from tallyspan import semconv
-from tallyspan.plugin import count, end_tool_span, json_text, swallowed
+from tallyspan.plugin import count, json_text, swallowed
+from tallyspan.plugin.instrumentors import end_tool_span
 from tallyspan_instrumentors._calls import (
     Extraction,
     GenAICall,

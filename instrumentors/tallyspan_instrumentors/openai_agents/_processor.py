@@ -38,7 +38,8 @@ from opentelemetry import trace as trace_api
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from tallyspan import semconv
-from tallyspan.plugin import count, end_tool_span, swallowed
+from tallyspan.plugin import count, swallowed
+from tallyspan.plugin.instrumentors import end_tool_span
 from tallyspan_instrumentors._calls import GenAICall, is_instrumentation_enabled, start_genai_call
 from tallyspan_instrumentors._parts import messages_json, parse_arguments
 from tallyspan_instrumentors.openai_agents._extract import (
