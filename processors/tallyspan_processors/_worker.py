@@ -33,7 +33,6 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach,
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from tallyspan.plugin import (
-    TURN_SLICE_S,
     Content,
     HandOvers,
     Settings,
@@ -47,6 +46,7 @@ from tallyspan.plugin import (
     swallowed,
     turn_threshold,
 )
+from tallyspan.plugin.processors import TURN_SLICE_S
 from tallyspan_processors._content import take_content
 from tallyspan_processors._wrapping import Handed, WrappingProcessor, flush_all, forward_batch
 
