@@ -145,6 +145,7 @@ class Background(Generic[T]):
         self._stop_taken = False  # a thread (or the caller) took the stop: the others end too
         self._lost = 0
         self._lost_at_shutdown = 0
+        self._failed_since_flush = False
         self._memory_releases = 0
         self._fresh_state()
         # The thread does not survive fork(): the child starts afresh with an empty queue.
@@ -169,8 +170,9 @@ class Background(Generic[T]):
 
     # --- what a subclass says ---------------------------------------------------------------------------
 
-    def handle(self, batch: list[T]) -> None:
-        """Handle ``batch`` (in queue order), on the thread, or the caller's where no thread can start."""
+    def handle(self, batch: list[T], size: int) -> None:
+        """Handle ``batch`` (in queue order; ``size``: their sizes together), on the thread, or on the
+        caller's where no thread can start. What it cannot handle it counts with :meth:`count_lost`."""
         raise NotImplementedError
 
     def flushed(self, deadline: float) -> bool:
@@ -205,6 +207,12 @@ class Background(Generic[T]):
         return _suppressed()
 
     # --- the producer's side ----------------------------------------------------------------------------
+
+    def count_lost(self, size: int) -> None:
+        """Count ``size`` items lost on the thread (under ``drop_key``, and in ``dropped``)."""
+        with self._lock:
+            self._lost += size
+        count(self._drop_key, size)
 
     @property
     def memory_releases(self) -> int:
@@ -253,7 +261,8 @@ class Background(Generic[T]):
             return True
         turns = self._turns
         if queued >= self._turn_at:
-            self._wake.set()  # a gathering wait must not hold the turn up
+            if self._producer_hands_over or queued >= self._batch_size:
+                self._wake.set()  # a gathering wait must not hold the turn up
             turns.give(queued)
         elif self._sleeping:
             # This item wakes the thread from its wait for work: it is due as soon as it is awake.
@@ -337,6 +346,7 @@ class Background(Generic[T]):
                 entry.done.set()  # let a flush that waits on it go (answered False), not time out
             elif entry is not _STOP:
                 item, size = self._unpack(entry)
+                self._leave(size)
                 self._drop(item, size)
 
     def _ensure_thread(self) -> bool:
@@ -372,13 +382,19 @@ class Background(Generic[T]):
             turns.taken()  # nobody waits for a thread that is gone
             turns.stop_taking_hand_overs()
             self._running = False
-            for token in list(self._flushes):
+            tokens = list(self._flushes)
+            if tokens:
+                self._failed_since_flush = False  # these answer for the failure
+            for token in tokens:
                 token.done.set()  # answered False: a thread that died handled not all before them
 
     def _serve(self, batch: list[Any]) -> None:
         turns = self._turns
         slices = self._producer_hands_over
         handled = 0  # items since the queue was last empty
+        if self._delay_s:
+            # Started by an item (or a flush, which cuts this short): as if woken by it from a pause.
+            self._gather()
         slice_ends = time.monotonic() + TURN_SLICE_S
         while True:
             try:
@@ -418,23 +434,22 @@ class Background(Generic[T]):
                 turns.taken()
                 slice_ends = time.monotonic() + TURN_SLICE_S
             handled += self._take(entry, batch)
+            entry = None  # a handled item must not stay alive while the thread waits for the next
 
     def _take(self, entry: Any, batch: list[Any]) -> int:
         """Add a queued entry to ``batch`` (handled once full), or answer a flush; its size."""
         if isinstance(entry, _Token):
             self._handle(batch)  # everything queued before the flush, first
+            failed, self._failed_since_flush = self._failed_since_flush, False
             try:
-                entry.result = self._guarded(self.flushed, entry.deadline) is True
+                # A batch that failed since the last flush answered was not all handled: False.
+                entry.result = self._guarded(self.flushed, entry.deadline) is True and not failed
             finally:
                 entry.done.set()
             return 0
-        size: int = 1
-        if self._sized:
-            size = entry[1]
-            with self._lock:
-                self._queued -= size
+        item, size = self._unpack(entry)
         if self._given_up:
-            item, _ = self._unpack(entry)
+            self._leave(size)
             self._drop(item, size)
             return size
         batch.append(entry)
@@ -448,16 +463,30 @@ class Background(Generic[T]):
             return
         entries = batch.copy()
         batch.clear()
+        if self._sized:
+            items = [entry[0] for entry in entries]
+            size = sum(entry[1] for entry in entries)
+            # Items count against the bound until their batch is handled: a batch gathering holds them.
+            self._leave(size)
+        else:
+            items, size = entries, len(entries)
         if self._given_up:
             for entry in entries:
                 self._drop(*self._unpack(entry))
             return
-        self._guarded(self.handle, [entry[0] for entry in entries] if self._sized else entries)
+        self._guarded(self.handle, items, size)
+
+    def _leave(self, size: int) -> None:
+        """``size`` items left the bound (sized only; a slot's queue counts itself)."""
+        if self._sized:
+            with self._lock:
+                self._queued -= size
 
     def _guarded(self, call: Callable[..., Any], *args: Any) -> Any:
         try:
             return call(*args)
         except BaseException:  # even sys.exit() from a bug: the thread must outlive it
+            self._failed_since_flush = True
             self.failed()
             return None
 

@@ -45,7 +45,7 @@ class _Recorder(Background[str]):
     def handled(self) -> list[str]:
         return [item for batch in self.batches for item in batch]
 
-    def handle(self, batch: list[str]) -> None:
+    def handle(self, batch: list[str], size: int) -> None:
         self.handled_on.add(threading.get_ident())
         if "hold" in batch:
             self.entered.set()
@@ -55,6 +55,7 @@ class _Recorder(Background[str]):
         self.batches.append(batch)
 
     def flushed(self, deadline: float) -> bool:
+        del deadline
         return self.flush_answer
 
     def stopped(self) -> None:
