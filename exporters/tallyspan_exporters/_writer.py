@@ -566,7 +566,8 @@ class WriterThread(Background[T]):
         release_free_memory()
         return True
 
-    def failed(self) -> None:
+    def failed(self, error: BaseException) -> None:
+        del error
         swallowed(_logger, f"{self._writer.name}.thread", f"the {self.name} thread failed")
 
     def running_context(self) -> AbstractContextManager[None]:

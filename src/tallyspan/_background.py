@@ -167,6 +167,7 @@ class Background(Generic[T]):
         self._running = False
         self._sleeping = False  # the thread waits for work: the next item wakes it
         self._unreleased = 0
+        self._slice_ends = 0.0  # when the thread answers a turn it is working through
 
     # --- what a subclass says ---------------------------------------------------------------------------
 
@@ -198,8 +199,11 @@ class Background(Generic[T]):
         """Give free memory back after a busy spell; True if it was (counted in ``memory_releases``)."""
         return release_free_memory()
 
-    def failed(self) -> None:
-        """``handle`` or ``flushed`` raised (even ``SystemExit``): the thread must outlive it."""
+    def failed(self, error: BaseException) -> None:
+        """``handle``, ``flushed`` or ``stopped`` raised ``error`` (even ``SystemExit``): logged once and
+        counted, and the thread goes on. A subclass may raise it again to end the thread (the next item
+        starts another, counted under ``restarted_key``)."""
+        del error
         swallowed(_logger, f"{self.name}.thread", f"the {self.name} thread failed")
 
     def running_context(self) -> AbstractContextManager[None]:
@@ -392,49 +396,58 @@ class Background(Generic[T]):
         turns = self._turns
         slices = self._producer_hands_over
         handled = 0  # items since the queue was last empty
-        if self._delay_s:
-            # Started by an item (or a flush, which cuts this short): as if woken by it from a pause.
-            self._gather()
-        slice_ends = time.monotonic() + TURN_SLICE_S
+        busy = False  # anything (an item, a flush) was taken since the queue was last empty
+        entry = self._woken(first=True)  # started by an item or a flush: as if woken by it
         while True:
-            try:
-                entry = self._queue.get_nowait()
-            except queue.Empty:
-                if batch:
-                    self._handle(batch)
-                    continue  # that took a while: look again before answering a turn or waiting
-                if self._given_up or self._stop_taken:
-                    if not self._stop_taken:
-                        self._take_stop()
-                    return
-                turns.taken()  # worked off: a producer that gave us its turn may go on
-                self._after_spell(handled)
-                if handled and self._delay_s:
-                    # Busy: look again after the delay, rather than be woken by the next item and then
-                    # wait for the GIL behind the app; a pause with no item in it sends us to sleep.
+            if entry is _NOTHING:
+                try:
+                    entry = self._queue.get_nowait()
+                except queue.Empty:
+                    if batch:
+                        self._handle(batch)
+                        continue  # that took a while: look again before answering a turn or waiting
+                    if self._given_up or self._stop_taken:
+                        if not self._stop_taken:
+                            self._take_stop()
+                        return
+                    turns.taken()  # worked off: a producer that gave us its turn may go on
+                    self._after_spell(handled)
                     handled = 0
-                    self._gather()
-                    slice_ends = time.monotonic() + TURN_SLICE_S
+                    if busy and self._delay_s:
+                        # Busy: look again after the delay, rather than be woken by the next item and
+                        # then wait for the GIL behind the app; a pause with no item sends us to sleep.
+                        busy = False
+                        self._gather()
+                        self._slice_ends = time.monotonic() + TURN_SLICE_S
+                        continue
+                    entry = self._woken()
                     continue
-                handled = 0
-                entry = self._wait_for_work()
-                if entry is _NOTHING:
-                    continue
-                if self._delay_s and entry is not _STOP and not isinstance(entry, _Token):
-                    self._gather()  # the first item after a pause: let the next ones gather
-                slice_ends = time.monotonic() + TURN_SLICE_S
             if entry is _STOP:
                 self._handle(batch)
                 self._take_stop()
                 return
-            if slices and time.monotonic() >= slice_ends:
+            if slices and time.monotonic() >= self._slice_ends:
                 # A turn lasts a slice: the producer that gave it may go on (and take the GIL back at
                 # its next switch interval, to hand it over again at its next item).
                 self._handle(batch)
                 turns.taken()
-                slice_ends = time.monotonic() + TURN_SLICE_S
+                self._slice_ends = time.monotonic() + TURN_SLICE_S
             handled += self._take(entry, batch)
-            entry = None  # a handled item must not stay alive while the thread waits for the next
+            busy = True
+            entry = _NOTHING  # a handled item must not stay alive while the thread waits for the next
+
+    def _woken(self, *, first: bool = False) -> Any:
+        """Wait for work; the first item after a pause is held while the next ones gather. ``first``: the
+        thread just started, for what is queued already, probably."""
+        try:
+            entry = self._queue.get_nowait() if first else self._wait_for_work()
+        except queue.Empty:
+            entry = self._wait_for_work()
+        if entry is not _NOTHING:
+            if self._delay_s and entry is not _STOP and not isinstance(entry, _Token):
+                self._gather()
+            self._slice_ends = time.monotonic() + TURN_SLICE_S
+        return entry
 
     def _take(self, entry: Any, batch: list[Any]) -> int:
         """Add a queued entry to ``batch`` (handled once full), or answer a flush; its size."""
@@ -485,9 +498,9 @@ class Background(Generic[T]):
     def _guarded(self, call: Callable[..., Any], *args: Any) -> Any:
         try:
             return call(*args)
-        except BaseException:  # even sys.exit() from a bug: the thread must outlive it
-            self._failed_since_flush = True
-            self.failed()
+        except BaseException as error:  # even sys.exit() from a bug: the thread must outlive it
+            self.failed(error)
+            self._failed_since_flush = True  # a thread that went on: its next flush answers False
             return None
 
     def _take_stop(self) -> None:

@@ -237,8 +237,8 @@ def test_a_thread_that_dies_answers_its_flushes_false_and_is_started_again_count
     made: list[_Recorder],
 ) -> None:
     class _Dying(_Recorder):
-        def failed(self) -> None:
-            raise SystemExit("the report of a failure ends the thread")
+        def failed(self, error: BaseException) -> None:
+            raise SystemExit("the report of a failure ends the thread") from error
 
     worker = _Dying(
         name="tallyspan-test",

@@ -1,8 +1,8 @@
 """What a span processor takes from the core, beside :mod:`tallyspan.plugin`: the check engine
 (:func:`check`, :class:`CheckResult`, :class:`Contract`, :class:`ContractSet`), what a run is
 (:func:`declares_run`, :func:`is_run_container`), the SDK's span classes a processor may be handed
-(``SDK_SPAN_TYPES``), the metrics through the app's meter provider (:func:`record_violations`,
-:func:`record_run`) and how long the chain's worker works through a turn (``TURN_SLICE_S``).
+(``SDK_SPAN_TYPES``) and the metrics through the app's meter provider (:func:`record_violations`,
+:func:`record_run`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from tallyspan._books._runs import declares_run, is_run_container
 from tallyspan._metrics import record_run, record_violations
 from tallyspan._span_reading import SDK_SPAN_TYPES
-from tallyspan._turns import TURN_SLICE_S
 
 if TYPE_CHECKING:
     from tallyspan._contract._contracts import Contract, ContractSet
@@ -34,7 +33,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "SDK_SPAN_TYPES",
-    "TURN_SLICE_S",
     "CheckResult",
     "Contract",
     "ContractSet",
