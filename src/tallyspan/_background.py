@@ -319,14 +319,27 @@ class Background(Generic[T]):
         else:
             thread.join(max(0.0, deadline - time.monotonic()))
         if self._running:
+            if self._given_up:
+                self._drop_queued()  # what the stuck thread would meet: counted now, not when it is free
             return False
         self._drop_queued()  # items that raced stop's flag into the queue behind the stop
         return True
 
     def give_up(self) -> None:
-        """From now on the thread drops (and counts) what it meets instead of handling it."""
+        """Drop (and count) what is queued now, and from now on what the thread meets, instead of
+        handling it: for a stop whose deadline passed while the thread was stuck in a batch."""
         self._given_up = True
         self._wake.set()
+        self._drop_queued()
+
+    def wake(self) -> None:
+        """Cut a gathering wait short (a flush of the subclass's own that does not wait for the thread)."""
+        self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        """True while the thread runs (started, and not ended)."""
+        return self._running
 
     def _drop(self, item: T, size: int, key: str | None = None) -> None:
         """Count ``item`` lost under ``key`` (None: given up at shutdown) and let it go."""
@@ -445,7 +458,7 @@ class Background(Generic[T]):
             entry = self._wait_for_work()
         if entry is not _NOTHING:
             if self._delay_s and entry is not _STOP and not isinstance(entry, _Token):
-                self._gather()
+                self._gather()  # the first item after a pause: let the next ones gather
             self._slice_ends = time.monotonic() + TURN_SLICE_S
         return entry
 
