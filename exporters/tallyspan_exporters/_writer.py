@@ -41,7 +41,6 @@ from tallyspan.plugin import (
     Background,
     HandOvers,
     count,
-    release_free_memory,
     renew_lock_after_fork,
     swallowed,
 )
@@ -540,8 +539,8 @@ class WriterThread(Background[T]):
         # A turn given while we work is answered after each step (preparing, each statement), not
         # only at the next batch: SQLite lets go of the GIL at every statement, a busy app takes it
         # back, and a caller whose turn went unanswered gives the next only once the backlog grew.
-        self._turns.taken()
-        self._writer.write(rows, progress=self._turns.taken)
+        self.answer_turn()
+        self._writer.write(rows, progress=self.answer_turn)
 
     def flushed(self, deadline: float) -> bool:
         writer = self._writer
@@ -563,8 +562,8 @@ class WriterThread(Background[T]):
 
     def release_memory(self) -> bool:
         self._writer.shrink_memory()
-        release_free_memory()
-        return True
+        super().release_memory()  # the C heap's free pages
+        return True  # SQLite's page cache went back, whatever the C library
 
     def failed(self, error: BaseException) -> None:
         del error

@@ -212,6 +212,11 @@ class Background(Generic[T]):
 
     # --- the producer's side ----------------------------------------------------------------------------
 
+    def answer_turn(self) -> None:
+        """On the thread, between steps that let go of the GIL (each SQLite statement): a producer that
+        gave us its turn may go on, the thread having run."""
+        self._turns.taken()
+
     def count_lost(self, size: int) -> None:
         """Count ``size`` items lost on the thread (under ``drop_key``, and in ``dropped``)."""
         with self._lock:

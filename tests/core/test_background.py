@@ -47,6 +47,9 @@ class _Recorder(Background[str]):
 
     def handle(self, batch: list[str], size: int) -> None:
         self.handled_on.add(threading.get_ident())
+        if "lost" in batch:
+            self.count_lost(size)
+            return
         if "hold" in batch:
             self.entered.set()
             self.release.wait(30)
@@ -162,6 +165,18 @@ def test_sized_items_are_bounded_by_the_sum_of_their_sizes(made: list[_Recorder]
     assert tallyspan.stats()["dropped.test"] == 5
 
 
+def test_what_handle_cannot_handle_it_counts_lost_with_the_batchs_size(made: list[_Recorder]) -> None:
+    worker = _worker(made, sized=True)
+    _held(worker)
+    assert worker.submit("lost", 3)
+    assert worker.submit("also", 2)  # in the same batch: both lost
+    worker.release.set()
+    assert worker.flush_until(_soon()) is True
+    assert worker.handled == ["hold"]
+    assert worker.dropped == 5
+    assert tallyspan.stats() == {"dropped.test": 5}
+
+
 def test_stop_handles_what_is_queued_then_stops_and_later_items_are_counted(made: list[_Recorder]) -> None:
     worker = _worker(made, after_shutdown_key="dropped.test_after")
     _held(worker)
@@ -187,6 +202,8 @@ def test_stop_that_gives_up_counts_what_it_gave_up_and_the_thread_ends_once_free
     thread = worker._thread
     assert thread is not None
     assert worker.stop(time.monotonic(), give_up_queued=True) is False  # held past the deadline
+    assert worker.discards == ["a", "b"]  # counted at the stop, not whenever the thread is free
+    assert tallyspan.stats() == {"dropped.test_at": 2}
     worker.release.set()
     thread.join(10)
     assert not thread.is_alive()
