@@ -4,7 +4,11 @@ a thread of ours is gone in the child, so its queue must start afresh.
 
 Threads are started through :func:`start_thread`: from Python 3.12 the interpreter refuses new threads
 once it is finalizing (the ``atexit`` hooks, where the SDK flushes an app that never did), so whatever
-our threads would have done must then be done on the caller's thread instead of being lost.
+our threads would have done must then be done on the caller's thread instead of being lost. Our threads
+block SIGINT and SIGTERM, so that the kernel hands those to a thread of the app: Python runs their
+handlers on the main thread only, and a signal given to one of our threads leaves a main thread that
+waits in C (a lock, a semaphore) asleep with the handler pending. A pool worker waiting on the pool's
+queue lock, which ``Pool.terminate()`` holds for ever, would then never run our SIGTERM handler.
 
 One ``os.register_at_fork`` hook serves every owner, through weak references: the interpreter cannot
 forget a hook, so one hook per object would pile up with every ``instrument()``/``uninstrument()`` cycle
@@ -14,6 +18,7 @@ forget a hook, so one hook per object would pile up with every ``instrument()``/
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import weakref
 from collections.abc import Callable
@@ -71,14 +76,32 @@ def renew_lock_after_fork(
 
 
 def start_thread(thread: threading.Thread) -> bool:
-    """Start ``thread``; False where the interpreter refuses a new thread (finalizing, or out of threads).
+    """Start ``thread`` with SIGINT and SIGTERM blocked in it (it inherits the mask of the thread that
+    starts it); False where the interpreter refuses a new thread (finalizing, or out of threads).
 
     The caller then does the thread's work itself: at exit there is no app left to keep waiting.
     """
+    masked = _block_app_signals()
     try:
         thread.start()
     except (
         RuntimeError
     ):  # "can't create new thread at interpreter shutdown" (3.12+), "can't start new thread"
         return False
+    finally:
+        if masked is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, masked)
     return True
+
+
+_APP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _block_app_signals() -> set[signal.Signals] | None:
+    """Block the app's signals in this thread; the mask it had, to put back (None: no signal masks here)."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: a signal goes to the main thread there
+        return None
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, _APP_SIGNALS)
+    except (OSError, ValueError):
+        return None
