@@ -13,7 +13,6 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import wrapt
 from opentelemetry import trace
 
 from tallyspan import semconv
@@ -29,6 +28,7 @@ from tallyspan_instrumentors._calls import (
     start_genai_call,
 )
 from tallyspan_instrumentors._streams import AsyncStreamProxy, SyncStreamProxy, finalize_if_proxy
+from tallyspan_instrumentors._wrapt import ObjectProxy
 from tallyspan_instrumentors.anthropic._extract import (
     EventAccumulator,
     extraction_of_message,
@@ -113,7 +113,7 @@ create_async = model_call_wrapper(_start_create, _finish_async, is_async=True)
 # --- messages.stream(): the span opens when the manager is entered -------------------------------------
 
 
-class _StreamManagerProxy(wrapt.ObjectProxy[Any]):
+class _StreamManagerProxy(ObjectProxy):
     """``messages.stream(...)``: the span opens on ``__enter__``, when the request is sent."""
 
     _stream_proxy_type: type[Any] = SyncStreamProxy
