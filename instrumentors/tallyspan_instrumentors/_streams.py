@@ -18,11 +18,10 @@ import sys
 import time
 from typing import Any, Protocol
 
-import wrapt
-
 from tallyspan import semconv
 from tallyspan.plugin import swallowed
 from tallyspan_instrumentors._calls import Extraction, GenAICall
+from tallyspan_instrumentors._wrapt import ObjectProxy
 
 __all__ = [
     "AsyncGeneratorProxy",
@@ -116,7 +115,7 @@ class _StreamState:
             call.finish(extraction)
 
 
-class _StreamProxy(wrapt.ObjectProxy[Any]):
+class _StreamProxy(ObjectProxy):
     """What the sync and async proxies share: their :class:`_StreamState` (``_self_state``: wrapt keeps a
     proxy's own attributes under the ``_self_`` prefix) ends the span once, and so does collection."""
 

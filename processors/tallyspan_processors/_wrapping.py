@@ -41,7 +41,9 @@ def flush_all(processors: Sequence[SpanProcessor], timeout_millis: int) -> bool:
         if remaining_millis <= 0:
             return False
         try:
-            flushed = processor.force_flush(remaining_millis) and flushed
+            # Only False is a failure: on SDK releases before 1.40 a processor that does not override
+            # force_flush answers None (the base class's returns nothing), having nothing to flush.
+            flushed = processor.force_flush(remaining_millis) is not False and flushed
         except Exception:  # a downstream processor's failure must not stop the others flushing
             swallowed(_logger, "flush", "a span processor failed to flush")
             flushed = False

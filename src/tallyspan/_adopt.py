@@ -146,7 +146,9 @@ class Guarded(SpanProcessor):
             detach(token)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        flushed = self.processor.force_flush(timeout_millis)
+        # Only False is a failure: a processor that does not override force_flush answers None on SDK
+        # releases before 1.40 (the base class's has no return), and it had nothing to flush.
+        flushed = self.processor.force_flush(timeout_millis) is not False
         if self._drops is None:
             return flushed
         dropped = self._drops.dropped

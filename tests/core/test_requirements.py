@@ -174,9 +174,7 @@ def test_deciding_loads_no_packaging_until_a_conflict_is_read() -> None:
         """
     )
     lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert lines.splitlines() == [
-        "False",
-        'This instrumentation only instruments "tallyspan-no-such-library >= 1.0", but no installed version '
-        "was found, so nothing can be instrumented.",
-        "True",
-    ]
+    before, conflict, after = lines.splitlines()
+    assert (before, after) == ("False", "True")
+    # OpenTelemetry's own words, which its releases change (before 0.61b0: 'DependencyConflict: requested: ...')
+    assert '"tallyspan-no-such-library >= 1.0"' in conflict

@@ -3,27 +3,34 @@ every app about 3 ms at start); each one must still be the package's own constan
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from types import ModuleType
 
 import pytest
-from opentelemetry.semconv._incubating.attributes import (
-    gen_ai_attributes,
-    jsonrpc_attributes,
-    mcp_attributes,
-    openai_attributes,
-)
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes, openai_attributes
 from opentelemetry.semconv.attributes import error_attributes, exception_attributes, server_attributes
 
 from tallyspan import semconv
 
+
+def _incubating(name: str) -> ModuleType | None:
+    """A conventions module that older releases lack: the mcp and jsonrpc ones came after 0.60b0, which
+    opentelemetry-sdk 1.39 (our floor, tested by CI's lowest-direct run) pins. tallyspan spells its names
+    out and never imports the package, so there its MCP names are checked by the locked runs alone."""
+    try:
+        return importlib.import_module(f"opentelemetry.semconv._incubating.attributes.{name}")
+    except ModuleNotFoundError:
+        return None
+
+
 #: Our name's prefix -> the conventions module that defines a constant of the same name.
-UPSTREAM: dict[str, ModuleType] = {
+UPSTREAM: dict[str, ModuleType | None] = {
     "GEN_AI_": gen_ai_attributes,
     "OPENAI_": openai_attributes,
-    "MCP_": mcp_attributes,
-    "JSONRPC_": jsonrpc_attributes,
+    "MCP_": _incubating("mcp_attributes"),
+    "JSONRPC_": _incubating("jsonrpc_attributes"),
     "ERROR_": error_attributes,
     "EXCEPTION_": exception_attributes,
     "SERVER_": server_attributes,
@@ -42,7 +49,8 @@ def _upstream_names() -> list[tuple[str, ModuleType]]:
 def test_the_upstream_names_are_all_checked() -> None:
     names = {name for name, _ in _upstream_names()}
     assert {"GEN_AI_OPERATION_NAME", "GEN_AI_OUTPUT_MESSAGES", "ERROR_TYPE", "SERVER_PORT"} <= names
-    assert len(names) >= 54
+    if all(module is not None for module in UPSTREAM.values()):
+        assert len(names) >= 54
 
 
 @pytest.mark.parametrize(

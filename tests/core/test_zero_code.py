@@ -1,8 +1,11 @@
 """Zero-code: ``opentelemetry-instrument python examples/zero_code_agent.py``, a real subprocess against a
 local scripted OpenAI server, gives checked spans, ledger records and a store, configured by ``TALLYSPAN_*``
-variables; next to the SDK's configurator (what opentelemetry-distro registers) its exporter sends the
-checked spans, once. Then the parts in process: the hook, an app's own ``instrument()`` call, the rules
-it relies on.
+variables, with and without opentelemetry-distro (installed by the test extra; "without" is
+``OTEL_PYTHON_DISTRO`` and ``OTEL_PYTHON_CONFIGURATOR`` naming none of the installed ones, which is what
+``opentelemetry-instrument`` does where it is not installed). Under the distro, the README's set-up works
+as written: an OTLP/HTTP endpoint gets the checked spans once, and a backend that never answers does not
+hold the exit past the shutdown budget. Then the parts in process: the hook, an app's own
+``instrument()`` call, the rules it relies on.
 
 The hook is the ``opentelemetry_pre_instrument`` entry point ``tallyspan`` of pyproject.toml. Where the
 installed metadata predates it, the subprocess gets it from a throwaway dist-info folder on its path.
@@ -10,14 +13,18 @@ installed metadata predates it, the subprocess gets it from a throwaway dist-inf
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -42,8 +49,8 @@ EXAMPLE_CONTRACTS = REPO / "examples" / "zero_code_contracts.yaml"
 SOURCE_ROOTS = [REPO / root for root in ("src", "instrumentors", "processors", "exporters")]
 HOOK_GROUP = "opentelemetry_pre_instrument"
 HOOK = "tallyspan = tallyspan._zero_code:instrument_from_environment"
-#: What opentelemetry-distro registers (its OpenTelemetryConfigurator adds nothing to the SDK's).
-SDK_CONFIGURATOR = "configurator = opentelemetry.sdk._configuration:_OTelSDKConfigurator"
+#: ``opentelemetry-instrument`` without a distro or a configurator: it loads only those these name.
+WITHOUT_DISTRO = {"OTEL_PYTHON_DISTRO": "no-distro", "OTEL_PYTHON_CONFIGURATOR": "no-configurator"}
 #: Variables of the parent environment the subprocess must not inherit.
 _FOREIGN_PREFIXES = ("OTEL_", "TALLYSPAN_", "OPENAI_")
 
@@ -97,8 +104,15 @@ def run_instrumented(tmp_path: Path) -> Callable[..., Ran]:
         replies: list[ScriptedReply] | None = None,
         extra_paths: tuple[Path, ...] = (),
         script: Path = EXAMPLE,
+        distro: bool = False,
     ) -> Ran:
         env = {key: value for key, value in os.environ.items() if not key.startswith(_FOREIGN_PREFIXES)}
+        if distro:
+            assert importlib.util.find_spec("opentelemetry.distro"), (
+                "opentelemetry-distro is in the test extra"
+            )
+        else:
+            env.update(WITHOUT_DISTRO)
         env["PYTHONPATH"] = os.pathsep.join([*paths, *map(str, extra_paths)])
         env.update(TALLYSPAN_CONTRACTS=str(EXAMPLE_CONTRACTS), TALLYSPAN_DB=str(store))
         with OpenAICompatibleServer(
@@ -120,11 +134,12 @@ def run_instrumented(tmp_path: Path) -> Callable[..., Ran]:
     return run
 
 
+@pytest.mark.parametrize("distro", [False, True], ids=["without the distro", "with the distro"])
 @pytest.mark.parametrize("disabled", ["", "openai"], ids=["with openai-v2", "openai-v2 disabled"])
 def test_opentelemetry_instrument_gives_checked_spans_a_ledger_and_a_store(
-    run_instrumented: Callable[..., Ran], disabled: str
+    run_instrumented: Callable[..., Ran], disabled: str, distro: bool
 ) -> None:
-    ran = run_instrumented({"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": disabled})
+    ran = run_instrumented({"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": disabled}, distro=distro)
     assert ran.model_requests == 4
     assert "Done, the report was sent." in ran.completed.stdout
     with open_store(ran.store) as db:
@@ -144,26 +159,31 @@ def test_opentelemetry_instrument_gives_checked_spans_a_ledger_and_a_store(
     assert summary.runs == 1
 
 
-def test_next_to_the_sdk_configurator_its_exporter_sends_the_checked_spans_once(
-    run_instrumented: Callable[..., Ran], tmp_path: Path, otlp_receiver: OTLPReceiver
-) -> None:
-    distro = dist_info(
-        tmp_path / "distro",
-        "fake_opentelemetry_distro",
-        f"[opentelemetry_configurator]\n{SDK_CONFIGURATOR}\n",
-    )
-    ran = run_instrumented(
+@pytest.mark.parametrize(
+    "variables",
+    [
+        # The README's Phoenix set-up: an OTLP/HTTP URL and nothing else. The distro's own default
+        # (gRPC) sent its spans nowhere.
+        {},
+        # Everything said: the configurator's OTLP exporter would send them; ours does, once.
         {
-            # As opentelemetry-distro sets them: the configurator exports traces over OTLP.
             "OTEL_TRACES_EXPORTER": "otlp",
             "OTEL_METRICS_EXPORTER": "none",
             "OTEL_LOGS_EXPORTER": "none",
             "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{otlp_receiver.endpoint}/v1/traces",
         },
-        extra_paths=(distro,),
+    ],
+    ids=["the endpoint alone", "exporter and protocol said"],
+)
+def test_with_the_distro_an_otlp_http_endpoint_gets_the_checked_spans_once(
+    run_instrumented: Callable[..., Ran], otlp_receiver: OTLPReceiver, variables: dict[str, str]
+) -> None:
+    ran = run_instrumented(
+        {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{otlp_receiver.endpoint}/v1/traces", **variables},
+        distro=True,
     )
-    received = list(otlp_receiver.spans)
+    with otlp_receiver.lock:  # the program has exited: everything it sent has arrived
+        received = list(otlp_receiver.spans)
     assert len({span.span_id for span in received}) == len(received)  # nothing exported twice
     chats = [span for span in received if span.name.startswith("chat ")]
     assert len(chats) == 4
@@ -171,6 +191,55 @@ def test_next_to_the_sdk_configurator_its_exporter_sends_the_checked_spans_once(
     assert len(violating) == 1  # the configurator's exporter got the checked copies
     with open_store(ran.store) as db:
         assert report(db).model_calls == 4
+
+
+@pytest.fixture
+def black_hole() -> Iterator[str]:
+    """An endpoint on 127.0.0.1 that accepts connections and never answers (a backend that hangs), for
+    OTLP over HTTP and gRPC alike."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(listener.accept()[0])
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        acceptor.join()
+        for connection in held:
+            connection.close()
+        listener.close()
+
+
+def test_with_the_distro_a_backend_that_never_answers_does_not_hold_the_exit(
+    run_instrumented: Callable[..., Ran], black_hole: str
+) -> None:
+    """Every exporter waits up to OTEL_EXPORTER_OTLP_TIMEOUT (60 s) for an answer that never comes: the
+    distro's meter and logger providers over gRPC, tallyspan's traces and ledger over HTTP. The program
+    still exits within the shutdown budget of its end (2 s; the run itself takes a few seconds), not
+    after a minute of waiting."""
+    started = time.monotonic()
+    ran = run_instrumented(
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": black_hole,
+            "OTEL_EXPORTER_OTLP_TIMEOUT": "60",
+            "TALLYSPAN_SHUTDOWN_TIMEOUT_S": "2",
+        },
+        distro=True,
+    )
+    elapsed = time.monotonic() - started
+    assert elapsed < 40, f"the program took {elapsed:.0f} s: an exporter held its exit"
+    assert "Done, the report was sent." in ran.completed.stdout
+    with open_store(ran.store) as db:
+        assert report(db).model_calls == 4  # the store does not wait for the backend
 
 
 def test_a_bad_contracts_file_is_logged_and_the_app_runs_on(

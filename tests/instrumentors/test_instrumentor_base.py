@@ -17,6 +17,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -240,3 +241,25 @@ def test_instrumentation_is_off_exactly_when_opentelemetry_says_it_is() -> None:
         finally:
             context.detach(token)
     assert is_instrumentation_enabled() is True
+
+
+def test_each_instrumentor_declares_the_floor_of_its_extra() -> None:
+    """``_instruments`` (what the instrumentor refuses below, at run time) says what pyproject's extra
+    installs: a floor raised in one place only would instrument what the other says does not work."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text("utf-8"))
+    extras = pyproject["project"]["optional-dependencies"]
+    floors = {
+        requirement.split(">=")[0].strip(): requirement.split(">=")[1].strip()
+        for name in ("openai", "anthropic", "ollama", "mcp", "openai-agents", "langchain")
+        for requirement in extras[name]
+    }
+    for entry_point in entry_points(group="opentelemetry_instrumentor"):
+        if not entry_point.value.startswith("tallyspan_instrumentors"):
+            continue
+        for requirement in entry_point.load()._instruments:
+            library, floor = (part.strip() for part in requirement.split(">="))
+            assert floors[library] == floor, (entry_point.name, requirement, floors[library])

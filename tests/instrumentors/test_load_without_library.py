@@ -85,3 +85,19 @@ def test_langchain_is_patched_when_the_app_imports_it_and_unpatched_after() -> N
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_every_module_of_the_instrumentors_imports() -> None:
+    """Each module imports with the libraries installed (whatever wrapt the resolver chose: a proxy
+    class subscripted at run time, ``wrapt.ObjectProxy[Any]``, failed on wrapt 1.x and took every
+    instrumentor with it). In a subprocess: importing must not leak into this process's libraries."""
+    code = (
+        "import importlib, pkgutil, tallyspan_instrumentors as root\n"
+        "names = [m.name for m in pkgutil.walk_packages(root.__path__, root.__name__ + '.')]\n"
+        "for name in names:\n"
+        "    importlib.import_module(name)\n"
+        "print(len(names))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= len(LIBRARIES) * 2  # a package and its modules each, not an empty walk

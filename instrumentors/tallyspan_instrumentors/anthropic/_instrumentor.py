@@ -47,6 +47,6 @@ class AnthropicInstrumentor(TallyspanInstrumentor[WrapperState]):
     appears once; the SDK's other spans are left alone.
     """
 
-    _instruments = ("anthropic >= 0.40",)
+    _instruments = ("anthropic >= 0.41",)
     _wrapped = _WRAPPED
     _state_type = WrapperState

@@ -11,9 +11,8 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
-import wrapt
 from opentelemetry import trace
 
 from tallyspan import semconv
@@ -29,6 +28,7 @@ from tallyspan_instrumentors._calls import (
     start_genai_call,
 )
 from tallyspan_instrumentors._streams import AsyncStreamProxy, SyncStreamProxy, finalize_if_proxy
+from tallyspan_instrumentors._wrapt import ObjectProxy
 from tallyspan_instrumentors.anthropic._extract import (
     EventAccumulator,
     extraction_of_message,
@@ -42,6 +42,8 @@ _logger = logging.getLogger(__name__)
 
 #: The header ``with_raw_response`` ("raw") and ``with_streaming_response`` ("stream") add to a request.
 _RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
+#: Its value for ``with_raw_response``: "true" where that returns a ``LegacyAPIResponse``, "raw" since 1.x.
+_RAW_READ: Final = frozenset({"raw", "true"})
 
 
 def _start(
@@ -70,7 +72,7 @@ def _finish_sync(call: GenAICall, result: Any, kwargs: Mapping[str, Any]) -> Any
     """The stream proxy, or the message read; the body of a ``with_raw_response`` result too (not streamed)."""
     if _is_raw_response(result):
         headers = kwargs.get("extra_headers")
-        read = isinstance(headers, dict) and headers.get(_RAW_RESPONSE_HEADER) == "raw"
+        read = isinstance(headers, dict) and headers.get(_RAW_RESPONSE_HEADER) in _RAW_READ
         if read and kwargs.get("stream") is not True:
             parsed = result.parse()  # the SDK caches it: the app's own parse() gets the same object
             call.finish(extraction_of_message(call, parsed) if _is_message(parsed) else None)
@@ -91,8 +93,12 @@ def _finish_async(call: GenAICall, result: Any, kwargs: Mapping[str, Any]) -> An
     return result
 
 
+#: What ``with_raw_response`` returns: ``LegacyAPIResponse`` before anthropic 1.x, ``APIResponse`` since.
+_RAW_RESPONSE_TYPES: Final = frozenset({"APIResponse", "LegacyAPIResponse"})
+
+
 def _is_raw_response(result: Any) -> bool:
-    return type(result).__name__ == "APIResponse" and callable(getattr(result, "parse", None))
+    return type(result).__name__ in _RAW_RESPONSE_TYPES and callable(getattr(result, "parse", None))
 
 
 def _is_stream(result: Any) -> bool:
@@ -113,7 +119,7 @@ create_async = model_call_wrapper(_start_create, _finish_async, is_async=True)
 # --- messages.stream(): the span opens when the manager is entered -------------------------------------
 
 
-class _StreamManagerProxy(wrapt.ObjectProxy[Any]):
+class _StreamManagerProxy(ObjectProxy):
     """``messages.stream(...)``: the span opens on ``__enter__``, when the request is sent."""
 
     _stream_proxy_type: type[Any] = SyncStreamProxy

@@ -23,13 +23,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from tallyspan.plugin import swallowed
 from tallyspan_instrumentors._base import Wrapper
 from tallyspan_instrumentors._calls import framework_model_call_context
+from tallyspan_instrumentors._wrapt import ObjectProxy
 from tallyspan_instrumentors.langchain._handler import TallyspanCallbackHandler
 
 __all__ = ["async_generate_wrapper", "generate_wrapper", "manager_init_wrapper", "stream_wrapper"]
@@ -167,7 +167,7 @@ def stream_wrapper(handler: TallyspanCallbackHandler) -> Wrapper:
     return wrapper
 
 
-class _MarkedStream(wrapt.ObjectProxy[Any]):
+class _MarkedStream(ObjectProxy):
     """A chat model's stream (sync or async) whose every step runs in the marked context."""
 
     def __init__(self, stream: Any, context: otel_context.Context) -> None:

@@ -60,6 +60,6 @@ class OpenAIInstrumentor(TallyspanInstrumentor[WrapperState]):
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` environment variable, else off).
     """
 
-    _instruments = ("openai >= 1.40",)
+    _instruments = ("openai >= 1.55.3",)
     _wrapped = _WRAPPED
     _state_type = WrapperState
