@@ -97,7 +97,7 @@ def start_thread(thread: threading.Thread) -> bool:
 _APP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
-def _block_app_signals() -> set[signal.Signals] | None:
+def _block_app_signals() -> set[int | signal.Signals] | None:
     """Block the app's signals in this thread; the mask it had, to put back (None: no signal masks here)."""
     if not hasattr(signal, "pthread_sigmask"):  # Windows: a signal goes to the main thread there
         return None
