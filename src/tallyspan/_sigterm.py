@@ -20,6 +20,14 @@ does what would have happened without it:
   main thread inside our own code, holding a lock the flush needs, and that must cost the budget, not
   a deadlock.
 
+- a SIGTERM whose handler never runs is still obeyed: Python runs the handler on the main thread when it
+  comes back to the interpreter, and a main thread that waits in C for ever (a pool worker on the queue
+  lock that ``Pool.terminate()`` holds) may never come back if the signal lands just before it sleeps
+  (seen in about 1 of 15 terminated pools). A thread of ours reads the signal from a wakeup fd
+  (``signal.set_wakeup_fd``, only where nobody set one) and, when the handler has not started within
+  ``MISSED_AFTER_S`` and the disposition it replaced was the default, flushes and ends the process itself
+  (``os._exit(128 + SIGTERM)``, the shell's status for it: a thread cannot restore the default action).
+
 It is installed only from the main thread (Python runs signal handlers there; ``signal.signal`` refuses
 other threads), never over a handler set outside Python (``getsignal`` answers None: there is nothing to
 chain to) nor over ``SIG_IGN`` (the app chose to survive SIGTERM; exit then flushes as usual).
@@ -82,9 +90,12 @@ class _FlushThenChain:
         self.wait_s = wait_s
         self.previous = previous
         self._flushing = False
+        #: Set when the handler starts, for the watch (``_watch_for_missed_sigterm``).
+        self.entered = threading.Event()
 
     def __call__(self, signum: int, frame: FrameType | None) -> Any:
         global _deferred
+        self.entered.set()
         previous = self.previous
         ends = not callable(previous)
         if _final_flushes and not self._flushing:
@@ -143,7 +154,57 @@ def flush_on_sigterm(flush: Flush, wait_s: Callable[[], float]) -> bool:
             return True
         if previous is None or previous == signal.SIG_IGN:
             return False
-        signal.signal(signal.SIGTERM, _FlushThenChain(flush, wait_s, previous))
+        handler = _FlushThenChain(flush, wait_s, previous)
+        signal.signal(signal.SIGTERM, handler)
     except (ValueError, OSError, RuntimeError):  # not the main interpreter, or no such signal here
         return False
+    if previous == signal.SIG_DFL:
+        _watch_for_missed_sigterm(handler)
     return True
+
+
+#: How long the handler may take to start on the main thread before the watch acts in its place.
+MISSED_AFTER_S = 2.0
+
+
+def _watch_for_missed_sigterm(handler: _FlushThenChain) -> None:
+    """From the main thread: have a thread of ours see each SIGTERM (a wakeup fd, where no one else set
+    one) and do what ``handler`` would have done if it has not started within ``MISSED_AFTER_S``."""
+    try:
+        read_fd, write_fd = os.pipe()
+    except OSError:
+        return
+    try:
+        os.set_blocking(write_fd, False)  # the signal's C handler must never wait on a full pipe
+        earlier = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    if earlier != -1:  # the app's (an event loop): keep it, and go without the watch
+        signal.set_wakeup_fd(earlier)
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    watch = threading.Thread(
+        target=_watch, args=(read_fd, handler), name="tallyspan-sigterm-watch", daemon=True
+    )
+    if not start_thread(watch):
+        signal.set_wakeup_fd(-1)
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def _watch(read_fd: int, handler: _FlushThenChain) -> None:
+    try:
+        while True:
+            received = os.read(read_fd, 64)  # one byte a signal, whichever thread the kernel chose
+            if not received:
+                return
+            if signal.SIGTERM in received and not handler.entered.wait(MISSED_AFTER_S):
+                _logger.warning("the SIGTERM handler did not start on the main thread: ending from a thread")
+                handler.entered.set()  # a handler that starts late skips nothing but the watch
+                handler._flush(True)
+                os._exit(128 + signal.SIGTERM)
+    except Exception:
+        swallowed(_logger, "sigterm", "watching for SIGTERM failed")
