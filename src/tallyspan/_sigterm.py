@@ -25,8 +25,10 @@ does what would have happened without it:
   lock that ``Pool.terminate()`` holds) may never come back if the signal lands just before it sleeps
   (seen in about 1 of 15 terminated pools). A thread of ours reads the signal from a wakeup fd
   (``signal.set_wakeup_fd``, only where nobody set one) and, when the handler has not started within
-  ``MISSED_AFTER_S`` and the disposition it replaced was the default, flushes and ends the process itself
-  (``os._exit(128 + SIGTERM)``, the shell's status for it: a thread cannot restore the default action).
+  ``MISSED_AFTER_S``, does its work from there: it flushes, then ends the process where the disposition
+  it replaced was the default (``os._exit(128 + SIGTERM)``, the shell's status for it: a thread cannot
+  restore the default action), or calls the app's handler and ends the process as an exception leaving
+  that handler would have (``SystemExit``'s code; 1 for any other).
 
 It is installed only from the main thread (Python runs signal handlers there; ``signal.signal`` refuses
 other threads), never over a handler set outside Python (``getsignal`` answers None: there is nothing to
@@ -158,8 +160,7 @@ def flush_on_sigterm(flush: Flush, wait_s: Callable[[], float]) -> bool:
         signal.signal(signal.SIGTERM, handler)
     except (ValueError, OSError, RuntimeError):  # not the main interpreter, or no such signal here
         return False
-    if previous == signal.SIG_DFL:
-        _watch_for_missed_sigterm(handler)
+    _watch_for_missed_sigterm(handler)
     return True
 
 
@@ -202,9 +203,24 @@ def _watch(read_fd: int, handler: _FlushThenChain) -> None:
             if not received:
                 return
             if signal.SIGTERM in received and not handler.entered.wait(MISSED_AFTER_S):
-                _logger.warning("the SIGTERM handler did not start on the main thread: ending from a thread")
+                _logger.warning("the SIGTERM handler did not start on the main thread: handled from a thread")
                 handler.entered.set()  # a handler that starts late skips nothing but the watch
-                handler._flush(True)
-                os._exit(128 + signal.SIGTERM)
+                _handle_from_here(handler)
     except Exception:
         swallowed(_logger, "sigterm", "watching for SIGTERM failed")
+
+
+def _handle_from_here(handler: _FlushThenChain) -> None:
+    """What ``handler`` does on the main thread, done from the watch's thread."""
+    previous = handler.previous
+    ends = not callable(previous)
+    handler._flush(ends)
+    if ends:
+        os._exit(128 + signal.SIGTERM)
+    try:
+        previous(signal.SIGTERM, None)
+    except SystemExit as leaving:  # sys.exit() in the app's handler: the process ends with its code
+        code = leaving.code
+        os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+    except BaseException:  # on the main thread it would have ended the process, uncaught
+        os._exit(1)

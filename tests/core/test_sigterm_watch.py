@@ -23,6 +23,8 @@ _APP = textwrap.dedent(
     def flush(ends):
         print("flushed", ends, flush=True)
 
+    if sys.argv[2] == "app-handler":  # the app's own, which flush_on_sigterm chains to
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(3))
     assert flush_on_sigterm(flush, lambda: 5.0)
     wakeup = signal.set_wakeup_fd(-1)
     signal.set_wakeup_fd(wakeup)
@@ -38,9 +40,9 @@ _APP = textwrap.dedent(
 )
 
 
-def _run(how: str) -> subprocess.CompletedProcess[str]:
+def _run(how: str, before: str = "default") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", _APP, how], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", _APP, how, before], capture_output=True, text=True, timeout=120, check=False
     )
 
 
@@ -49,6 +51,12 @@ def test_a_sigterm_whose_handler_never_runs_is_flushed_and_obeyed_from_our_threa
     assert done.stdout.splitlines() == ["ready", "flushed True"], done.stderr
     assert done.returncode == 128 + signal.SIGTERM
     assert "did not start on the main thread" in done.stderr
+
+
+def test_a_missed_sigterm_runs_the_apps_handler_after_the_flush_and_ends_as_it_says() -> None:
+    done = _run("missed", "app-handler")
+    assert done.stdout.splitlines() == ["ready", "flushed False"], done.stderr
+    assert done.returncode == 3
 
 
 def test_a_sigterm_handled_on_the_main_thread_flushes_once_and_ends_by_the_signal() -> None:
