@@ -34,9 +34,8 @@ engine)
     ;;
 processors)
     MUTATE="src/tallyspan_processors/_checks.py src/tallyspan_processors/_ledger.py
-        src/tallyspan_processors/_ledger_sources.py src/tallyspan_processors/_worker.py
-        src/tallyspan/_background.py"
-    TESTS="tests/processors tests/core/test_background.py"
+        src/tallyspan_processors/_ledger_sources.py src/tallyspan_processors/_worker.py"
+    TESTS="tests/processors"
     # Left out: the scale tests (10k-100k spans, 10-35 s each, 90 s per surviving mutant); what they
     # check (drops counted, a stuck sink, a bounded buffer) the small tests of test_worker*.py check too.
     DESELECT="tests/processors/test_worker_stress.py::test_a_stuck_app_processor_drops_only_its_own_spans

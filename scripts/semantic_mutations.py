@@ -273,17 +273,17 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "processors",
         "worker-forwards-without-gathering",
-        "src/tallyspan/_background.py",  # the worker's thread is a Background
-        "                self._gather()  # the first item after a pause: let the next ones gather",
-        "                pass",
+        "processors/tallyspan_processors/_worker.py",
+        "                        self._gather()  # the first span after a pause: let the next ones gather",
+        "                        pass",
         ("tests/processors/test_worker.py", "-k", "gather or whole_batch"),
     ),
     Mutation(
         "processors",
         "worker-batch-one-span-short",
-        "src/tallyspan/_background.py",
-        "        elif queued >= self._batch_size:\n",
-        "        elif queued >= self._batch_size - 1:\n",
+        "processors/tallyspan_processors/_worker.py",
+        "elif queued >= self._batch_spans or time.monotonic() >= self._due:",
+        "elif queued >= self._batch_spans - 1 or time.monotonic() >= self._due:",
         ("tests/processors/test_worker.py", "-k", "whole_batch"),
     ),
 )

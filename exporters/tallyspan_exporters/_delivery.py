@@ -42,7 +42,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import sys
 import threading
 import time
 from collections import deque
@@ -52,14 +51,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
 
-from tallyspan.plugin import (
-    Background,
-    ShutdownBudget,
-    after_fork_in_child,
-    count,
-    start_thread,
-    swallowed,
-)
+from tallyspan.plugin import ShutdownBudget, after_fork_in_child, count, start_thread, swallowed
 from tallyspan.plugin.exporters import ExportSettings
 from tallyspan_exporters._spool import LEASE_S, Spool, SpooledRow
 
@@ -151,33 +143,6 @@ class _Entry(Generic[T]):
     seq: int
 
 
-class _Intake(Background[_Item[Any]]):
-    """The intake thread: spools each durable record as soon as it is submitted (what gathered for
-    ``INTAKE_GATHER_S`` in one transaction) and puts clean ones in the outbox's memory queue. Its own
-    queue is not bounded: what it hands on is (``queue_size``, ``Outbox._bound_memory``)."""
-
-    def __init__(self, outbox: Outbox[Any], signal: str) -> None:
-        super().__init__(
-            name=f"tallyspan-otlp-{signal}-intake",
-            max_queued=sys.maxsize,
-            drop_key=f"dropped.otlp.{signal}.queue_full",
-            after_shutdown_key=f"dropped.otlp.{signal}.after_shutdown",
-            at_shutdown_key=f"dropped.otlp.{signal}.shutdown",
-            turns_key=f"backpressure.otlp_{signal}_intake_turns",
-            restarted_key=f"errors.otlp.{signal}.intake_restarted",
-            delay_s=INTAKE_GATHER_S,
-            batch_size=MAX_BATCH,
-            handle_at_most=sys.maxsize,  # what gathered goes to the spool in one transaction
-        )
-        self._outbox = outbox
-
-    def handle(self, batch: list[_Item[Any]], size: int) -> None:
-        self._outbox._take_in_guarded(batch)
-
-    def discarded(self, item: _Item[Any]) -> None:
-        self._outbox._given_up(item)  # counted (``shutdown``) by Background
-
-
 def _ticket(entry: _Item[Any] | _Entry[Any]) -> int:
     return entry.ticket
 
@@ -230,13 +195,13 @@ class Outbox(Generic[T]):
         self._reset_state()
         self._stopping = False
         self._closed = False
-        self._intake = _Intake(self, signal)  # its own thread, queue and fork reset (Background)
         after_fork_in_child(self, Outbox._after_fork)
         if spool is not None:
             with self._condition:
-                self._ensure_sender()  # records an earlier process left are sent without waiting for new ones
+                self._ensure_threads()  # records an earlier process left are sent without waiting for new ones
 
     def _reset_state(self) -> None:
+        self._incoming: list[_Item[T]] = []
         self._durable: deque[_Item[T]] = deque()  # durable records the spool could not take
         self._clean: deque[_Item[T]] = deque()
         self._spooled: dict[int, int] = {}  # seq -> ticket of the rows this process spooled
@@ -257,6 +222,7 @@ class Outbox(Generic[T]):
         self._look_for_orphans = self._spool is not None
         self._next_orphan_scan = 0.0
         self._next_renew = time.monotonic() + _RENEW_S
+        self._intake: threading.Thread | None = None
         self._sender: threading.Thread | None = None
         self._pid = os.getpid()
 
@@ -268,13 +234,13 @@ class Outbox(Generic[T]):
             if self._stopping:
                 self._lose(1, "after_shutdown")
                 return
-            self._ensure_sender()
+            self._ensure_threads()
             ticket = self._next_ticket
             self._next_ticket += 1
             self._outstanding.add(ticket)
-            # Under the condition, so records reach the intake in the order of their tickets. Where no
-            # thread can start (at exit) the intake spools it here and now.
-            self._intake.submit(_Item(ticket, record, durable))
+            self._incoming.append(_Item(ticket, record, durable))
+            if len(self._incoming) == 1:
+                self._condition.notify_all()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Try to deliver everything submitted before now; True when the backend accepted all of it and
@@ -288,14 +254,13 @@ class Outbox(Generic[T]):
                 return self._answer_flush()
             if self._stopping or time.monotonic() < self._retry_after_until:
                 return False
-            threaded = self._ensure_sender()
+            threaded = self._ensure_threads()
             if not threaded:
                 request = None
             else:
                 request = _Flush(ticket)
                 self._flushes.append(request)
                 self._condition.notify_all()
-        self._intake.wake()  # the records before the flush go to the spool without gathering more
         if request is None:
             delivered = self._deliver_here(deadline)
             with self._condition:
@@ -317,15 +282,14 @@ class Outbox(Generic[T]):
                 return
             self._stopping = True
             self._condition.notify_all()
-            sender = self._sender
+            intake, sender = self._intake, self._sender
         deadline = self._budget.start()
-        # Writing the last records to the local spool gets a moment even when the budget is spent;
-        # what the intake still holds after it is given up (counted as ``shutdown``).
-        if not self._intake.stop(time.monotonic() + max(SPOOL_GRACE_S, deadline - time.monotonic())):
-            self._intake.give_up()
-        if sender is None:
-            self._deliver_here(deadline)  # no sender was ever started (at exit, from 3.12)
-        else:
+        if intake is None and sender is None:
+            self._deliver_here(deadline)  # no thread was ever started for them (at exit, from 3.12)
+        if intake is not None:
+            # Writing the last records to the local spool gets a moment even when the budget is spent.
+            intake.join(max(SPOOL_GRACE_S, deadline - time.monotonic()))
+        if sender is not None:
             sender.join(max(0.0, deadline - time.monotonic()))
         with self._condition:
             unsettled, self._unsettled = self._unsettled, []
@@ -334,7 +298,8 @@ class Outbox(Generic[T]):
             self._spool.delete(unsettled, now=True)
         with self._condition:
             self._closed = True
-            left = len(self._durable) + len(self._clean)
+            left = len(self._incoming) + len(self._durable) + len(self._clean)
+            self._incoming.clear()
             self._durable.clear()
             self._clean.clear()
             self._lose(left, "shutdown")
@@ -381,11 +346,18 @@ class Outbox(Generic[T]):
             request.done.set()
         self._flushes.clear()
 
-    def _ensure_sender(self) -> bool:
-        """Start the sender unless it runs; False where the interpreter refuses a thread (at exit, from
-        Python 3.12): ``shutdown`` and ``force_flush`` then do its work themselves."""
+    def _ensure_threads(self) -> bool:
+        """Start the intake and the sender unless they run; False where the interpreter refuses a thread
+        (at exit, from Python 3.12): ``shutdown`` and ``force_flush`` then do their work themselves."""
         if self._pid != os.getpid():
             return True  # _after_fork has not run yet in this child
+        if self._intake is None or not self._intake.is_alive():
+            intake = threading.Thread(
+                target=self._run_intake, name=f"tallyspan-otlp-{self._signal}-intake", daemon=True
+            )
+            if not start_thread(intake):
+                return False
+            self._intake = intake
         if self._sender is None or not self._sender.is_alive():
             sender = threading.Thread(
                 target=self._run_sender, name=f"tallyspan-otlp-{self._signal}", daemon=True
@@ -398,7 +370,10 @@ class Outbox(Generic[T]):
     def _deliver_here(self, deadline: float) -> bool:
         """The intake's and the sender's work on the calling thread, until ``deadline``, the first failure
         or nothing left: no thread could be started for it. True when nothing of ours is left."""
-        self._intake.flush_until(deadline)  # everything submitted is spooled or queued in memory first
+        with self._condition:
+            items, self._incoming = self._incoming, []
+        if items:
+            self._take_in(items)
         while time.monotonic() < deadline:
             with self._condition:
                 failures = self._failures
@@ -410,7 +385,7 @@ class Outbox(Generic[T]):
                 if self._failures != failures:
                     break
         with self._condition:
-            return not self._pending() and not self._intake.queued
+            return not self._pending() and not self._incoming
 
     def _after_fork(self) -> None:
         # Our threads did not survive fork(): the child starts with empty queues and threads of its own
@@ -420,20 +395,29 @@ class Outbox(Generic[T]):
 
     # --- intake: durable records to the spool at once ---------------------------------------------------
 
-    def _take_in_guarded(self, items: list[_Item[T]]) -> None:
+    def _run_intake(self) -> None:
+        token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
-            self._take_in(items)
-        except BaseException:  # even sys.exit() from a bug: the records are still counted below
-            swallowed(_logger, f"otlp.{self._signal}.intake", "the OTLP intake thread failed")
-            with self._condition:
-                self._lose(len(items), "unspooled")
-                self._resolve([item.ticket for item in items])
-
-    def _given_up(self, item: _Item[T]) -> None:
-        """A record the intake gave up at shutdown (already counted): a loss the last flush answers for."""
-        with self._condition:
-            self._losses += 1
-            self._resolve([item.ticket])
+            while True:
+                with self._condition:
+                    while not self._incoming and not self._stopping:
+                        self._condition.wait()
+                    if len(self._incoming) < MAX_BATCH and not (self._stopping or self._flushes):
+                        # A moment to gather what trickles in: one transaction for many records.
+                        self._condition.wait(INTAKE_GATHER_S)
+                    items, self._incoming = self._incoming, []
+                    stopping = self._stopping
+                try:
+                    self._take_in(items)
+                except BaseException:  # even sys.exit() from a bug: the records are still counted below
+                    swallowed(_logger, f"otlp.{self._signal}.intake", "the OTLP intake thread failed")
+                    with self._condition:
+                        self._lose(len(items), "unspooled")
+                        self._resolve([item.ticket for item in items])
+                if stopping:
+                    return
+        finally:
+            detach(token)
 
     def _take_in(self, items: list[_Item[T]]) -> None:
         durable = [item for item in items if item.durable]
@@ -530,7 +514,7 @@ class Outbox(Generic[T]):
                         return False
                     if self._sendable(now):
                         return now >= self._retry_after_until
-                    if not self._intake.running:
+                    if self._intake is None or not self._intake.is_alive():
                         return False
                     self._condition.wait(0.05)  # the intake is still spooling the last records
                     continue

@@ -28,21 +28,26 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import re
 import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from tallyspan.plugin import (
-    Background,
     HandOvers,
+    Turns,
+    after_fork_in_child,
     count,
+    release_free_memory,
     renew_lock_after_fork,
+    start_thread,
     swallowed,
+    turn_threshold,
 )
 from tallyspan.plugin.exporters import BUSY_TIMEOUT_MS, connect, is_locked
 
@@ -446,17 +451,24 @@ class StoreWriter:
                 )
 
 
-class WriterThread(Background[T]):
-    """Write through a ``StoreWriter`` from a thread of its own (a ``tallyspan.plugin.Background``), so a
-    held lock or a slow disk never holds up the thread that hands the rows over (the chain's worker,
-    which runs the checks).
+class _Flush:
+    __slots__ = ("deadline", "done", "result")
 
-    ``submit`` only queues; the thread gathers what is queued (up to the schedule delay, or
-    ``DEFAULT_BATCH_ITEMS`` items), turns it into ``Rows`` with ``prepare`` and writes it, a transaction
-    per ``DEFAULT_BATCH_ITEMS`` items. Rows kept under another connection's lock are tried again every
-    ``RETRY_SECONDS`` and with every write. ``flush`` is exact: it returns True once everything
-    submitted before it is committed, and nothing was lost since the previous flush answered. The
-    thread starts on the first submit, and again in a forked child.
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.done = threading.Event()
+        self.result = False
+
+
+class WriterThread(Generic[T]):
+    """Write through a ``StoreWriter`` from a thread of its own, so a held lock or a slow disk never
+    holds up the thread that hands the rows over (the chain's worker, which runs the checks).
+
+    ``submit`` only queues; the thread gathers what is queued (up to the schedule delay), turns it into
+    ``Rows`` with ``prepare`` and writes it in one transaction. Rows kept under another connection's
+    lock are tried again every ``RETRY_SECONDS`` and with every write. ``flush`` is exact: it returns
+    True once everything submitted before it is committed. The thread starts on the first submit, and
+    again in a forked child.
 
     The thread needs the GIL at its start of each batch and after each statement (SQLite lets go of it
     for the statement). Behind a busy app it would wait for it, woken at each of the app's short
@@ -491,84 +503,256 @@ class WriterThread(Background[T]):
         release_idle_millis: int = DEFAULT_RELEASE_IDLE_MILLIS,
         hand_overs: HandOvers | None = None,
     ) -> None:
-        # Every item that cannot be written (a full queue, shutdown, rows it cannot prepare) is counted
-        # where the writer counts the rows it could not write.
-        super().__init__(
-            name=name,
-            max_queued=max(1, max_queued),
-            drop_key=writer.lost_key,
-            turns_key=f"backpressure.{writer.name}_turns",
-            restarted_key=f"errors.{writer.name}.restarted",
-            delay_s=max(0, schedule_delay_millis) / 1000,
-            batch_size=DEFAULT_BATCH_ITEMS,
-            handle_at_most=DEFAULT_BATCH_ITEMS,
-            sized=True,
-            hand_overs=hand_overs,
-            release_after=RELEASE_AFTER_ITEMS,
-            release_idle_s=max(0, release_idle_millis) / 1000,
-        )
         self._writer = writer
+        self._hand_overs = hand_overs
         self._prepare = prepare
+        self._name = name
+        self._max_queued = max(1, max_queued)
+        self._delay_s = max(0, schedule_delay_millis) / 1000
+        self._condition = threading.Condition()
+        self._queue: list[tuple[T, int]] = []  # (item, its size)
+        self._queued_items = 0
+        self._flushes: list[_Flush] = []
+        self._thread: threading.Thread | None = None
+        self._running = False  # set before the thread starts, cleared when it returns
+        self._stopping = False
+        self._pid = os.getpid()
+        self._turn_at = turn_threshold(self._max_queued)
+        self._turns = Turns(f"backpressure.{writer.name}_turns")
+        self._dropped = 0  # items dropped before they reached the writer (queue full, not preparable)
         self._losses_at_flush = 0  # the writer's and our losses when the last flush answered
+        self._release_idle_s = max(0, release_idle_millis) / 1000
+        self._unreleased = 0  # items handled since memory was last given back (the thread's own)
+        self._memory_releases = 0
+        # Set while the thread waits with nothing to do and nothing due (no retry, no release).
+        self._idle = threading.Event()
+        # The thread does not survive fork(): the child gets a fresh lock and queue, and a thread of
+        # its own on its first submit. What the parent had queued is the parent's to write.
+        after_fork_in_child(self, WriterThread._reset_after_fork)
+
+    @property
+    def memory_releases(self) -> int:
+        """How often the thread gave memory back after a busy spell and a pause."""
+        return self._memory_releases
+
+    def submit(self, item: T, size: int = 1) -> bool:
+        """Queue ``item`` (``size`` items, for the limit and the count of losses); False if dropped.
+
+        Once ``max_queued // 16`` items wait, the caller lets go of the GIL until the thread runs
+        (``tallyspan.plugin.Turns``): behind a busy app the thread could starve while its queue grows."""
+        with self._condition:
+            if self._stopping or self._queued_items + size > self._max_queued:
+                self._drop(size)
+                return False
+            threaded = self._ensure_thread()
+            self._queue.append((item, size))
+            self._queued_items += size
+            if len(self._queue) == 1 or self._queued_items >= DEFAULT_BATCH_ITEMS:
+                self._condition.notify()
+                self._turns.due = 0.0  # woken, it waits for the GIL: the app's next span hands it over
+            queued = self._queued_items
+        if not threaded:
+            self._write_here()
+        elif queued >= self._turn_at:
+            self._turns.give(queued)
+        return True
 
     def flush(self, timeout_millis: int = 30000) -> bool:
         """Wait until everything submitted before is written; True if it was, within ``timeout_millis``,
         and nothing was lost since the previous flush answered."""
-        if self._closed:
-            return self.queued == 0 and self._writer.kept == 0
-        return self.flush_until(time.monotonic() + max(0, timeout_millis) / 1000)
+        deadline = time.monotonic() + max(0, timeout_millis) / 1000
+        with self._condition:
+            if self._stopping:
+                return not self._queue and self._writer.kept == 0
+            if self._thread is None and not self._queue:
+                return True  # nothing was ever submitted in this process
+            threaded = self._ensure_thread()
+            request = _Flush(deadline)
+            self._flushes.append(request)
+            self._condition.notify()
+        if not threaded:
+            self._write_here()
+        return request.done.wait(max(0.0, deadline - time.monotonic())) and request.result
 
     def shutdown(self, timeout_millis: int = 30000) -> None:
         """Write what is queued and kept (one last wait for the lock), close the writer; later submits
         are dropped and counted. Waits for the thread at most ``timeout_millis``."""
-        self.stop(time.monotonic() + max(0, timeout_millis) / 1000)
+        with self._condition:
+            if self._stopping:
+                return
+            self._stopping = True
+            thread = self._thread
+            self._condition.notify()
+        if thread is None:
+            self._write_here()  # what no thread could be started for (at exit), then close
+        else:
+            thread.join(max(0, timeout_millis) / 1000)
 
-    # --- on the thread (``tallyspan.plugin.Background``'s hooks) ----------------------------------------
+    def _ensure_thread(self) -> bool:
+        """Start the thread if it is not running (first submit, or a forked child); under the condition.
+        False where the interpreter refuses a thread (at exit, from Python 3.12): the caller then writes
+        on its own thread (``_write_here``)."""
+        # The flag the thread clears on its way out, not Thread.is_alive() (Python-level calls and a lock,
+        # on every submit): a forked child starts with it cleared (_reset_after_fork).
+        if self._running:
+            return True
+        if self._thread is not None and self._pid == os.getpid():
+            count(f"errors.{self._writer.name}.restarted")  # it died: a bug of ours; the rows still go out
+        self._pid = os.getpid()
+        thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._running = True
+        if not start_thread(thread):
+            self._running = False
+            return False
+        self._thread = thread
+        return True
 
-    def handle(self, batch: list[T], size: int) -> None:
+    def _write_here(self) -> None:
+        """Write what is queued, answer the flushes waiting and, once stopping, close the writer, all on
+        the calling thread: no thread could be started for it."""
+        with self._condition:
+            if self._running:
+                return  # a thread took over meanwhile
+            items, size = self._queue, self._queued_items
+            self._queue, self._queued_items = [], 0
+            flushes, self._flushes = self._flushes, []
+            stopping = self._stopping
+        with suppress_instrumentation():
+            try:
+                self._write(items, size, flushes, stopping)
+            except Exception:
+                swallowed(_logger, f"{self._writer.name}.thread", f"the {self._name} writes failed")
+            finally:
+                for request in flushes:
+                    request.done.set()
+
+    def _run(self) -> None:
         try:
-            rows = self._prepare(batch)
+            self._serve()
+        finally:
+            self._running = False
+
+    def _serve(self) -> None:
+        self._turns.consumer_started()
+        if self._hand_overs is not None:
+            self._turns.take_hand_overs_from(self._hand_overs)
+        try:
+            self._serve_until_stopped()
+        finally:
+            self._turns.stop_taking_hand_overs()
+
+    def _serve_until_stopped(self) -> None:
+        # Our own SQL must not be traced by a database instrumentation the app installed.
+        with suppress_instrumentation():
+            while True:
+                items, size, flushes, stopping = self._next()
+                self._turns.taken()  # we hold the GIL now: a caller waiting for our turn may go on
+                try:
+                    self._write(items, size, flushes, stopping)
+                except BaseException:  # even sys.exit() from a bug: the thread must outlive it
+                    swallowed(_logger, f"{self._writer.name}.thread", f"the {self._name} thread failed")
+                finally:
+                    for request in flushes:
+                        request.done.set()
+                if stopping:
+                    return
+                # Let the batch go now: held while the thread waits, it kept up to a whole queue of
+                # spans (their content included) alive after a backlog, until the next write came.
+                items, flushes = [], []
+
+    def _next(self) -> tuple[list[tuple[T, int]], int, list[_Flush], bool]:
+        """Wait for work: queued items (gathered up to the schedule delay), a flush, shutdown, the time
+        to try kept rows again or to give memory back; then take it all."""
+        with self._condition:
+            while not (self._queue or self._flushes or self._stopping):
+                if self._writer.kept:
+                    timeout: float | None = RETRY_SECONDS
+                elif self._unreleased >= RELEASE_AFTER_ITEMS:
+                    timeout = self._release_idle_s
+                else:
+                    timeout = None
+                    self._idle.set()
+                if not self._wait(timeout) and timeout is not None:
+                    return [], 0, [], False
+            self._idle.clear()
+            if (
+                self._queue
+                and not (self._flushes or self._stopping)
+                and self._queued_items < DEFAULT_BATCH_ITEMS
+            ):
+                self._wait(self._delay_s)
+            self._turns.due = 0.0  # until the next wait: between statements it waits for the GIL again
+            items, size = self._queue, self._queued_items
+            self._queue, self._queued_items = [], 0
+            flushes, self._flushes = self._flushes, []
+            return items, size, flushes, self._stopping
+
+    def _wait(self, timeout: float | None) -> bool:
+        """``self._condition.wait(timeout)`` (held) as a consumer of the app's hand-overs: due (waiting
+        for the GIL) once the wait is over, sooner if a submit wakes us; a hand-over given while we
+        worked is answered before, one given while we woke up after."""
+        turns = self._turns
+        turns.due = math.inf if timeout is None else time.monotonic() + timeout
+        turns.taken()
+        woken = self._condition.wait(timeout)
+        turns.taken()
+        return woken
+
+    def _write(self, items: list[tuple[T, int]], size: int, flushes: list[_Flush], stopping: bool) -> None:
+        writer = self._writer
+        if items:
+            self._unreleased += size
+            # A backlog in transactions of DEFAULT_BATCH_ITEMS, and a turn given while we work answered
+            # after each step (preparing, each statement), not only at the next batch: SQLite lets go of
+            # the GIL at every statement, a busy app takes it back, and a caller whose turn went
+            # unanswered gives the next only once the backlog grew by another step.
+            for start in range(0, len(items), DEFAULT_BATCH_ITEMS):
+                self._write_part(items[start : start + DEFAULT_BATCH_ITEMS])
+        elif writer.kept and not flushes and not stopping:
+            writer.write(Rows())  # nothing new: try the kept rows again (without waiting if still locked)
+        elif self._unreleased >= RELEASE_AFTER_ITEMS and not flushes and not stopping:
+            self._release_memory()  # a pause after a busy spell
+        for request in flushes:
+            written = writer.flush(int((request.deadline - time.monotonic()) * 1000))
+            with self._condition:
+                losses = writer.lost + self._dropped
+                # False when anything was lost since the last flush answered: not all was delivered.
+                request.result = written and losses == self._losses_at_flush
+                self._losses_at_flush = losses
+        if stopping:
+            writer.close()
+
+    def _write_part(self, part: list[tuple[T, int]]) -> None:
+        try:
+            rows = self._prepare([item for item, _ in part])
         except Exception:  # items we cannot turn into rows must not stop the ones behind them
             swallowed(
                 _logger,
                 f"{self._writer.name}.prepare",
                 f"could not prepare {self._writer.unit} for the store",
             )
-            self.count_lost(size)
+            with self._condition:
+                self._drop(sum(size for _, size in part))
             return
-        # A turn given while we work is answered after each step (preparing, each statement), not
-        # only at the next batch: SQLite lets go of the GIL at every statement, a busy app takes it
-        # back, and a caller whose turn went unanswered gives the next only once the backlog grew.
-        self.answer_turn()
-        self._writer.write(rows, progress=self.answer_turn)
+        self._turns.taken()
+        self._writer.write(rows, progress=self._turns.taken)
 
-    def flushed(self, deadline: float) -> bool:
-        writer = self._writer
-        written = writer.flush(int((deadline - time.monotonic()) * 1000))
-        losses = writer.lost + self.dropped
-        # False when anything was lost since the last flush answered: not all was delivered.
-        answer = written and losses == self._losses_at_flush
-        self._losses_at_flush = losses
-        return answer
-
-    def stopped(self) -> None:
-        self._writer.close()
-
-    def idle_timeout(self) -> float | None:
-        return RETRY_SECONDS if self._writer.kept else None
-
-    def idle(self) -> None:
-        self._writer.write(Rows())  # nothing new: try the kept rows again (without waiting if still locked)
-
-    def release_memory(self) -> bool:
+    def _release_memory(self) -> None:
+        self._unreleased = 0
         self._writer.shrink_memory()
-        super().release_memory()  # the C heap's free pages
-        return True  # SQLite's page cache went back, whatever the C library
+        release_free_memory()
+        self._memory_releases += 1
 
-    def failed(self, error: BaseException) -> None:
-        del error
-        swallowed(_logger, f"{self._writer.name}.thread", f"the {self.name} thread failed")
+    def _drop(self, size: int) -> None:
+        """Count ``size`` items lost before they reached the writer (under the condition)."""
+        if size:
+            self._dropped += size
+            count(self._writer.lost_key, size)
 
-    def running_context(self) -> AbstractContextManager[None]:
-        # Our own SQL must not be traced by a database instrumentation the app installed.
-        return suppress_instrumentation()
+    def _reset_after_fork(self) -> None:
+        self._condition = threading.Condition()
+        self._queue, self._queued_items, self._flushes = [], 0, []
+        self._idle, self._unreleased = threading.Event(), 0
+        self._turns.reset_after_fork()
+        self._thread = None
+        self._running = False

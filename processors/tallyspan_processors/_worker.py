@@ -17,30 +17,35 @@ one is not taken, again once the backlog doubled: a batch of slow checks can out
 Those waits, and hand-overs the worker did not take within 10 ms, are counted as
 ``tallyspan.stats()["backpressure.worker_turns"]``.
 
-The thread, its queue, batching, flushes, fork reset and memory release are a
-``tallyspan.plugin.Background`` (``_ChainThread``); this module says what a batch is (each span's
-content taken, then the chain) and what the app's thread does at each span. A worker that is gone
-(it did not survive ``fork()``) is started again on the next span or flush.
+A worker that is gone (it did not survive ``fork()``) is started again on the next span or flush.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import queue
 import threading
 import time
 from collections.abc import Sequence
 
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from tallyspan.plugin import (
-    Background,
+    TURN_SLICE_S,
     Content,
     HandOvers,
     Settings,
     ShutdownBudget,
+    Turns,
+    after_fork_in_child,
     content_buffer,
     count,
+    release_free_memory,
+    start_thread,
     swallowed,
+    turn_threshold,
 )
 from tallyspan_processors._content import take_content
 from tallyspan_processors._wrapping import Handed, WrappingProcessor, flush_all, forward_batch
@@ -55,12 +60,21 @@ FORWARD_BATCH_SPANS = 64
 #: How long ``shutdown`` waits for the queue to drain (the SDK's shutdown takes no timeout).
 DEFAULT_SHUTDOWN_TIMEOUT_MILLIS = 30000
 #: How long the worker lets spans gather before it handles them (flush and shutdown do not wait for it,
-#: nor does a batch of a quarter of ``turn_threshold(max_queue_size)`` spans: behind a fast app a long
-#: delay would otherwise fill the queue up to those counted turns). Each batch starts on cold caches,
-#: the app having run meanwhile: the first span's checks cost about three times the next ones'.
+#: nor does a batch of ``turn_threshold(max_queue_size) // BATCH_SHARE_OF_TURN`` spans). Each batch
+#: starts on cold caches, the app having run meanwhile: the first span's checks took about 150 us, the
+#: next ones about 50 us. With 50 ms instead of 20 ms, a batch behind a mock-transport OpenAI loop grew
+#: from about 21 spans to about 50, and the worker's CPU per span went from 115-119 us to 106-107 us.
 DEFAULT_BATCH_DELAY_MILLIS = 50.0
-#: A busy spell of at least this many spans is a backlog, whose freed memory is given back afterwards.
-_RELEASE_AFTER_SPANS = 1024
+#: A batch of a quarter of the backlog from which turns are given is handed over at once, delay or not:
+#: behind a fast app a long delay would otherwise fill the queue up to those (counted) turns.
+BATCH_SHARE_OF_TURN = 4
+
+
+class _Flush:
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
 
 
 class _Handed:
@@ -73,57 +87,9 @@ class _Handed:
         self.content = content
 
 
-class _ChainThread(Background[ReadableSpan | _Handed]):
-    """The worker's thread: takes each span's content, then hands the batch down the chain."""
-
-    def __init__(self, processor: OffThreadProcessor, max_queue_size: int, batch_delay_s: float) -> None:
-        super().__init__(
-            name="tallyspan-worker",
-            max_queued=max_queue_size,
-            drop_key="dropped.spans",
-            after_shutdown_key="dropped.spans_after_shutdown",
-            at_shutdown_key="dropped.spans_at_shutdown",
-            turns_key="backpressure.worker_turns",
-            restarted_key="errors.worker.restarted",
-            delay_s=batch_delay_s,
-            handle_at_most=FORWARD_BATCH_SPANS,
-            producer_hands_over=True,
-            release_after=_RELEASE_AFTER_SPANS,
-        )
-        self._processor = processor
-
-    def handle(self, batch: list[ReadableSpan | _Handed], size: int) -> None:
-        handed: list[Handed] = []
-        for item in batch:
-            if isinstance(item, _Handed):
-                handed.append((item.span, item.content))
-            elif isinstance(item, ReadableSpan):
-                handed.append((item, self._content_of(item)))
-            else:
-                count("dropped.spans_not_readable")  # on_end was handed something else
-        if handed:
-            forward_batch(
-                self._processor._downstream,
-                handed,
-                failure_key="worker.on_end",
-                failure_message="a span processor failed on the worker",
-                logger=_logger,
-            )
-
-    def discarded(self, item: ReadableSpan | _Handed) -> None:
-        self._processor._forget(item.span if isinstance(item, _Handed) else item)
-
-    def failed(self, error: BaseException) -> None:
-        # Only a BaseException gets here (forward_batch and _content_of catch the rest), a bug's
-        # sys.exit(): it ends the thread, which the next span starts again (counted).
-        raise error
-
-    def _content_of(self, span: ReadableSpan) -> Content | None:
-        try:
-            return take_content(span)
-        except Exception:  # content we cannot read: the span still goes through, checked without it
-            swallowed(_logger, "content.take", "tallyspan could not read a span's content")
-            return None
+_STOP = object()
+#: A busy spell of at least this many spans is a backlog, whose freed memory is given back afterwards.
+_RELEASE_AFTER_SPANS = 1024
 
 
 class OffThreadProcessor(WrappingProcessor):
@@ -158,44 +124,86 @@ class OffThreadProcessor(WrappingProcessor):
         if max_queue_size < 1:
             raise ValueError("max_queue_size must be at least 1")
         super().__init__(downstream)
+        self._max_queue_size = max_queue_size
         self._shutdown_timeout_s = max(0, shutdown_timeout_millis) / 1000
         self._budget = budget
+        # A SimpleQueue (C, about a tenth of queue.Queue's put on the app's thread), bounded by the size
+        # checked before each put: app threads racing each other may pass it by one span each.
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._inline_lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+        # Set before the worker starts and cleared when it returns: checked on every span instead of
+        # Thread.is_alive(), a few Python-level calls (fork, which also ends it, is handled apart).
+        self._worker_running = False
         self._is_shutdown = False
+        # Set once shutdown stops waiting: the worker then discards (and counts) what is still queued.
+        self._stopping = False
         # What a flush answers once shutdown began; until its drain ends, nothing is known forwarded.
         self._drained_at_shutdown = False
+        self._batch_delay_s = max(0.0, batch_delay_millis / 1000)
+        self._wake = threading.Event()
+        # The worker's state as the app's thread reads it: waiting for work (a span wakes it), and the
+        # time from which it is due to run (it waits for the GIL then; infinite while it waits for work).
+        self._sleeping = False
+        self._due = math.inf
+        self._memory_releases = 0
+        self._turn_at = turn_threshold(max_queue_size)
+        self._batch_spans = max(1, self._turn_at // BATCH_SHARE_OF_TURN)
+        self._turns = Turns("backpressure.worker_turns")
         self._hand_overs = hand_overs if hand_overs is not None else HandOvers()
-        self._background = _ChainThread(self, max_queue_size, max(0.0, batch_delay_millis / 1000))
-        self._submit = self._background.submit  # bound once: it runs on the app's thread at each span
+        # The worker thread does not survive fork(): give the child a fresh queue and worker.
+        after_fork_in_child(self, OffThreadProcessor._reset_after_fork)
 
     @property
     def memory_releases(self) -> int:
         """How often the worker gave free memory back to the OS after working off a backlog (at least
         1024 spans without the queue running empty); always 0 where the C library cannot (not glibc)."""
-        return self._background.memory_releases
+        return self._memory_releases
 
     def on_end(self, span: ReadableSpan) -> None:
-        # On the app's thread: only enqueue (a full queue drops the span, counted and forgotten); the
-        # worker takes the content. A batch waiting, or the end of the worker's gathering wait, hands
-        # it the GIL, and a backlog of a sixteenth of the queue gives it a turn (Background.submit).
-        if self._is_shutdown:
-            self._dropped_after_shutdown(span)
-        elif self._submit(span):
-            # The store's writer is fed by the worker, not by this thread: it is handed the GIL here too.
-            self._hand_overs()
+        # On the app's thread: only enqueue; the worker takes the content.
+        self._enqueue(span, span)
 
     def receive(self, span: ReadableSpan, content: Content | None) -> None:
-        if self._is_shutdown:
-            self._dropped_after_shutdown(span)
-        elif self._submit(_Handed(span, content)):
-            self._hand_overs()
+        self._enqueue(_Handed(span, content), span)
 
     def forget(self, span: ReadableSpan) -> None:
         self._forget(span)
 
-    def _dropped_after_shutdown(self, span: ReadableSpan) -> None:
-        count("dropped.spans_after_shutdown")
-        self._forget(span)
+    def _enqueue(self, item: ReadableSpan | _Handed, span: ReadableSpan) -> None:
+        if self._is_shutdown:
+            count("dropped.spans_after_shutdown")
+            self._forget(span)
+            return
+        if not self._worker_running and not self._ensure_worker():
+            self._queue.put(item)
+            self._work_off_here()
+            return
+        queued = self._queue.qsize()
+        if queued >= self._max_queue_size:
+            count("dropped.spans")
+            self._forget(span)
+            return
+        self._queue.put(item)
+        queued += 1
+        if queued >= self._turn_at:
+            self._wake.set()  # a batch delay must not hold the turn up
+            self._turns.give(queued)
+        elif self._sleeping:
+            # This span wakes the worker from its wait for work: it is due as soon as it is awake.
+            self._sleeping = False
+            self._due = 0.0
+        elif queued >= self._batch_spans or time.monotonic() >= self._due:
+            # The worker's wait is over (or a whole batch waits: cut it short) and it waits for the GIL:
+            # hand it over now. Left to CPython, a thread waiting for the GIL behind a busy app wakes at
+            # each of the app's short releases (a socket call, os.urandom) and loses the race for it
+            # again, a futile wake-up (and two system calls) per app call, until it wins one by chance.
+            if queued >= self._batch_spans:
+                self._wake.set()
+            self._turns.hand_over(queued)
+        # The store's writer is fed by the worker, not by this thread: it is handed the GIL here too.
+        self._hand_overs()
 
     def _forget(self, span: ReadableSpan) -> None:
         """Free what the chain holds for a span it will never see end (a burst must leave nothing behind)."""
@@ -209,9 +217,9 @@ class OffThreadProcessor(WrappingProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         if self._is_shutdown:
             # Nothing can be queued any more: answer at once instead of waiting on a stopped worker.
-            return self._drained_at_shutdown and not self._background.dropped_at_shutdown
+            return self._drained_at_shutdown
         deadline = time.monotonic() + timeout_millis / 1000
-        if not self._background.flush_until(deadline):
+        if not self._drain(deadline):
             return False
         remaining_millis = int((deadline - time.monotonic()) * 1000)
         return remaining_millis > 0 and flush_all(self._downstream, remaining_millis)
@@ -223,11 +231,210 @@ class OffThreadProcessor(WrappingProcessor):
             self._is_shutdown = True
         budget = self._budget
         deadline = budget.start() if budget is not None else time.monotonic() + self._shutdown_timeout_s
-        # Every span queued before shutdown goes down the chain, within the deadline; what is still
-        # queued then (a stuck worker), or raced the flag in, is dropped and counted.
-        self._drained_at_shutdown = self._background.flush_until(deadline)
-        self._background.stop(deadline, give_up_queued=True)
+        self._drained_at_shutdown = self._drain(deadline)
+        self._stopping = True
+        self._wake.set()
+        worker = self._worker
+        if worker is not None:
+            # A stuck worker stops by itself once it sees _stopping.
+            self._queue.put(_STOP)
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))
+        if worker is None or not worker.is_alive():
+            self._discard_queued()  # spans that raced shutdown's flag into the queue
         super().shutdown()
+
+    def _discard_queued(self) -> None:
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            self._discard(item)
+
+    def _discard(self, item: object) -> None:
+        if isinstance(item, _Flush):
+            item.done.set()  # let a flush that waits on it go, rather than time out
+        elif item is not _STOP:
+            count("dropped.spans_at_shutdown")
+            self._drained_at_shutdown = False
+            if isinstance(item, _Handed):
+                self._forget(item.span)
+            elif isinstance(item, ReadableSpan):
+                self._forget(item)
+
+    def _drain(self, deadline: float) -> bool:
+        """Wait until every span queued before this call has been forwarded."""
+        if self._worker is None and self._queue.empty():
+            return True
+        if not self._ensure_worker():
+            self._work_off_here()
+            return True
+        marker = _Flush()
+        self._queue.put(marker)  # past the bound by one at most: a flush must not wait for room
+        self._wake.set()
+        return marker.done.wait(max(0.0, deadline - time.monotonic()))
+
+    def _ensure_worker(self) -> bool:
+        """Start the worker unless it runs; False where the interpreter refuses a thread (at exit, from
+        Python 3.12): the caller then forwards the queue itself (``_work_off_here``)."""
+        worker = self._worker
+        if worker is not None and worker.is_alive():
+            return True
+        with self._lock:
+            worker = self._worker
+            if worker is not None and worker.is_alive():
+                return True
+            if worker is not None and not self._stopping:
+                count("errors.worker.restarted")  # it died, or did not survive fork()
+            if self._stopping:
+                return True  # shutting down: nobody should start a worker any more
+            worker = threading.Thread(target=self._run, name="tallyspan-worker", daemon=True)
+            self._worker_running = True
+            if not start_thread(worker):
+                self._worker_running = False
+                return False
+            self._worker = worker
+            return True
+
+    def _run(self) -> None:
+        # Our own exports (OTLP over HTTP, SQLite) must not be traced by instrumentations of the app.
+        token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        turns = self._turns
+        turns.consumer_started()
+        batch: list[Handed] = []  # taken from the queue, not yet handed down the chain
+        try:
+            handled = 0  # spans since the queue was last empty
+            slice_ends = time.monotonic() + TURN_SLICE_S
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    if batch:
+                        self._forward_batch(batch)
+                        continue  # that took a while: look again before answering a turn or waiting
+                    if self._stopping:
+                        return
+                    turns.taken()  # worked off: an app thread that gave us its turn may go on
+                    # A backlog was worked off: give its pages back.
+                    if handled >= _RELEASE_AFTER_SPANS and release_free_memory():
+                        self._memory_releases += 1
+                    if handled and self._batch_delay_s:
+                        # Busy: look again after the batch delay, rather than be woken by the next span
+                        # and then wait for the GIL behind the app (see _enqueue); a pause with no span
+                        # in it sends the worker to sleep below.
+                        handled = 0
+                        self._gather()
+                        slice_ends = time.monotonic() + TURN_SLICE_S
+                        continue
+                    handled = 0
+                    self._sleeping = True
+                    self._due = math.inf
+                    item = self._queue.get()
+                    self._sleeping = False
+                    if item is not _STOP and self._batch_delay_s and not isinstance(item, _Flush):
+                        self._gather()  # the first span after a pause: let the next ones gather
+                    slice_ends = time.monotonic() + TURN_SLICE_S
+                if item is _STOP:
+                    self._forward_batch(batch)
+                    return
+                if time.monotonic() >= slice_ends:
+                    # A turn lasts a slice: the app's thread that gave it may go on (and take the GIL
+                    # back at its next switch interval, to hand it over again at its next span).
+                    self._forward_batch(batch)
+                    turns.taken()
+                    slice_ends = time.monotonic() + TURN_SLICE_S
+                handled += 1
+                self._handle(item, batch)
+        finally:
+            try:
+                self._forward_batch(batch)  # a worker that dies (a bug) still hands down what it took
+            finally:
+                self._turns.taken()  # nobody waits for a worker that is gone
+                self._worker_running = False
+                detach(token)
+
+    def _handle(self, item: object, batch: list[Handed]) -> None:
+        """Add a queued span to ``batch`` (forwarded once full), or answer a flush marker."""
+        if isinstance(item, _Flush):
+            self._forward_batch(batch)  # everything queued before the flush, first
+            item.done.set()
+        elif item is _STOP:
+            return
+        elif self._stopping:
+            self._discard(item)  # shutdown stopped waiting for this one
+        elif isinstance(item, _Handed):
+            batch.append((item.span, item.content))
+        elif isinstance(item, ReadableSpan):
+            batch.append((item, self._take(item)))
+        else:
+            count("dropped.spans_not_readable")  # on_end was handed something else
+        if len(batch) >= FORWARD_BATCH_SPANS:
+            self._forward_batch(batch)
+
+    def _work_off_here(self) -> None:
+        """Forward everything queued on the calling thread: no worker thread could be started (the
+        interpreter is finalizing). One caller at a time, so the spans keep their order."""
+        with self._inline_lock:
+            token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+            batch: list[Handed] = []
+            try:
+                while True:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        return
+                    self._handle(item, batch)
+            finally:
+                try:
+                    self._forward_batch(batch)
+                finally:
+                    detach(token)
+
+    def _gather(self) -> None:
+        """Let spans gather for the batch delay: meanwhile the app runs without contending for the GIL,
+        and the checks then run back to back on warm caches (per span, interleaved with the app, they
+        cost about twice the CPU). A flush, shutdown or a turn cuts the wait short."""
+        self._turns.taken()  # the GIL is not ours to keep while we wait
+        self._due = time.monotonic() + self._batch_delay_s
+        self._wake.wait(self._batch_delay_s)
+        self._wake.clear()
+
+    def _take(self, span: ReadableSpan) -> Content | None:
+        try:
+            return take_content(span)
+        except Exception:  # content we cannot read: the span still goes through, checked without it
+            swallowed(_logger, "content.take", "tallyspan could not read a span's content")
+            return None
+
+    def _forward_batch(self, batch: list[Handed]) -> None:
+        """Hand ``batch`` down the chain (``forward_batch``) and empty it; once shutdown stopped waiting,
+        discard it instead (counted)."""
+        if not batch:
+            return
+        items = batch.copy()
+        batch.clear()
+        if self._stopping:
+            for span, content in items:
+                self._discard(_Handed(span, content))
+            return
+        forward_batch(
+            self._downstream,
+            items,
+            failure_key="worker.on_end",
+            failure_message="a span processor failed on the worker",
+            logger=_logger,
+        )
+
+    def _reset_after_fork(self) -> None:
+        self._queue = queue.SimpleQueue()
+        self._worker_running = False
+        self._sleeping = False
+        self._due = math.inf
+        self._lock = threading.Lock()
+        self._inline_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._turns.reset_after_fork()
+        self._worker = None
 
 
 def worker_component(downstream: Sequence[SpanProcessor], settings: Settings) -> SpanProcessor:

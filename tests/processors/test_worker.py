@@ -147,7 +147,7 @@ def test_flush_without_any_span_returns_true_without_starting_a_thread() -> None
     recorder = _Recorder()
     processor = OffThreadProcessor([recorder])
     assert processor.force_flush(100) is True
-    assert processor._background._thread is None
+    assert processor._worker is None
     processor.shutdown()
 
 
@@ -172,8 +172,8 @@ def test_spans_reach_an_exporter_identical_when_no_link_enriches_them() -> None:
 def test_a_span_racing_into_the_queue_during_shutdown_is_discarded_counted_and_forgotten() -> None:
     """An app thread that saw the processor open just before shutdown puts its span behind the worker's
     stop marker: shutdown must drop it (counted, its content freed), not leave it queued for ever."""
-    from tallyspan._background import _STOP
     from tallyspan._content import ModelContent, content_buffer
+    from tallyspan_processors._worker import _STOP
 
     source = InMemorySpanExporter()
     source_provider = TracerProvider()
@@ -192,14 +192,14 @@ def test_a_span_racing_into_the_queue_during_shutdown_is_discarded_counted_and_f
 
     recorder = _Recorder()
     processor = OffThreadProcessor([recorder])
-    processor._background._queue = _RacingQueue()
+    processor._queue = _RacingQueue()
     provider = TracerProvider()
     provider.add_span_processor(processor)
     _spans(provider, 2)
     processor.shutdown()
     assert recorder.ended == ["span-0", "span-1"]
     assert tallyspan.stats()["dropped.spans_at_shutdown"] == 1
-    assert processor._background._queue.empty()
+    assert processor._queue.empty()
     try:
         assert content_buffer().pop(racer.context.span_id) is None
     finally:
@@ -307,10 +307,10 @@ def test_below_another_link_the_worker_carries_the_content_it_was_handed() -> No
 
 def _gathering_since(processor: OffThreadProcessor, after: float) -> bool:
     """Wait until the worker has started a batch delay after ``after`` (monotonic): it ran, took what it
-    was woken for and now lets spans gather. Its wait ends at ``Turns.due``, an hour past its start here."""
+    was woken for and now lets spans gather. Its wait ends at ``_due``, an hour past its start here."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        due = processor._background._turns.due
+        due = processor._due
         if math.isfinite(due) and due - 3_600 >= after:
             return True
         time.sleep(0.005)
@@ -327,14 +327,14 @@ def test_spans_gather_for_the_batch_delay_and_a_flush_or_shutdown_cuts_it_short(
     _spans(provider, 3)
     # Not a sleep: the worker is seen to have run (it woke for the first span) and to be gathering.
     assert _gathering_since(processor, before)
-    assert not processor._background._wake.is_set()  # nothing cut the wait short
+    assert not processor._wake.is_set()  # nothing cut the wait short
     assert recorder.ended == []  # still gathering
     before_flush = time.monotonic()
     assert processor.force_flush(timeout_millis=10_000)
     assert recorder.ended == ["span-0", "span-1", "span-2"]
     assert _gathering_since(processor, before_flush)  # busy a moment ago: after the flush it gathers again
     _spans(provider, 2)
-    assert not processor._background._wake.is_set()  # the two spans did not cut the new wait short
+    assert not processor._wake.is_set()  # the two spans did not cut the new wait short
     assert recorder.ended == ["span-0", "span-1", "span-2"]
     processor.shutdown()
     assert recorder.ended == ["span-0", "span-1", "span-2", "span-0", "span-1"]
@@ -355,7 +355,7 @@ def test_a_whole_batch_is_handled_without_waiting_for_the_rest_of_the_delay() ->
     assert _gathering_since(processor, before)  # the worker ran, took span-0, and gathers
     _spans(provider, 15, first=1)
     # 15 waiting, one short of a batch: the app's thread did not cut the wait short, and nothing went.
-    assert not processor._background._wake.is_set()
+    assert not processor._wake.is_set()
     assert recorder.ended == []
     _spans(provider, 1)
     deadline = time.monotonic() + 10
@@ -590,7 +590,7 @@ def test_each_backlog_of_1024_spans_or_more_gives_memory_back_and_one_of_1023_do
     gate = _Gate()
     processor = OffThreadProcessor([gate], batch_delay_millis=0)
     spells = _IdleSignallingQueue()
-    processor._background._queue = spells
+    processor._queue = spells
     provider = TracerProvider()
     provider.add_span_processor(processor)
 
@@ -632,7 +632,7 @@ def test_after_fork_the_worker_starts_afresh_with_an_empty_queue_of_the_same_bou
     _spans(provider, 2)  # the queue is full
     before = set(_workers())
 
-    processor._background._reset_after_fork()
+    processor._reset_after_fork()
 
     _spans(provider, 1)
     assert processor.force_flush(10_000)
@@ -736,7 +736,7 @@ def test_the_workers_first_busy_spell_counts_from_its_first_span(
     recorder = _Recorder()
     processor = OffThreadProcessor([recorder], batch_delay_millis=0)
     spell = _ClosedUntilOpenedQueue()
-    processor._background._queue = spell
+    processor._queue = spell
     provider = TracerProvider()
     provider.add_span_processor(processor)
     _spans(provider, 1023)  # all queued before the new worker looks
@@ -843,7 +843,7 @@ def test_behind_an_app_that_keeps_the_gil_busy_the_worker_is_handed_the_gil_and_
     backlog = 0
     for _ in range(3000):
         tracer.start_span("call").end()
-        backlog = max(backlog, processor._background._queue.qsize())
+        backlog = max(backlog, processor._queue.qsize())
         work_between_spans()
     stats = tallyspan.stats()
     # Left to fight for the GIL, the worker falls 511 behind here and takes 44 turns; handed it, at most

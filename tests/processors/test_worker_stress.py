@@ -267,8 +267,8 @@ def test_shutdown_with_a_full_queue_and_a_stuck_worker_returns_and_counts_what_i
     assert done.wait(30), "shutdown hung on a full queue behind a stuck worker"
     assert gate.shut_down == 1
     gate.release.set()
-    processor._background._thread.join(10)  # type: ignore[union-attr]
-    assert not processor._background._thread.is_alive()  # type: ignore[union-attr]
+    processor._worker.join(10)  # type: ignore[union-attr]
+    assert not processor._worker.is_alive()  # type: ignore[union-attr]
     # The span the worker held is forwarded; the 4 queued ones were given up at shutdown and counted.
     assert gate.ended == ["span-0"]
     assert tallyspan.stats()["dropped.spans_at_shutdown"] == 4

@@ -25,16 +25,14 @@ Here:
   ``tallyspan doctor``), :func:`renew_lock_after_fork` (every lock a plugin owns),
   :func:`after_fork_in_child` (every thread a plugin starts) and :func:`start_thread` (False where the
   interpreter refuses one: do the work on the caller's thread);
-- **threads of ours**: :class:`Background` (one thread working off a bounded queue in batches: the
-  chain's worker and the store's writers are its subclasses), :class:`Turns` (a producer lets go of
-  the GIL until a starved thread of ours runs, from :func:`turn_threshold` items queued), :class:`HandOvers`
+- **threads of ours**: :class:`Turns` (a producer lets go of the GIL until a starved thread of ours
+  runs, from :func:`turn_threshold` items queued, for turns of ``TURN_SLICE_S``), :class:`HandOvers`
   (``Settings.hand_overs``: the app's threads hand the GIL to the store's writers) and
   :func:`release_free_memory` (the C heap's free pages back to the OS after a busy spell).
 """
 
 from __future__ import annotations
 
-from tallyspan._background import Background
 from tallyspan._config import ShutdownBudget, warn_once
 from tallyspan._content import (
     Content,
@@ -51,11 +49,11 @@ from tallyspan._selfstats import count, stats, swallowed
 from tallyspan._span_reading import plain_attributes
 from tallyspan._state import Settings
 from tallyspan._tool_spans import json_text
-from tallyspan._turns import HandOvers, Turns, turn_threshold
+from tallyspan._turns import TURN_SLICE_S, HandOvers, Turns, turn_threshold
 from tallyspan._version import __version__
 
 __all__ = [
-    "Background",
+    "TURN_SLICE_S",
     "ConfigError",
     "Content",
     "ContentBuffer",
