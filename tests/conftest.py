@@ -259,3 +259,15 @@ def c_library(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., CLibrar
     yield install
     monkeypatch.undo()
     _malloc_trim.cache_clear()
+
+
+def mid_stream_error_class() -> type[Exception]:
+    """What the openai SDK raises when the server cuts a stream mid-way: APIConnectionError, which wraps
+    the transport's RemoteProtocolError; openai 3.0 (the floor CI installs) let the latter through."""
+    import importlib
+
+    import openai
+
+    if tuple(int(part) for part in openai.__version__.split(".")[:2]) == (3, 0):
+        return importlib.import_module("httpx2").RemoteProtocolError  # type: ignore[no-any-return]
+    return openai.APIConnectionError

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 from typing import Any
 
 import openai
 import pytest
+from tests.conftest import mid_stream_error_class
 
 from tallyspan.testing import OpenAICompatibleServer, RecordedRequest, ScriptedReply, ScriptedToolCall
 
 USER: Any = [{"role": "user", "content": "hi"}]
-
-
-def mid_stream_error_class() -> type[Exception]:
-    """What the openai SDK raises when the server cuts a stream mid-way: APIConnectionError, which wraps
-    the transport's RemoteProtocolError; openai 3.0 (the floor CI installs) let the latter through."""
-    if tuple(int(part) for part in openai.__version__.split(".")[:2]) == (3, 0):
-        return importlib.import_module("httpx2").RemoteProtocolError  # type: ignore[no-any-return]
-    return openai.APIConnectionError
 
 
 def _client(server: OpenAICompatibleServer) -> openai.OpenAI:

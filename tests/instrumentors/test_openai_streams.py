@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import importlib
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from openai.types.chat import ChatCompletionChunk
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from tests.conftest import mid_stream_error_class
 
 from tallyspan import semconv
 from tallyspan._content import ContentBuffer, ModelContent, ToolCallContent
@@ -23,14 +23,6 @@ from tallyspan.testing import OpenAICompatibleServer, ScriptedReply, ScriptedToo
 USER: Any = [{"role": "user", "content": "Summarise the week."}]
 LONG_TEXT = "The week went well and every report was filed on time. " * 4
 TOOL = ScriptedToolCall("log_action", {"call_id": "call_1", "tool_name": "search"}, call_id="call_t")
-
-
-def mid_stream_error_class() -> type[Exception]:
-    """What the openai SDK raises when the server cuts a stream mid-way: APIConnectionError, which wraps
-    the transport's RemoteProtocolError; openai 3.0 (the floor CI installs) let the latter through."""
-    if tuple(int(part) for part in openai.__version__.split(".")[:2]) == (3, 0):
-        return importlib.import_module("httpx2").RemoteProtocolError  # type: ignore[no-any-return]
-    return openai.APIConnectionError
 
 
 @pytest.fixture(autouse=True)
