@@ -99,7 +99,7 @@ class _FlushThenChain:
         global _deferred
         self.entered.set()
         previous = self.previous
-        ends = not callable(previous)
+        ends = self.ends
         if _final_flushes and not self._flushing:
             _deferred = signum  # handled again as soon as that flush is done (final_flush)
             if _final_flushes:  # read after the write: if it ended meanwhile, the signal is handled here
@@ -116,6 +116,25 @@ class _FlushThenChain:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return None
+
+    @property
+    def ends(self) -> bool:
+        """Whether the signal ends the process: the disposition replaced was the default."""
+        return not callable(self.previous)
+
+    def handle_from_thread(self) -> None:
+        """What the handler does on the main thread, done from another (the watch's): flush, then end the
+        process, or call the app's handler and end it as an exception leaving that handler would have."""
+        self._flush(self.ends)
+        if self.ends:
+            os._exit(128 + signal.SIGTERM)  # a thread cannot restore the default action
+        try:
+            self.previous(signal.SIGTERM, None)
+        except SystemExit as leaving:  # sys.exit() in the app's handler: the process ends with its code
+            code = leaving.code
+            os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+        except BaseException:  # on the main thread it would have ended the process, uncaught
+            os._exit(1)
 
     def _flush(self, ends: bool) -> None:
         try:
@@ -205,22 +224,6 @@ def _watch(read_fd: int, handler: _FlushThenChain) -> None:
             if signal.SIGTERM in received and not handler.entered.wait(MISSED_AFTER_S):
                 _logger.warning("the SIGTERM handler did not start on the main thread: handled from a thread")
                 handler.entered.set()  # a handler that starts late skips nothing but the watch
-                _handle_from_here(handler)
+                handler.handle_from_thread()
     except Exception:
         swallowed(_logger, "sigterm", "watching for SIGTERM failed")
-
-
-def _handle_from_here(handler: _FlushThenChain) -> None:
-    """What ``handler`` does on the main thread, done from the watch's thread."""
-    previous = handler.previous
-    ends = not callable(previous)
-    handler._flush(ends)
-    if ends:
-        os._exit(128 + signal.SIGTERM)
-    try:
-        previous(signal.SIGTERM, None)
-    except SystemExit as leaving:  # sys.exit() in the app's handler: the process ends with its code
-        code = leaving.code
-        os._exit(code if isinstance(code, int) else (0 if code is None else 1))
-    except BaseException:  # on the main thread it would have ended the process, uncaught
-        os._exit(1)
