@@ -451,3 +451,61 @@ def test_refusals_in_other_words_decline_object_or_defer_in_either_language(text
         ("refusal",) if any("\u3040" <= char <= "\u30ff" for char in text) else ("not_japanese", "refusal")
     )
     assert check(text, Contract(language="ja")).violation_types == expected
+
+
+# --- refusal by what it does ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # English: the opening declines (any verb), and nothing after it answers
+        "I'm not going to write that.",
+        "I must respectfully decline this request.",
+        "I don't feel comfortable answering that question.",
+        "I'm unable to browse the internet or access current data.",
+        "I won't be providing instructions for that. Please consult a professional.",
+        "Sorry, I can't do this one, but I'm happy to help with something else.",
+        # Japanese: an act of answering declined, in wordings the phrase list does not hold
+        "それについては分かりかねます。専門家にご相談ください。",
+        "大変恐縮ですが、そのようなご依頼には応じられません。",
+        "その情報は持ち合わせておりません。",
+        "申し訳ありませんが、そのリクエストには対応しておりません。",
+        "ご期待に添えず申し訳ございません。この内容についてはお手伝いすることが難しいです。",
+        "その質問に答えるのは難しいです。",
+        "私には現在の株価を調べる手段がありません。",
+        "リアルタイムの情報にはアクセスできないため、今日の天気はわかりません。",
+        "個人を特定する情報の提供はご遠慮させていただいております。",
+        "その依頼はお受けできません。",
+        "ごめんなさい、それは教えられないんです。",
+        "その種の質問には回答しないことになっています。",
+        "「サマる」の意味は分かりません。",
+        # deferring to someone else, with nothing else
+        "恐れ入りますが、医療に関する判断は医師にご相談ください。",
+    ],
+)
+def test_a_refusal_in_any_wording_is_told_by_what_it_does(text: str) -> None:
+    assert is_refusal(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # the decline's own sentence goes on to answer
+        "申し訳ありませんが、正確な数字は分かりません。ただ、一般的には約30%と言われています。",
+        "宮崎駿のように話せるかはわかりませんが、彼の作品を見ると、常に新しいことを試しているようです。",
+        "I can't give medical advice, but rest and plenty of fluids usually help with a cold.",
+        # ... or a sentence after it does
+        "I can't stress enough how important sleep is. Adults need seven to nine hours a night.",
+        # the decline is quoted or named, not said
+        "「分かりません」と答えるのが正直な場合もあります。",
+        "分かりません、と答えるのが正直な場合もあります。",
+        # an answer leads the sentence up to it
+        "これらの例文は皮肉として解釈されることが多いと考えられますが、その理由は文中に明確に書かれておらず、わかりません。",
+        # a rule or a fact, not a decline of ours
+        "この薬はお酒と一緒に飲めません。肝臓への負担が大きくなるためです。",
+        "はい、できます。手順は次の通りです。",
+    ],
+)
+def test_a_decline_that_goes_on_to_answer_is_no_refusal(text: str) -> None:
+    assert not is_refusal(text)

@@ -98,7 +98,8 @@ _JA_ANSWERING_DECLINED = re.compile(
 )
 # "..., but I can ...", "..., but if I were ...": a disclaimer followed by the answer.
 _BUT_I_CAN = re.compile(
-    r"(?i)(?:ただし|しかし|ですが|ませんが|が、|けれど|但是|不过|\bhowever\b|\bbut\b|\bthat said\b)[^。.!?\n]{0,60}?"
+    r"(?i)(?:ただし|ただ[、,]|しかし|ですが|ませんが|が、|けれど|但是|不过|\bhowever\b|\bbut\b|\bthat said\b)"
+    r"[^。.!?\n]{0,60}?"
     r"(?:できます|\bcan\b|可以|仮に|仮定|想像|推測|もし|としたら|だとしたら"
     r"|\bif I were\b|\bimagin|\bhypothetical|假设|假如"
     # ... or a general answer instead of the exact one ("一般的には約30%と言われています")
@@ -176,7 +177,7 @@ def is_refusal(text: str, compact: str | None = None) -> bool:
         if first is None or (
             _JA_REASON.search(first.group(0)) and not _JA_ANSWERING_DECLINED.search(first.group(0))
         ):
-            return False
+            return _declines_and_stops(text)
         end = first.end()
     else:
         lead = head[: found.start()]
@@ -187,6 +188,128 @@ def is_refusal(text: str, compact: str | None = None) -> bool:
             return False  # an answer came first; a trailing apology does not take it back
         end = found.end()
     return _BUT_I_CAN.search(text, end, end + _REFUSAL_WINDOW) is None
+
+
+# --- refusal, by what it does -------------------------------------------------------------------------
+#
+# The phrases above are the common wordings. A refusal in other words is told by its form: its opening
+# sentence declines an act of answering (answer, help, provide, know, judge ...) or defers to someone
+# else, and every sentence after it is an apology, a reason, a deferral or an offer: nothing that
+# answers. "The file cannot be created by hand. Run the command instead." declines nothing of ours and
+# goes on to answer; "I can't stress enough how much sleep matters. Adults need ..." goes on too.
+
+# Acts of answering: what a model declines when it declines to answer.
+_JA_ACT = (
+    r"(?:お|ご)?(?:答え|応え|回答|返答|応答|応じ|対応|提供|協力|手伝い?|手助け|支援|作成|生成|案内|紹介|説明|"
+    r"教え|判断|推測|特定|断定|予測|判定|保証|コメント|言及|お受け|引き受け|受け付け|実行|お力添え)"
+)
+# The act not done: cannot, will not, is hard, is refrained from (after a connecting particle or none).
+_JA_NOT_DONE = (
+    r"(?:する|いたす|させていただく|して差し上げる|る)?(?:こと|の)?(?:は|が|も|を|に(?:は)?)?\s*"
+    r"(?:でき(?:ません|ない|かねます|かねる)|いたしかねます|しかねます|かねます|(?:ら)?れ(?:ません|ない)|"
+    r"(?:し|いたし)(?:ません|ない(?:ことに|ように))|(?:して|いたして)?(?:おりません|いません)|"
+    r"(?:は|が)?(?:難しい|困難)"
+    r"|(?:を|は)?(?:ご遠慮|遠慮|差し控え|控え)(?:させて(?:いただ|頂)(?:き|いて|いてお)?|いたし|して?お?)?(?:ます|ります)?)"
+)
+_JA_DECLINE = re.compile(
+    _JA_ACT
+    + _JA_NOT_DONE
+    # not knowing, not having the means ("分かりかねます", "調べる手段がありません", "持ち合わせておりません")
+    + r"|(?:分か|わか|知)り(?:ません|かねます)|存じ(?:ません|上げません|かねます)|"
+    r"(?:手段|方法|機能|能力|権限|すべ|術)(?:が|は|も)(?:ありません|ない|ございません|持っていません)|"
+    r"持ち合わせて(?:おりません|いません)|持ち合わせがありません"
+)
+_EN_DECLINE = re.compile(
+    r"(?i)\bI(?:'m| am)?\s+(?:really\s+|truly\s+|simply\s+|afraid\s+I\s+)?"
+    r"(?:can(?:'|no)t|cannot|won't|will not|unable to|not able to|not going to|"
+    r"must (?:respectfully |politely )?decline|have to (?:respectfully |politely )?decline|"
+    r"(?:don't|do not) (?:feel comfortable|know)|not (?:comfortable|in a position))\b"
+)
+# What may follow a decline and leave it a refusal: apologies, reasons, deferrals and offers.
+_JA_NOTHING_REAL = re.compile(
+    r"申し訳|すみません|ごめん|恐縮|ご了承|ご容赦|ご理解|ご期待に添え|残念"
+    r"|AI|人工知能|言語モデル|アシスタント|ポリシー|規約|ガイドライン|倫理|安全|個人情報|プライバシー"
+    r"|リアルタイム|最新の情報|インターネット|アクセス|(?:情報|データ|資料)(?:が|は|も|を)|権限"
+    r"|ご相談|お問い合わせ|問い合わせ|ご確認|ご参照|ご覧|専門家|専門の|公式|窓口|担当"
+    r"|(?:他|ほか)に|何か|お気軽に|お申し付け|ご質問があれば|あれば"
+)
+_EN_NOTHING_REAL = re.compile(
+    r"(?i)\bsorry\b|\bapologi|\bunfortunately\b|\bunderstand\b|\bbecause\b|\bsince\b|\bas an ai\b|"
+    r"\blanguage model\b|\bguidelines?\b|\bpolic(?:y|ies)\b|\bnot (?:allowed|permitted|able)\b|"
+    r"\bconsult\b|\bcontact\b|\breach out\b|\bcheck with\b|\bprofessional\b|\bexpert\b|\bofficial\b|"
+    r"\blet me know\b|\bfeel free\b|\bhappy to help\b|\banything else\b|\bother questions?\b|"
+    r"\bI (?:don't|do not) have\b"
+)
+# Deferring alone declines too: "医療に関する判断は医師にご相談ください" with nothing else.
+_DEFERRAL = re.compile(
+    r"(?:ご相談|お問い合わせ|ご確認)(?:ください|下さい|いただ|になることを|されることを)"
+    r"|(?i:\b(?:please )?(?:consult|contact|reach out to|check with) (?:a|an|your|the)\b)"
+)
+_DECLINE_SENTENCE = re.compile(r"(?:[^。！？!?.\n]|[.](?!\s|\Z))+(?:[。！？!?]+|[.](?=\s|\Z)|\n|\Z)")
+#: A sentence after the decline this short (without whitespace) says nothing that answers ...
+_NOTHING_CHARS = 12
+#: ... and all of them together are no longer than this: a refusal gives a reason or two, not an essay.
+_MAX_AFTER_DECLINE_CHARS = 150
+# A decline quoted or named ("「分かりません」と答える", "分かりません、という答え") is not said.
+_QUOTED_AFTER = re.compile(r"\s*[」』\"”]|[、,]?\s*(?:と|って)(?:[いう言答書]|は|も|、)")
+# A clause that states something, then concedes ("...と考えられますが、"): an answer before the decline.
+_ANSWER_CONCEDED = re.compile(r"(?:ます|です|である|だ|た)(?:が|けど|けれど(?:も)?)[、,]")
+_COURTESY_WORD = re.compile(r"恐縮|申し訳|残念|恐れ入り|失礼|すみません|ごめん")
+_CONCESSION = re.compile(r"(?i)\b(?:but|however|though|although|that said)\b")
+#: At most this many courtesy sentences (greeting, thanks, apology) before the decline.
+_MAX_COURTESY = 2
+
+
+def _says_nothing(sentence: str) -> bool:
+    if len(without_whitespace(sentence)) <= _NOTHING_CHARS:
+        return True
+    return bool(
+        _JA_NOTHING_REAL.search(sentence)
+        or _EN_NOTHING_REAL.search(sentence)
+        or _JA_DECLINE.search(sentence)
+        or _EN_DECLINE.search(sentence)
+    )
+
+
+def _declined_in_full(sentence: str, declines: re.Match[str]) -> bool:
+    """The decline is said, not quoted, and its sentence does not go on to answer ("分かりませんが、彼の
+    作品を見ると ...", "I can't give medical advice, but rest and fluids help")."""
+    lead = sentence[: declines.start()]
+    # A clause conceded before the decline is an answer, unless it is an apology ("恐縮ですが、").
+    conceded = any(
+        not _COURTESY_WORD.search(lead, lead.rfind("、", 0, found.start()) + 1, found.start())
+        for found in _ANSWER_CONCEDED.finditer(lead)
+    )
+    if len(lead) > _REFUSAL_LEAD_CHARS or conceded or _QUOTED_AFTER.match(sentence, declines.end()):
+        return False  # an answer led the sentence up to it; a quoted decline is not said
+    tail = sentence[declines.end() :]
+    if declines.re is _EN_DECLINE:  # English names what it declines after the verb: only a "but" goes on
+        concession = _CONCESSION.search(tail)
+        return concession is None or _says_nothing(tail[concession.end() :])
+    return len(without_whitespace(tail)) <= _NOTHING_CHARS or _says_nothing(tail)
+
+
+def _declines_and_stops(text: str) -> bool:
+    """A refusal by its form: courtesy at most, then a sentence that declines an act of answering (or
+    defers to someone else), then only apologies, reasons, deferrals and offers."""
+    sentences = [part.strip() for part in _DECLINE_SENTENCE.findall(text)]
+    sentences = [part for part in sentences if part]
+    for index, sentence in enumerate(sentences[: _MAX_COURTESY + 1]):
+        declines = (
+            _JA_DECLINE.search(sentence)
+            or _EN_DECLINE.match(sentence.lstrip("\"'“ "))
+            or (_EN_DECLINE.search(sentence) and _EN_NOTHING_REAL.match(sentence.lstrip()))
+        )
+        if declines and not _declined_in_full(sentence, declines):
+            return False
+        if declines or _DEFERRAL.search(sentence):
+            rest = sentences[index + 1 :]
+            return sum(len(without_whitespace(part)) for part in rest) <= _MAX_AFTER_DECLINE_CHARS and all(
+                map(_says_nothing, rest)
+            )
+        if not _GREETING.fullmatch(sentence + " ") and not _GREETING.fullmatch(sentence + "\n"):
+            return False  # something other than courtesy came first
+    return False
 
 
 # --- reasoning -------------------------------------------------------------------------------------
