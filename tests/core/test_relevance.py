@@ -653,3 +653,65 @@ def test_loanwords_are_one_word_with_their_source_word() -> None:
     assert content_words("アニメ") == content_words("アニメーション") == frozenset({"animation"})
     assert content_words("コンピュータとコンピューター") == frozenset({"computer"})
     assert content_words("computer") == frozenset({"computer"})
+
+
+_BOOKS = "おすすめの本を3冊、理由と一緒に教えてください。"
+_ASKS_BACK = "offers help or asks back, and answers nothing"
+
+
+@pytest.mark.parametrize(
+    ("reply", "prompt", "detail"),
+    [
+        # a question thrown back, in any length up to a paragraph
+        ("どんなジャンルの本がお好きですか？", _BOOKS, _ASKS_BACK),
+        (
+            "まず、普段はどのくらい本を読みますか？次に、最近読んで面白かった本は何でしょう？",
+            _BOOKS,
+            "asks questions back and answers nothing",
+        ),
+        ("What kind of books do you usually enjoy?", _BOOKS, _ASKS_BACK),
+        ("ありがとうございます。あなたは何歳ですか？", _BOOKS, _ASKS_BACK),
+        # past the length of an offer's reply (250 characters), still only questions
+        (
+            "ありがとうございます。"
+            + "あなたが最近読んだ本の中で、一番心に残った場面はどこでしたか？" * 8,
+            _BOOKS,
+            "asks questions back and answers nothing",
+        ),
+        # the task rewritten as a new instruction or an exam question
+        (
+            "以下の文章を読んで、筆者の主張を100字以内でまとめてください。",
+            _BOOKS,
+            "sets the reader a new task instead of answering",
+        ),
+        (
+            "問題：\n上記の文章の空欄に入る最も適切な語を選び、その理由を答えなさい。",
+            _BOOKS,
+            "sets the reader a new task instead of answering",
+        ),
+        # not questions back: a hedged answer, a suggestion, a formula's placeholder
+        ("答えは『星の王子さま』ではないでしょうか。", _BOOKS, None),
+        ("まずは短い小説から読んでみてはいかがでしょうか？", _BOOKS, None),
+        ("答えは 11 でしょうか。", _BOOKS, None),
+        ("(1/3 × 33) × 210 ÷ 100 = ?", "次の文を数式で表してください：1を3で割り、33を掛ける。", None),
+        # an answer followed by a question is an answer
+        ("『ハリー・ポッター』がおすすめです。他に知りたいことはありますか？", _BOOKS, None),
+        # a list of questions is a deliverable; so are questions the prompt asked for or gave to correct
+        (
+            "- 長さはどれくらいが最適？\n- 重さはどう選ぶ？",
+            "スキーストックの選び方について、よくある疑問を挙げて。",
+            None,
+        ),
+        ("志望動機は何ですか？", "面接でよく聞かれる質問を一つ教えてください。", None),
+        (
+            "彼はその時、何を決めたのですか？",
+            "不自然な文を自然な文に直してください：彼はちょうど何を決めたのですか？",
+            None,
+        ),
+        ("今どこにいるの？", "次の英文を日本語に翻訳してください：Where are you now?", None),
+    ],
+)
+def test_a_question_thrown_back_or_a_task_set_anew_answers_nothing(
+    reply: str, prompt: str, detail: str | None
+) -> None:
+    assert off_topic_detail(reply, prompt) == detail

@@ -474,8 +474,8 @@ _OFFER = re.compile(
 #: A greeting or a bare yes may stand beside offers and questions back; alone it is no reply of that kind
 #: (a bare "Sure." answers a yes-or-no question).
 _GREETING = re.compile(
-    r"(?i)(?:こんにちは|こんばんは|おはようございます|はい|もちろん(?:です)?|hello|hi|hey"
-    r"|sure|absolutely|of course|certainly|okay|ok)[!！。.、,]?"
+    r"(?i)(?:こんにちは|こんばんは|おはようございます|ありがとう(?:ございます)?|はい|もちろん(?:です)?|hello|hi|hey"
+    r"|thanks?(?: you)?|sure|absolutely|of course|certainly|okay|ok)[!！。.、,]?"
 )
 #: Bullet and rule characters: a reply padded with empty list items is no longer for them.
 _PADDING = re.compile(r"[\s\-*・_=#|]+")
@@ -485,9 +485,63 @@ _QUESTION_BACK = re.compile(
 )
 
 
+# A question put to the reader: it ends in a question mark, or in Japanese in か (ですか。ますか。) ...
+_QUESTION = re.compile(r"(?:[？?]|(?:です|ます|でしょう|ません|のです|んです)か[。.]?)[\s)）」』]*\Z")
+# ... and asks something: a question word or the reader named ("どんな", "あなたは", "you"). "〜でしょうか。"
+# alone is a hedged statement ("答えは 11 でしょうか。"), and "〜ではないでしょうか" an opinion.
+_ASKS = re.compile(
+    r"何|なに|なん|どう|どこ|どちら|どっち|どれ|どの|どんな|誰|だれ|いつ|なぜ|いくつ|いくら|あなた|君|きみ|お前"
+    r"|(?i:\b(?:what|which|who|whom|whose|where|when|why|how|you|your)\b)"
+)
+_HEDGE = re.compile(r"(?:では|じゃ)ない(?:でしょう|です|の)?か|のではないか")
+# ... unless it suggests an answer ("〜してみてはいかがでしょうか", "Why not try ...?"): advice, not asking.
+_SUGGESTION = re.compile(
+    r"(?:て|で)(?:は|も)?(?:いかが|どう)(?:でしょう|ですか)|ましょうか|ませんか"
+    r"|(?i:\bhow about\b|\bwhy not\b|\bhave you tried\b)"
+)
+#: A question is made of words: fewer letters than this is a formula's placeholder ("(1/3 × 33) = ?").
+_MIN_QUESTION_LETTERS = 4
+# A task set for the reader: an instruction about given material, or an exam's imperative.
+_INSTRUCTION = re.compile(
+    r"(?:以下|次|下記|上記)の[^。！？\n]{0,80}(?:ください|下さい|なさい|せよ)"
+    r"|(?:答え|選び|述べ|説明し|書き|求め|示し|考え|訳し|まとめ)なさい"
+    r"|(?:答え|述べ|説明せ|示せ|求め|訳せ)よ[。.]?\Z"
+    r"|(?i:^\s*(?:write|explain|describe|translate|summari[sz]e|answer|list|choose|calculate)\b.*"
+    r"\b(?:the following|below)\b)"
+)
+# A label that heads such a task ("問題：", "Q1.", "Instruction:").
+_TASK_LABEL = re.compile(
+    r"(?i)\A(?:問題|設問|質問|問|指示|課題|q|question|instruction|task|exercise)\s*[0-9０-９]*\s*[:：.．]?\Z"
+)
+# A prompt that asks for questions or tasks to be made ("質問を3つ考えて", "よくある質問", "write quiz
+# questions"), or a dialogue, or to transform a text it gives (whose form the output keeps: a question corrected or
+# translated is a question): then asking or setting tasks may be the answer. "次の質問に答えて" asks for
+# an answer, and "問題を抱えた二人" names a problem: neither is one.
+_ASKS_FOR_QUESTIONS = re.compile(
+    r"(?:質問|問い|問題|クイズ|設問|課題|指示|プロンプト|Q)(?:文|例)?(?:を|だったかを|かを)?"
+    r"(?:[0-9０-９一二三四五六七八九十]+(?:つ|個|問)|いくつか|複数)?(?:ほど|程度)?"
+    r"(?:作|考え|挙げ|あげ|出し|出題|教え|書い|書き|リスト|生成|用意|提案)"
+    r"|聞かれる|よくある(?:質問|疑問)|想定(?:質問|問答)|FAQ|インタビュー|面接|クエリ|検索ワード|キーワード|疑問"
+    # ... or lines of a dialogue, where a question is a line like any other
+    r"|セリフ|台詞|会話|対話"
+    r"|直して|直す|訳して|翻訳|訳す|書き換え|言い換え|要約|修正|校正|添削|整えて"
+    r"|(?i:\b(?:write|create|generate|list|suggest|come up with|make|ask|give me)\b[^.?!\n]{0,30}"
+    r"\b(?:questions?|quiz(?:zes)?|exercises?|prompts?|instructions?)\b|\bfaq\b|\binterview|\bquer(?:y|ies)\b"
+    r"|\bdialog(?:ue)?\b|\bconversation\b|\bscript\b"
+    r"|\bsearch terms\b|\bkeywords?\b|\btranslat|\brewrite|\bparaphras|\bcorrect\b|\bproofread|\bsummari[sz]e)"
+)
+# A list item: a deliverable's entry (a list of questions is what was asked for, an FAQ, queries).
+_LIST_ITEM = re.compile(r"(?m)^[ \t]*(?:[-*・•]|\d{1,3}[.)．、]|[(（]\d{1,3}[)）])[ \t]*\S")
+#: Courtesy or an offer beside questions is one short sentence, not a paragraph that mentions help.
+_MAX_OFFER_SENTENCE_CHARS = 60
+#: A reply of questions back or tasks alone is read sentence by sentence up to this length.
+_MAX_ASKING_CHARS = 600
+
+
 def _non_answer(output: str, answer: _Answer, prompt: str) -> str | None:
-    """A reply that answers nothing by its form: only chat-template markup, the prompt echoed, or an
-    offer to help and questions back to the user with nothing else."""
+    """A reply that answers nothing by its form: only chat-template markup, the prompt echoed, an
+    offer to help and questions back to the user with nothing else, or a new task set for the reader
+    (an instruction about "the following", an exam question) instead of the answer."""
     text = answer.text
     if not text:
         return "only chat-template markup, no answer" if output.strip() else None
@@ -501,9 +555,51 @@ def _non_answer(output: str, answer: _Answer, prompt: str) -> str | None:
     ):
         sentences = [part.strip(" -*・:：\t") for part in _SENTENCE.findall(text)]
         sentences = [part for part in sentences if part]
-        asking = [part for part in sentences if _OFFER.search(part) or _QUESTION_BACK.search(part)]
+        # Questions back count unless the prompt wants questions (or gave one to correct), or they suggest.
+        questions_wanted = _ASKS_FOR_QUESTIONS.search(prompt) is not None
+        asking = [
+            part
+            for part in sentences
+            if _OFFER.search(part)
+            or (not questions_wanted and _QUESTION_BACK.search(part) and not _SUGGESTION.search(part))
+        ]
         if asking and all(part in asking or _GREETING.fullmatch(part) for part in sentences):
             return "offers help or asks back, and answers nothing"
+    if len(text) <= _MAX_ASKING_CHARS and _ASKS_FOR_QUESTIONS.search(prompt) is None:
+        return _asks_or_sets_tasks(text)
+    return None
+
+
+def _is_question_back(sentence: str) -> bool:
+    """A question that asks the reader something (not a hedge, a suggestion or a formula's "= ?")."""
+    if not _QUESTION.search(sentence) or _HEDGE.search(sentence) or _SUGGESTION.search(sentence):
+        return False
+    if len(_HAS_LETTER.findall(sentence)) < _MIN_QUESTION_LETTERS:
+        return False
+    return sentence.rstrip()[-1:] in "？?" or _ASKS.search(sentence) is not None
+
+
+def _asks_or_sets_tasks(text: str) -> str | None:
+    """Every sentence is a question put to the reader or a task set for them (with its labels and
+    courtesies): the question thrown back, or the task rewritten as a new instruction or exam question."""
+    if len(_LIST_ITEM.findall(text)) >= 2:
+        return None  # a list: entries of a deliverable
+    sentences = [part.strip(" -*・:：\t") for part in _SENTENCE.findall(text)]
+    sentences = [part for part in sentences if part and not _TASK_LABEL.match(part)]
+    questions = tasks = 0
+    for part in sentences:
+        if _INSTRUCTION.search(part):
+            tasks += 1
+        elif _is_question_back(part):
+            questions += 1
+        elif not (
+            _GREETING.fullmatch(part) or (len(part) <= _MAX_OFFER_SENTENCE_CHARS and _OFFER.search(part))
+        ):
+            return None  # a statement: something is said, perhaps the answer
+    if tasks:
+        return "sets the reader a new task instead of answering"
+    if questions:
+        return "asks questions back and answers nothing"
     return None
 
 
