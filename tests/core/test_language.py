@@ -572,3 +572,47 @@ def test_titles_in_corner_brackets_and_html_tags_with_attributes_are_not_english
     # English prose between the tags is still English inside Japanese.
     mixed = "説明します。<p>This paragraph explains the whole design in English words.</p>以上です。"
     assert check(mixed, Contract(language="ja")).violation_types == ("broken_language_mix",)
+
+
+_JA = Contract(language="ja", min_chars=10)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "answer", "expected"),
+    [
+        # English text the prompt gives, reworked: corrected, completed, quoted back, keeps its language
+        (
+            "次の英文の文法の誤りを直してください: He go to school every day.",
+            "He goes to school every day.",
+            (),
+        ),
+        (
+            "次の英文の空欄を埋めてください: The quick brown fox ___ over the lazy dog.",
+            "The quick brown fox jumps over the lazy dog.",
+            (),
+        ),
+        # ... but an English prompt's English is no material: the contract's language holds
+        (
+            "Correct this sentence: He go to school every day.",
+            "He goes to school every day.",
+            ("not_japanese",),
+        ),
+        # ... nor is English that uses none of the given text's words
+        (
+            "次の英文を日本語で要約してください: The committee approved the new budget after a long debate.",
+            "Sure! Here is my summary: lawmakers finally agreed on spending plans following lengthy arguments.",
+            ("not_japanese",),
+        ),
+        # an English text asked for by what it is ("英語のことわざ"), not an explanation about English
+        ("英語のことわざを一つ教えてください。", "Actions speak louder than words.", ()),
+        (
+            "英語の文法について、現在完了形の使い方を説明してください。",
+            "The present perfect is used for actions that happened at an unspecified time before now.",
+            ("not_japanese",),
+        ),
+    ],
+)
+def test_english_the_prompt_gave_or_asked_for_by_name_is_no_language_violation(
+    prompt: str, answer: str, expected: tuple[str, ...]
+) -> None:
+    assert check(answer, _JA, prompt=prompt).violation_types == expected

@@ -673,8 +673,7 @@ _ASKS_BACK = "offers help or asks back, and answers nothing"
         ("ありがとうございます。あなたは何歳ですか？", _BOOKS, _ASKS_BACK),
         # past the length of an offer's reply (250 characters), still only questions
         (
-            "ありがとうございます。"
-            + "あなたが最近読んだ本の中で、一番心に残った場面はどこでしたか？" * 8,
+            "ありがとうございます。" + "あなたが最近読んだ本の中で、一番心に残った場面はどこでしたか？" * 8,
             _BOOKS,
             "asks questions back and answers nothing",
         ),

@@ -23,7 +23,12 @@ from typing import NamedTuple
 from tallyspan._contract._contracts import Contract
 from tallyspan._contract._patterns import PatternBudget
 from tallyspan._engine._jsonschema import parse_json_output, schema_problems
-from tallyspan._engine._language import english_requested, language_violations, requested_languages
+from tallyspan._engine._language import (
+    english_requested,
+    language_violations,
+    requested_languages,
+    reworked_material,
+)
 from tallyspan._engine._refusal import find_claims, find_reasoning_leak, is_refusal, strip_reasoning
 from tallyspan._engine._relevance import off_topic_detail, other_question_detail
 from tallyspan._engine._repetition import repeated_share
@@ -296,9 +301,17 @@ def _language(given: _Output) -> Iterator[Violation]:
         return
     wanted = english_requested(given.prompt)
     requested = requested_languages(given.prompt)
-    for violation_type, detail in language_violations(
+    violations = language_violations(
         given.answer, given.contract.language, english_wanted=wanted, requested=requested
-    ):
+    )
+    if violations and violations[0][0] in (ViolationType.NOT_JAPANESE, ViolationType.WRONG_LANGUAGE):
+        # Not the contract's language: perhaps that of the text the prompt gave to rework (only then paid for).
+        material = reworked_material(given.answer, given.prompt) - requested
+        if material:
+            violations = language_violations(
+                given.answer, given.contract.language, english_wanted=True, requested=requested | material
+            )
+    for violation_type, detail in violations:
         yield _violation(violation_type, detail)
 
 

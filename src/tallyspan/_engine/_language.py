@@ -33,7 +33,14 @@ from tallyspan._engine._jsonschema import parse_json_output
 from tallyspan._engine._scripts import KANA, MARKS, chinese_evidence, has_fence, latin_bounds, script_counts
 from tallyspan._engine._taxonomy import ViolationType
 
-__all__ = ["SUPPORTED_LANGUAGES", "ScriptProfile", "language_violations", "profile", "requested_languages"]
+__all__ = [
+    "SUPPORTED_LANGUAGES",
+    "ScriptProfile",
+    "language_violations",
+    "profile",
+    "requested_languages",
+    "reworked_material",
+]
 
 _CODE_FENCE = re.compile(r"(?ms)^[ \t]*(```|~~~)[^\n]*\n.*?(?:^[ \t]*\1[ \t]*$|\Z)")
 _INLINE_CODE = re.compile(r"`[^`\n]+`")
@@ -537,17 +544,38 @@ def english_requested(prompt: str | None) -> bool:
     return _ENGLISH_REQUEST.search(prompt) is not None
 
 
+# A text one writes in a language: "英語のことわざを一つ" asks for an English proverb, where "英語の文法を説明して"
+# asks for an explanation of grammar (in the contract's language).
+_ARTIFACT = (
+    r"(?:ことわざ|諺|表現|フレーズ|例文|文章?|タイトル|名前|詩|歌詞|スローガン|キャッチ(?:コピー|フレーズ)|メール|手紙"
+    r"|単語|言い回し|慣用句|名言|格言|挨拶|見出し|ニックネーム|自己紹介|早口言葉|ジョーク)"
+    r"(?![\u4E00-\u9FFF\u30A1-\u30FF])"  # the whole word: 英語の文法 and 英語の表現力 name no text
+)
 # The prompt asks for its answer (or a part of it) in this language: a translation into it, "in X".
 # "英文" alone is not one: "次の英文を日本語に訳して" gives English to translate into Japanese.
 _REQUESTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("en", re.compile(r"(?i)英語で|英語に(?:訳|翻訳|し|直)|英訳|英文で|英作文|\b(?:in|into) english\b")),
+    (
+        "en",
+        re.compile(
+            r"(?i)英語で|英語に(?:訳|翻訳|し|直)|英訳|英文で|英作文|英語の"
+            + _ARTIFACT
+            + r"|\b(?:in|into) english\b"
+        ),
+    ),
     (
         "zh",
         re.compile(
-            r"(?i)中国語で|中国語に(?:訳|翻訳|し|直)|中訳|中文で|\b(?:in|into) (?:chinese|mandarin)\b"
+            r"(?i)中国語で|中国語に(?:訳|翻訳|し|直)|中訳|中文で|中国語の"
+            + _ARTIFACT
+            + r"|\b(?:in|into) (?:chinese|mandarin)\b"
         ),
     ),
-    ("ko", re.compile(r"(?i)韓国語で|韓国語に(?:訳|翻訳|し|直)|韓訳|\b(?:in|into) korean\b")),
+    (
+        "ko",
+        re.compile(
+            r"(?i)韓国語で|韓国語に(?:訳|翻訳|し|直)|韓訳|韓国語の" + _ARTIFACT + r"|\b(?:in|into) korean\b"
+        ),
+    ),
     ("ja", re.compile(r"(?i)日本語で|日本語に(?:訳|翻訳|し|直)|和訳|\b(?:in|into) japanese\b")),
 )
 
@@ -561,6 +589,41 @@ def requested_languages(prompt: str | None) -> frozenset[str]:
     if not prompt:
         return frozenset()
     return frozenset(language for language, pattern in _REQUESTS if pattern.search(prompt))
+
+
+#: An English answer reworks the prompt's English text when it has this many content words at least ...
+_MIN_MATERIAL_WORDS = 3
+#: ... and this share of them are words of that text.
+_MIN_MATERIAL_SHARE = 0.6
+#: Only the start of an answer is compared (the words of a long answer would cost more than they tell).
+_MAX_MATERIAL_CHARS = 2000
+_LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z'’-]+")  # two letters at least: "A)" labels a choice
+_ASCII_LETTER = re.compile("[A-Za-z]")
+
+
+def _content_words(text: str) -> list[str]:
+    return [
+        word
+        for word in (match.lower() for match in _LATIN_WORD.findall(text))
+        if word not in _ENGLISH_FUNCTION_WORDS
+    ]
+
+
+def reworked_material(answer: str, prompt: str | None) -> frozenset[str]:
+    """{"en"} when a Japanese prompt gives English text and the answer is made of its words: the sentence
+    corrected, completed, quoted or answered in kind keeps the language it was given in ("次の英文の誤りを
+    直して: He go to school." answered "He goes to school."). An English prompt's English is no material:
+    the contract's language still holds for it."""
+    if not prompt or not MARKS.may_hold(prompt, _ASCII_LETTER) or not KANA.search(prompt):
+        return frozenset()
+    material = set(_content_words(prompt))
+    if len(material) < _MIN_MATERIAL_WORDS or profile(prompt).primary != "ja":
+        return frozenset()
+    words = _content_words(answer[:_MAX_MATERIAL_CHARS])
+    if len(words) < _MIN_MATERIAL_WORDS:
+        return frozenset()
+    shared = sum(word in material for word in words)
+    return frozenset({"en"}) if shared >= _MIN_MATERIAL_SHARE * len(words) else frozenset()
 
 
 def language_violations(
