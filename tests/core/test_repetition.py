@@ -121,7 +121,12 @@ def test_the_measure_is_linear_in_the_text() -> None:
         ("ab" * 10 + "-" + "ab" * 15, (50 / 51, 2)),  # each run from its start
         ("x\n```\n" + "0 " * 50 + "\n```\n", (0.0, 0)),  # a closed code block is the deliverable
         ("x\n~~~\n" + "0 " * 50 + "\n~~~\n", (0.0, 0)),
-        ("x\n```\n" + "0 " * 50, (100 / 106, 2)),  # an unclosed one is how a loop in code ends
+        ("x\n```\n" + "0 " * 50, (99 / 105, 2)),  # an unclosed one is how a loop in code ends
+        # whitespace padding at the ends is not part of the text, and whitespace is no phrase
+        ("これが答えです。" + "\n" * 500, (0.0, 0)),
+        ("\n" * 300 + "これが答えです。" + " " * 300, (0.0, 0)),
+        ("ab" * 10 + "\n" * 100, (1.0, 2)),
+        ("答え\n" + "\n \n" * 30 + "です", (0.0, 0)),
     ],
 )
 def test_the_repeated_share_and_unit_exactly(text: str, measure: tuple[float, int]) -> None:

@@ -126,6 +126,9 @@ def repeated_share(text: str) -> tuple[float, int]:
     Closed code blocks count in the length of the text but never as repetition. (0.0, 0) when no
     unit repeats.
     """
+    # Whitespace padding at either end (hundreds of newlines after the answer) is no phrase of it: the
+    # share is of the text between, and a unit of whitespace alone never counts.
+    text = text.strip()
     length = len(text)
     if length < MIN_RUN_CHARS:
         return 0.0, 0
@@ -135,6 +138,8 @@ def repeated_share(text: str) -> tuple[float, int]:
     # Every candidate is measured (a bound from ``str.count`` misses the part-units at a run's ends), in
     # a fixed order: of two units that cover as much, the shorter is named, whatever the hash seed.
     for unit in sorted(_candidate_units(text), key=_shortest_first):
+        if unit.isspace():
+            continue
         covered = _covered(text, unit)
         if covered > best:
             best, best_unit = covered, len(unit)
