@@ -616,3 +616,22 @@ def test_english_the_prompt_gave_or_asked_for_by_name_is_no_language_violation(
     prompt: str, answer: str, expected: tuple[str, ...]
 ) -> None:
     assert check(answer, _JA, prompt=prompt).violation_types == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a three-word English sentence with a finite verb after Japanese work is a mix
+        ("太郎くんは合計で11個のりんごを持っています。\n#### 11\nThe answer is: 11", ["broken_language_mix"]),
+        ("猫の名前はタマです。\nThis is correct.", ["broken_language_mix"]),
+        # headings and titles of three words have no finite verb
+        ("使い方を説明します。\nHow it works\n設定を開いて保存します。", []),
+        ("おすすめの本です。\nThe Art of War\n孫子の兵法書です。", []),
+        # a list of Japanese words with a three-word English sentence stays Japanese: a mix, not English
+        ("1. 立派 A. すばらしい\n2. 開拓 B. 知識\nThe answer is: 2.", ["broken_language_mix"]),
+    ],
+)
+def test_a_three_word_english_sentence_with_a_verb_is_a_mix_and_no_more(
+    text: str, expected: list[str]
+) -> None:
+    assert _types(text) == expected

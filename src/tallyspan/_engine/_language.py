@@ -99,8 +99,28 @@ _NOT_WORDS = frozenset(
     {"vs", "etc", "ok", "eg", "ie", "aka", "approx", "max", "min", "ex", "no", "ca", "kg", "km", "cm", "mm",
      "mg", "ml", "kb", "mb", "gb", "tb", "ms", "sec", "px", "pt", "am", "pm"}
 )  # fmt: skip
-#: Fewest words in a whole English sentence (shorter lines are labels, names and headings).
+#: Fewest words in a whole English sentence (shorter lines are labels, names and headings) ...
 _MIN_SENTENCE_WORDS = 4
+#: ... or one fewer with one of these (as written: "Is" opens a title as often as a question).
+_FINITE_VERBS = frozenset(
+    {
+        "is",
+        "are",
+        "was",
+        "were",
+        "am",
+        "will",
+        "would",
+        "can",
+        "could",
+        "should",
+        "must",
+        "does",
+        "did",
+        "has",
+        "had",
+    }
+)
 #: Kana inside quotes that makes a text Japanese (a quoted paragraph, not a quoted word or two).
 _MIN_QUOTED_KANA = 10
 #: Kana outside quotes that makes a text Japanese without a Japanese sentence ending (です。) ...
@@ -154,6 +174,9 @@ class ScriptProfile(NamedTuple):
     """True when the prose has a Japanese sentence (hiragana before a full stop)."""
     particles: int = 0
     """Particles after kanji or katakana, counted only for a few kana beside English sentences."""
+    short_english_sentences: int = 0
+    """Three-word English sentences with a finite verb ("The answer is: 11"): a mix inside Japanese, but
+    too short to make a text with a little kana English."""
 
     @property
     def japanese(self) -> bool:
@@ -177,6 +200,7 @@ class _English:
     function: int = 0
     ordinary: int = 0
     sentences: int = 0
+    short_sentences: int = 0
     switches: int = 0
 
 
@@ -339,8 +363,13 @@ def _judge_sentences(prose: str, kinds: list[tuple[int, int, str]], found: _Engl
         if not function and not ordinary:
             continue
         if _CJK.search(sentence) is None:
-            if len(members) >= _MIN_SENTENCE_WORDS and function and ordinary:
-                found.sentences += 1
+            if function and ordinary:
+                if len(members) >= _MIN_SENTENCE_WORDS:
+                    found.sentences += 1
+                elif len(members) == _MIN_SENTENCE_WORDS - 1 and function_words & _FINITE_VERBS:
+                    # Three words with a finite verb beside a content word ("The answer is: 11"), where a
+                    # heading has none ("How it works", "The Art of War").
+                    found.short_sentences += 1
             continue
         # Inside a Japanese sentence, capitalised function words belong to titles (The Last of Us).
         function = len({word for word in function_words if word.islower() or word == "I"})
@@ -444,6 +473,7 @@ def _profile_of(prose: str, quoted_kana: int = 0) -> ScriptProfile:
         quoted_kana,
         sentence_end,
         particles,
+        english.short_sentences,
     )
 
 
@@ -694,7 +724,7 @@ def _japanese_violations(found: ScriptProfile, english_wanted: bool) -> list[tup
                 f"{found.chinese_clauses} Chinese clause(s), {found.chinese_chars} han chars, in Japanese text",
             )
         )
-    sentences = 0 if english_wanted else found.english_sentences
+    sentences = 0 if english_wanted else found.english_sentences + found.short_english_sentences
     if sentences or found.switches:
         violations.append(
             (
