@@ -23,11 +23,12 @@ case "${AREA}" in
 engine)
     MUTATE="src/tallyspan/_engine/_checks.py src/tallyspan/_engine/_language.py src/tallyspan/_engine/_refusal.py
         src/tallyspan/_engine/_relevance.py src/tallyspan/_engine/_repetition.py src/tallyspan/_engine/_jsonschema.py
-        src/tallyspan/_books/_ledger.py src/tallyspan/_engine/_scripts.py src/tallyspan/_engine/_literals.py"
+        src/tallyspan/_books/_ledger.py src/tallyspan/_engine/_scripts.py src/tallyspan/_engine/_literals.py
+        src/tallyspan/_engine/_code.py"
     TESTS="tests/core/test_checks.py tests/core/test_engine_rules.py tests/core/test_language.py
         tests/core/test_relevance.py tests/core/test_repetition.py tests/core/test_ledger.py
         tests/core/test_contracts.py tests/core/test_jsonschema.py tests/core/test_refusal.py
-        tests/core/test_literals.py tests/core/test_scripts.py"
+        tests/core/test_literals.py tests/core/test_scripts.py tests/core/test_code.py"
     # Left out: tests of the patterns' wall-clock budget (test_hostile_contracts.py and the one below);
     # mutmut's trampolines slow the engine enough to spend the budget on clean code.
     DESELECT="tests/core/test_checks.py::test_a_hostile_regex_times_out_instead_of_hanging_and_is_counted"

@@ -296,23 +296,35 @@ def _repetition(given: _Output) -> Iterator[Violation]:
         )
 
 
-def _language(given: _Output) -> Iterator[Violation]:
+def _language(given: _Output, off_topic: bool = False) -> Iterator[Violation]:
     if given.contract.language is None:
         return
     wanted = english_requested(given.prompt)
     requested = requested_languages(given.prompt)
     violations = language_violations(
-        given.answer, given.contract.language, english_wanted=wanted, requested=requested
+        given.answer,
+        given.contract.language,
+        english_wanted=wanted,
+        requested=requested,
+        code_asked_for=not off_topic,
     )
     if violations and violations[0][0] in (ViolationType.NOT_JAPANESE, ViolationType.WRONG_LANGUAGE):
         # Not the contract's language: perhaps that of the text the prompt gave to rework (only then paid for).
         material = reworked_material(given.answer, given.prompt) - requested
         if material:
             violations = language_violations(
-                given.answer, given.contract.language, english_wanted=True, requested=requested | material
+                given.answer,
+                given.contract.language,
+                english_wanted=True,
+                requested=requested | material,
+                code_asked_for=not off_topic,
             )
     for violation_type, detail in violations:
         yield _violation(violation_type, detail)
+
+
+#: The relevance verdicts that say the answer is not what its question asked for (code included).
+_NOT_ASKED_FOR = frozenset({ViolationType.OFF_TOPIC, ViolationType.ANSWER_TO_OTHER_QUESTION})
 
 
 #: The output rules in the order they run, by the name a failure is recorded under
@@ -356,7 +368,12 @@ def _output_violations(
     violations: list[Violation] = []
     for name, rule in RULES:
         try:
-            violations.extend(rule(given))
+            if rule is _language:
+                # Only code the question asked for has no language: an off-topic dump of code is text.
+                off_topic = any(violation.type in _NOT_ASKED_FOR for violation in violations)
+                violations.extend(_language(given, off_topic))
+            else:
+                violations.extend(rule(given))
         except Exception:  # one rule's failure (a bug, a hostile output) must not cost the other verdicts
             swallowed(_logger, f"check_rule.{name}", f"the check rule {name!r} failed")
             errors.append(name)

@@ -11,7 +11,8 @@ What each type means is fixed by the labelled data's definitions (README, "What 
   in one sentence). Loanwords, names, titles, acronyms, code, glosses, quoted terms and single words
   do not count, nor English sentences the question asked for.
 
-Prose is the text without code (fenced, inline, or a bare JSON document), URLs, TeX, chat-template
+Prose is the text without code (fenced, inline, a bare JSON document or program, or a block of lines
+without kana that a parser or lexer reads as code, see ``_code``), URLs, TeX, chat-template
 markup, glosses (``基準率の無視（base rate neglect）``) and quotes. Kana inside quotes makes a text
 Japanese only when there is enough of it (a quoted Japanese paragraph, not one quoted word).
 
@@ -21,7 +22,6 @@ Everything here is a pure function of the text, linear, with the scanning done b
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,6 +29,9 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from tallyspan._contract._contracts import SUPPORTED_LANGUAGES
+from tallyspan._engine._code import TOKEN_BUDGET, is_code
+from tallyspan._engine._code import closed as _closed
+from tallyspan._engine._code import is_python as _is_python
 from tallyspan._engine._jsonschema import parse_json_output
 from tallyspan._engine._scripts import KANA, MARKS, chinese_evidence, has_fence, latin_bounds, script_counts
 from tallyspan._engine._taxonomy import ViolationType
@@ -66,16 +69,6 @@ _QUOTED = re.compile(
     r"|'[^'\n]{0,400}?[\u3041-\u30FF\u4E00-\u9FFF][^'\n]{0,400}?'"
 )
 _QUOTE_MARKS = ("「", "『", "《", "〈", '"', "“", "'")
-# A line without CJK that is code: starts like code, ends like code, or is an assignment or formula;
-# never a line with four words in a row (English prose that happens to hold "=" or end in ";").
-_CODE_LINE = re.compile(
-    r"(?m)^(?![^\n]*?[A-Za-z]{2,} [A-Za-z]{2,} [A-Za-z]{2,} [A-Za-z]{2,})"
-    r"(?:[ \t]*(?:[{}\[\]]|//|/\*|\*/|#include|import |from \S+ import|package |def |class |func |"
-    r"return\b|var |let |const |public |private |echo |print\(|\$)[^\n]*"
-    r"|[^\n\u3040-\u9FFF]*[;{}][ \t]*"
-    r"|[^\n\u3040-\u9FFF]*=[^\n\u3040-\u9FFF]*)$"
-)
-
 # The letter is matched before the look-behind: a pattern that starts with a character class lets the
 # engine skip the (mostly CJK) text fast.
 _LATIN_TOKEN = re.compile(
@@ -205,7 +198,8 @@ class _English:
 
 
 def _set_aside_code(text: str) -> tuple[str, str]:
-    """(prose, code): fenced and inline code, a bare JSON document, and code lines go to code."""
+    """(prose, code): fenced and inline code, a bare JSON document or program, and the blocks of lines
+    without Japanese prose that a parser or lexer reads as code (``_code.is_code``) go to code."""
     code_parts: list[str] = []
 
     def keep(match: re.Match[str]) -> str:
@@ -218,12 +212,90 @@ def _set_aside_code(text: str) -> tuple[str, str]:
     if _is_code_document(_strip_markup(stripped)):
         return "", text
     prose = _CODE_FENCE.sub(keep, text) if has_fence(text) else text
+    prose = _set_aside_code_blocks(prose, code_parts)
     if "`" in MARKS(prose):
         prose = _INLINE_CODE.sub(keep, prose)
     prose = _strip_markup(prose)
-    if _has_code_signs(prose):
-        prose = _CODE_LINE.sub(keep, prose)
     return prose, "\n".join(code_parts)
+
+
+_ANY_KANA = re.compile(r"[\u3041-\u30FF\uFF66-\uFF9D]")
+_CODE_SIGN = re.compile(r"[A-Za-z{}\[\]<>]")
+_BLANK_LINES = re.compile(r"\n[ \t]*\n")
+
+
+def _set_aside_code_blocks(prose: str, code_parts: list[str]) -> str:
+    """``prose`` without the runs of lines without kana (blank lines inside a run included) that are
+    code, as a whole or paragraph by paragraph: the only places code can be told from prose without a
+    Japanese sentence in the way. A run without a Latin letter or a bracket is not looked at."""
+    lines = prose.split("\n")
+    kept: list[str] = []
+    run: list[str] = []
+    # The blocks judged, and the lexers' tokens for all of them: bounded per text (``_code``).
+    budget = [_MAX_BLOCKS, TOKEN_BUDGET]
+    for line in lines:
+        if _ANY_KANA.search(line) is None:
+            run.append(line)
+            continue
+        if run:
+            kept.append(_without_code("\n".join(run), code_parts, budget))
+            run = []
+        kept.append(line)
+    if run:
+        kept.append(_without_code("\n".join(run), code_parts, budget))
+    return "\n".join(kept)
+
+
+#: The most blocks and paragraphs of one text judged as code or prose (the rest are judged as prose).
+_MAX_BLOCKS = 64
+
+
+def _judged_code(block: str, budget: list[int]) -> bool:
+    if budget[0] <= 0 or _CODE_SIGN.search(block) is None:
+        return False
+    budget[0] -= 1
+    tokens = budget[1:]
+    found = is_code(block, _has_sentence, tokens)
+    budget[1] = tokens[0]
+    return found
+
+
+def _without_code(block: str, code_parts: list[str], budget: list[int]) -> str:
+    if _CODE_SIGN.search(block) is None:
+        return block
+    if _judged_code(block, budget):
+        code_parts.append(block)
+        return ""
+    if not _BLANK_LINES.search(block):
+        return block
+    paragraphs = _BLANK_LINES.split(block)
+    for index, paragraph in enumerate(paragraphs):
+        if _judged_code(paragraph, budget):
+            code_parts.append(paragraph)
+            paragraphs[index] = ""
+    return "\n\n".join(paragraphs)
+
+
+#: Three Latin words or more in a row, one space (or a comma and a space) apart: the shape English grammar
+#: takes in prose, where code puts operators, brackets and dots between its names.
+_WORD_RUN = re.compile(r"(?<![\w.$@#/\\-])[A-Za-z][A-Za-z'’]*(?:,? [A-Za-z][A-Za-z'’]*){2,}(?![\w(])")
+
+
+def _has_sentence(text: str) -> bool:
+    """True when ``text`` holds English prose: three words or more in a row, among them an English
+    function word and an ordinary lowercase word ("the value is null"; not "N=1 to 5", not
+    "GROUP BY name")."""
+    for run in _WORD_RUN.finditer(text):
+        function = ordinary = False
+        for word in run.group(0).replace(",", " ").split():
+            lower = word.lower()
+            if lower in _ENGLISH_FUNCTION_WORDS and word in (lower, lower.capitalize()):
+                function = True
+            elif word == lower and lower not in _NOT_WORDS and len(word) > 1:
+                ordinary = True
+        if function and ordinary:
+            return True
+    return False
 
 
 def _has_code_signs(prose: str) -> bool:
@@ -238,8 +310,6 @@ def _has_code_signs(prose: str) -> bool:
 
 #: A first line this short that ends in a colon labels the document below it ("JSON Object:").
 _LABEL_LINE = re.compile(r"\A[^\n:：]{0,30}[:：][ \t]*\n")
-#: Python parsed from this many lines at least (one line of English can be a valid expression).
-_MIN_PYTHON_LINES = 2
 _MAX_PARSED_CHARS = 20_000
 
 
@@ -258,39 +328,6 @@ def _is_code_document(text: str) -> bool:
         elif _is_python(body):
             return True
     return False
-
-
-def _closed(text: str) -> str:
-    """``text`` with the brackets and string it left open closed: a JSON answer cut at max_tokens."""
-    stack: list[str] = []
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
-            stack.append("}" if char == "{" else "]")
-        elif char in "}]" and stack:
-            stack.pop()
-    return text.rstrip().rstrip(",") + ('"' if in_string else "") + "".join(reversed(stack))
-
-
-def _is_python(text: str) -> bool:
-    lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) < _MIN_PYTHON_LINES or not any(ord(char) < 128 for char in lines[0][:1]):
-        return False
-    try:
-        module = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    # Bare names and constants parse too ("Denmark"); a program defines, imports, assigns or calls.
-    return any(not isinstance(node, ast.Expr) or isinstance(node.value, ast.Call) for node in module.body)
 
 
 def _is_json(text: str) -> bool:
@@ -662,6 +699,7 @@ def language_violations(
     *,
     english_wanted: bool = False,
     requested: frozenset[str] = frozenset(),
+    code_asked_for: bool = True,
 ) -> list[tuple[ViolationType, str]]:
     """Return the language violations of ``text`` when ``required`` is the contract's language.
 
@@ -671,9 +709,14 @@ def language_violations(
     ``english_wanted`` (the prompt mentions English), whole English sentences are not a mix.
     ``requested`` (``requested_languages`` of the prompt) overrides the contract: an answer written in
     a language the question asked for has no language violation, and Chinese asked for in a Japanese
-    answer is no Chinese in Japanese.
+    answer is no Chinese in Japanese. ``code_asked_for`` False (the answer addresses another question)
+    judges a deliverable that is only code as text: it is not code of the kind the question asked for.
     """
     found = profile(text)
+    if found.primary == "code" and not code_asked_for:
+        # Code the question did not ask for (an off-topic dump) is no deliverable of its kind: its text,
+        # comments included, is judged as the answer's prose (DEFINITIONS.md, not_japanese).
+        found = _profile_of(_strip_markup(text))
     if found.primary in ("none", "code"):
         return []
     requested = requested - {required}  # the contract's own language asked for again changes nothing
