@@ -219,59 +219,103 @@ LOMO_GRID: dict[str, tuple[float, ...]] = {
 }
 
 
-def leave_one_model_out(cases: Sequence[Case]) -> None:
-    """For each model: the thresholds that give the other models' answers the most exact verdicts,
-    then that model's exact share with them. Prints each model's figure beside the fixed thresholds'."""
+@dataclass(frozen=True)
+class HeldOut:
+    """One model's exact verdicts at the fixed thresholds and at those chosen on the other models."""
+
+    set: str
+    model: str
+    answers: int
+    at_fixed: int
+    held_out: int
+    chosen: tuple[Any, ...]
+
+
+def verdicts_by_point(
+    cases: Sequence[Case], grid: dict[str, tuple[Any, ...]]
+) -> dict[tuple[Any, ...], list[frozenset[str]]]:
+    """The violation types each case gets at each point of ``grid`` (names of ``_relevance`` and values)."""
     from itertools import product
 
     from tallyspan._engine import _relevance
 
-    defaults = {name: getattr(_relevance, name) for name in LOMO_GRID}
-    exact_by_point: dict[tuple[float, ...], list[bool]] = {}
-    alerts_by_point: dict[tuple[float, ...], list[bool]] = {}
+    defaults = {name: getattr(_relevance, name) for name in grid}
+    verdicts: dict[tuple[Any, ...], list[frozenset[str]]] = {}
     try:
-        for point in product(*LOMO_GRID.values()):
-            for name, value in zip(LOMO_GRID, point, strict=True):
+        for point in product(*grid.values()):
+            for name, value in zip(grid, point, strict=True):
                 setattr(_relevance, name, value)
-            verdicts = [frozenset(judge(case).violation_types) for case in cases]
-            exact_by_point[point] = [case.labels == got for case, got in zip(cases, verdicts, strict=True)]
-            alerts_by_point[point] = ["off_topic" in got for got in verdicts]
+            verdicts[point] = [frozenset(judge(case).violation_types) for case in cases]
     finally:
         for name, value in defaults.items():
             setattr(_relevance, name, value)
-    fixed = tuple(defaults[name] for name in LOMO_GRID)
-    models = sorted({(case.set, case.model) for case in cases})
-    held_total = fixed_total = 0
-    print("\n| set | model | answers | exact, fixed thresholds | exact, held out | chosen on the others |")
-    print("|---|---|---|---|---|---|")
-    for model in models:
+    return verdicts
+
+
+def held_out_figures(
+    cases: Sequence[Case],
+    verdicts: dict[tuple[Any, ...], list[frozenset[str]]] | None = None,
+    fixed: tuple[Any, ...] | None = None,
+) -> list[HeldOut]:
+    """For each model: the point (of ``LOMO_GRID``, or of ``verdicts``') that gives the other models' answers
+    the most exact verdicts, then that model's exact verdicts with it and with ``fixed`` (the engine's
+    thresholds by default)."""
+    from tallyspan._engine import _relevance
+
+    if verdicts is None:
+        verdicts = verdicts_by_point(cases, LOMO_GRID)
+    if fixed is None:
+        fixed = tuple(getattr(_relevance, name) for name in LOMO_GRID)
+    exact = {
+        point: [case.labels == got for case, got in zip(cases, row, strict=True)]
+        for point, row in verdicts.items()
+    }
+    alerts = {point: ["off_topic" in got for got in row] for point, row in verdicts.items()}
+    figures = []
+    for model in sorted({(case.set, case.model) for case in cases}):
         mine = [index for index, case in enumerate(cases) if (case.set, case.model) == model]
         rest = [index for index, case in enumerate(cases) if (case.set, case.model) != model]
-        # Of thresholds that do equally well on the other models, the one that raises the fewest alerts
+        # Of points that do equally well on the other models, the one that raises the fewest alerts
         # there: a tie says the other models cannot tell them apart, and precision comes first. (Preferring
         # the fixed thresholds on a tie would credit the held-out model with what was chosen on its rows.)
         best = max(
-            exact_by_point,
+            exact,
             key=lambda point: (
-                sum(exact_by_point[point][i] for i in rest),
-                -sum(alerts_by_point[point][i] for i in rest),
+                sum(exact[point][i] for i in rest),
+                -sum(alerts[point][i] for i in rest),
                 point == fixed,
             ),
         )
-        held = sum(exact_by_point[best][i] for i in mine)
-        at_fixed = sum(exact_by_point[fixed][i] for i in mine)
-        held_total += held
-        fixed_total += at_fixed
+        figures.append(
+            HeldOut(
+                model[0],
+                model[1],
+                len(mine),
+                sum(exact[fixed][i] for i in mine),
+                sum(exact[best][i] for i in mine),
+                best,
+            )
+        )
+    return figures
+
+
+def leave_one_model_out(cases: Sequence[Case]) -> None:
+    """Print each model's exact share at the fixed thresholds beside the one held out (``held_out_figures``)."""
+    figures = held_out_figures(cases)
+    print("\n| set | model | answers | exact, fixed thresholds | exact, held out | chosen on the others |")
+    print("|---|---|---|---|---|---|")
+    for row in figures:
         chosen = ", ".join(
-            f"{name.strip('_').lower()} {value:g}" for name, value in zip(LOMO_GRID, best, strict=True)
+            f"{name.strip('_').lower()} {value:g}" for name, value in zip(LOMO_GRID, row.chosen, strict=True)
         )
         print(
-            f"| {model[0]} | {model[1]} | {len(mine)} | {at_fixed / len(mine):.1%} | {held / len(mine):.1%} "
-            f"| {chosen} |"
+            f"| {row.set} | {row.model} | {row.answers} | {row.at_fixed / row.answers:.1%} "
+            f"| {row.held_out / row.answers:.1%} | {chosen} |"
         )
-    print(
-        f"\nall: fixed thresholds {fixed_total / len(cases):.1%}, leave-one-model-out {held_total / len(cases):.1%}"
-    )
+    total = sum(row.answers for row in figures)
+    fixed_total = sum(row.at_fixed for row in figures)
+    held_total = sum(row.held_out for row in figures)
+    print(f"\nall: fixed thresholds {fixed_total / total:.1%}, leave-one-model-out {held_total / total:.1%}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
