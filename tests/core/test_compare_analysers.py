@@ -89,3 +89,23 @@ def test_each_model_is_judged_at_the_point_the_other_models_choose() -> None:
         ("b", 2, 2, 0, ("y",)),  # on a and c: x 1, w 1, y 4
         ("c", 2, 0, 0, ("w",)),  # on a and b: x 3, w 3, y 2; of x and w, w raises no alert
     ]
+
+
+def test_a_words_general_frequency_is_looked_up_under_each_of_its_written_forms() -> None:
+    """UniDic writes こと as 事 and それぞれ as 其々, far rarer in print than the kana: the comparison of
+    weights reads a word's frequency under its surface and readings too."""
+    from tallyspan._engine._words import analyser_available
+
+    if not analyser_available():
+        pytest.skip("the optional analyser (tallyspan[ja]) is not installed")
+    weights = _bench("compare_word_weights.py")
+    try:
+        forms = weights.Forms()
+        forms.add("それぞれのことをアニメで")
+    finally:
+        sys.modules.pop("label_agreement", None)
+    assert {word: sorted(forms.forms[word]) for word in ("事", "其々", "animation")} == {
+        "事": ["こと", "コト", "事"],
+        "其々": ["それぞれ", "ソレゾレ", "其々"],
+        "animation": ["あにめ", "アニメ", "アニメ-animation"],
+    }
