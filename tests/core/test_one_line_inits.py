@@ -81,12 +81,21 @@ def _run(program: str, receiver: OTLPReceiver, tmp_path: Path) -> dict[str, obje
     return answer
 
 
+def _assert_nothing_lost(answer: dict[str, object]) -> None:
+    """Flushed, and no drop or error counted. Hand-overs of the GIL that timed out (``backpressure.*``)
+    say how busy the host was, not that anything was lost."""
+    assert answer["flushed"] is True
+    stats = answer["stats"]
+    assert isinstance(stats, dict)
+    assert {key: value for key, value in stats.items() if not key.startswith("backpressure.")} == {}
+
+
 def test_logfire_configure_then_instrument_sends_the_checked_spans_to_logfires_exporter(
     otlp_receiver: OTLPReceiver, tmp_path: Path
 ) -> None:
     answer = _run(LOGFIRE_APP, otlp_receiver, tmp_path)
 
-    assert answer == {"flushed": True, "stats": {}}
+    _assert_nothing_lost(answer)
     with otlp_receiver.lock:  # the program has exited: its SimpleSpanProcessor sent everything
         spans = {span.name: span for span in otlp_receiver.spans}
     assert sorted(spans) == ["chat m", "handle request", "invoke_agent agent"]
