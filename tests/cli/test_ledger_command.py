@@ -400,7 +400,8 @@ def test_the_unbalanced_runs_listed_are_the_runs_the_report_counts_with_the_reas
     db_path: Path, protocol: dict[str, str]
 ) -> None:
     report = CliRunner().invoke(main, ["--db", str(db_path), "report"], catch_exceptions=False)
-    assert report.output.splitlines()[-1] == "  2 of 4 runs do not balance"
+    # The ledger section's last line (what tallyspan counted may follow it: GIL hand-overs on a busy host).
+    assert "  2 of 4 runs do not balance" in report.output.splitlines()
     code, output = _invoke(db_path, "--unbalanced")
     assert code == 0
     headers = [line for line in output.splitlines() if line.startswith("  ") and " observed, " in line]

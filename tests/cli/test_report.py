@@ -372,7 +372,7 @@ def test_a_run_whose_books_balance_but_whose_protocol_broke_counts_as_unbalanced
     assert len(data["ledger"]) == 3
     assert data["unbalanced_runs"] == 2  # the reporter's books, and the broken protocol
     _, text = _invoke("--db", str(filled.path), "report")
-    assert text.splitlines()[-1] == "  2 of 3 runs do not balance"
+    assert "  2 of 3 runs do not balance" in text.splitlines()  # what tallyspan counted may follow
 
 
 def test_report_shows_what_tallyspan_itself_lost(recorded: Recorded) -> None:
@@ -494,7 +494,7 @@ def test_report_text_of_an_empty_store_and_of_books_that_all_balance(
     instrumentation.force_flush()
     tallyspan.uninstrument()
     _, output = _invoke("report")
-    assert output.splitlines()[-1] == "  all books balance"
+    assert "  all books balance" in output.splitlines()  # what tallyspan counted may follow
 
 
 def test_a_failed_command_prints_one_line_and_keeps_the_traceback_in_the_debug_log(
