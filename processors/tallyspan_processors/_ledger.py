@@ -73,7 +73,7 @@ from tallyspan.plugin import Content, Settings, count, renew_lock_after_fork, sw
 from tallyspan.plugin.processors import declares_run, is_run_container, record_run
 from tallyspan_processors._enrich import enriched_copy
 from tallyspan_processors._ledger_sources import RawEntry, entries_of
-from tallyspan_processors._wrapping import WrappingProcessor, flush_all
+from tallyspan_processors._wrapping import StartHook, WrappingProcessor, flush_all
 
 __all__ = ["LedgerProcessor", "ledger_component"]
 
@@ -198,36 +198,37 @@ class LedgerProcessor(WrappingProcessor):
         """The ledger sinks this processor writes to."""
         return self._sinks
 
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+    def _own_start_hooks(self) -> tuple[StartHook, ...]:
+        return (self._start,)
+
+    def _start(self, span: Span, parent_context: Context | None = None) -> None:
+        """On the app's thread, at each span's start (the chain's ``on_start`` calls it directly): note
+        the run the span belongs to."""
         try:
-            self._track(span)
+            span_id = span.get_span_context().span_id
+            parent = span.parent
+            with self._lock:
+                enclosing = (
+                    self._run_of.get(parent.span_id) if parent is not None and not parent.is_remote else None
+                )
+                if enclosing is not None:
+                    # Only a run that had a span started in it can be reached after it ended (see process).
+                    self._has_members[enclosing] = True
+                    while len(self._has_members) > self._max_tracked_spans:
+                        self._has_members.popitem(last=False)
+                if enclosing is not None and not declares_run(span.attributes or {}):
+                    self._run_of[span_id] = enclosing
+                else:
+                    self._run_of[span_id] = span_id  # it starts a run
+                    if enclosing is not None:
+                        self._parent_run[span_id] = enclosing  # its verdicts roll up there too
+                        while len(self._parent_run) > self._max_tracked_spans:
+                            self._parent_run.popitem(last=False)
+                while len(self._run_of) > self._max_tracked_spans:
+                    self._run_of.popitem(last=False)
+                    count("dropped.ledger_tracked_spans")
         except Exception:  # losing one span's run must not break the span's start in the app
             swallowed(_logger, "ledger.on_start", "the ledger processor failed in on_start")
-        super().on_start(span, parent_context=parent_context)
-
-    def _track(self, span: Span) -> None:
-        span_id = span.get_span_context().span_id
-        parent = span.parent
-        with self._lock:
-            enclosing = (
-                self._run_of.get(parent.span_id) if parent is not None and not parent.is_remote else None
-            )
-            if enclosing is not None:
-                # Only a run that had a span started in it can be reached after it ended (see process).
-                self._has_members[enclosing] = True
-                while len(self._has_members) > self._max_tracked_spans:
-                    self._has_members.popitem(last=False)
-            if enclosing is not None and not declares_run(span.attributes or {}):
-                self._run_of[span_id] = enclosing
-            else:
-                self._run_of[span_id] = span_id  # it starts a run
-                if enclosing is not None:
-                    self._parent_run[span_id] = enclosing  # its verdicts roll up there too
-                    while len(self._parent_run) > self._max_tracked_spans:
-                        self._parent_run.popitem(last=False)
-            while len(self._run_of) > self._max_tracked_spans:
-                self._run_of.popitem(last=False)
-                count("dropped.ledger_tracked_spans")
 
     def process(self, span: ReadableSpan, content: Content | None) -> ReadableSpan:
         context = span.context

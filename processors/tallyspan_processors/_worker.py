@@ -161,32 +161,30 @@ class OffThreadProcessor(WrappingProcessor):
         1024 spans without the queue running empty); always 0 where the C library cannot (not glibc)."""
         return self._memory_releases
 
-    def on_end(self, span: ReadableSpan) -> None:
-        # On the app's thread: only enqueue; the worker takes the content.
-        self._enqueue(span, span)
-
     def receive(self, span: ReadableSpan, content: Content | None) -> None:
-        self._enqueue(_Handed(span, content), span)
+        self._enqueue(_Handed(span, content))
 
     def forget(self, span: ReadableSpan) -> None:
         self._forget(span)
 
-    def _enqueue(self, item: ReadableSpan | _Handed, span: ReadableSpan) -> None:
+    def _enqueue(self, span: ReadableSpan | _Handed) -> None:
+        """Queue ``span`` (``on_end``: the span itself; ``receive``: with its content), on the app's thread."""
         if self._is_shutdown:
             count("dropped.spans_after_shutdown")
-            self._forget(span)
+            self._forget(span.span if isinstance(span, _Handed) else span)
             return
         if not self._worker_running and not self._ensure_worker():
-            self._queue.put(item)
+            self._queue.put(span)
             self._work_off_here()
             return
         queued = self._queue.qsize()
         if queued >= self._max_queue_size:
             count("dropped.spans")
-            self._forget(span)
+            self._forget(span.span if isinstance(span, _Handed) else span)
             return
-        self._queue.put(item)
+        self._queue.put(span)
         queued += 1
+        now = 0.0  # the clock, once read
         if queued >= self._turn_at:
             self._wake.set()  # a batch delay must not hold the turn up
             self._turns.give(queued)
@@ -194,7 +192,7 @@ class OffThreadProcessor(WrappingProcessor):
             # This span wakes the worker from its wait for work: it is due as soon as it is awake.
             self._sleeping = False
             self._due = 0.0
-        elif queued >= self._batch_spans or time.monotonic() >= self._due:
+        elif queued >= self._batch_spans or (now := time.monotonic()) >= self._due:
             # The worker's wait is over (or a whole batch waits: cut it short) and it waits for the GIL:
             # hand it over now. Left to CPython, a thread waiting for the GIL behind a busy app wakes at
             # each of the app's short releases (a socket call, os.urandom) and loses the race for it
@@ -202,8 +200,19 @@ class OffThreadProcessor(WrappingProcessor):
             if queued >= self._batch_spans:
                 self._wake.set()
             self._turns.hand_over(queued)
-        # The store's writer is fed by the worker, not by this thread: it is handed the GIL here too.
-        self._hand_overs()
+            now = 0.0  # that may have waited
+        # The store's writer is fed by the worker, not by this thread: it is handed the GIL here too
+        # (what ``HandOvers.__call__`` does, without its frame and a second read of the clock).
+        consumers = self._hand_overs.consumers
+        if consumers:
+            if not now:
+                now = time.monotonic()
+            for turns in consumers:
+                if now >= turns.due:
+                    turns.hand_over(while_due=True)
+
+    #: On the app's thread: only enqueue (no frame of its own in between); the worker takes the content.
+    on_end = _enqueue
 
     def _forget(self, span: ReadableSpan) -> None:
         """Free what the chain holds for a span it will never see end (a burst must leave nothing behind)."""

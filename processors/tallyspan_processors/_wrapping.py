@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -24,10 +25,26 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from tallyspan.plugin import Content, content_buffer, swallowed
 from tallyspan_processors._content import take_content
 
-__all__ = ["Handed", "WrappingProcessor", "flush_all", "forward", "forward_batch", "hand", "shutdown_all"]
+__all__ = [
+    "Handed",
+    "StartHook",
+    "WrappingProcessor",
+    "flush_all",
+    "forward",
+    "forward_batch",
+    "hand",
+    "shutdown_all",
+]
 
 #: A span as the chain hands it down: with the content the first link took (None: none known).
 Handed = tuple[ReadableSpan, "Content | None"]
+
+
+class StartHook(Protocol):
+    """What the chain runs when a span starts, on the app's thread: a processor's ``on_start``."""
+
+    def __call__(self, span: Span, parent_context: Context | None = None) -> None: ...
+
 
 _logger = logging.getLogger(__name__)
 
@@ -105,6 +122,17 @@ def forward_batch(
                 swallowed(logger, failure_key, failure_message)
 
 
+def _start_hooks_of(processor: SpanProcessor) -> tuple[StartHook, ...]:
+    """What ``processor`` runs when a span starts: a wrapping link's hooks (its own and its downstream's),
+    nothing for a processor that keeps the base class's ``on_start`` (it does nothing), else its
+    ``on_start``."""
+    if isinstance(processor, WrappingProcessor) and type(processor).on_start is WrappingProcessor.on_start:
+        return processor.start_hooks()
+    if type(processor).on_start is SpanProcessor.on_start:
+        return ()
+    return (processor.on_start,)
+
+
 class WrappingProcessor(SpanProcessor):
     """A processor that enriches ended spans and forwards them, with their content, to ``downstream``.
 
@@ -119,6 +147,12 @@ class WrappingProcessor(SpanProcessor):
     def __init__(self, downstream: Sequence[SpanProcessor]) -> None:
         self._downstream = tuple(downstream)
         self._consuming = True
+        # What on_start runs, flattened once (the links below are built before this one): each span
+        # the app starts calls only the processors that do something then, not every link in turn.
+        self._start_hooks: tuple[StartHook, ...] = (
+            *self._own_start_hooks(),
+            *(hook for processor in self._downstream for hook in _start_hooks_of(processor)),
+        )
         content_buffer().add_consumer()
 
     @property
@@ -134,10 +168,19 @@ class WrappingProcessor(SpanProcessor):
         """
         return span
 
+    def _own_start_hooks(self) -> tuple[StartHook, ...]:
+        """What this link itself runs when a span starts (nothing by default); called once, at
+        construction. A hook that must not be counted as a downstream failure guards itself."""
+        return ()
+
+    def start_hooks(self) -> tuple[StartHook, ...]:
+        """What this link and the links below it run when a span starts, in order."""
+        return self._start_hooks
+
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        for processor in self._downstream:
+        for hook in self._start_hooks:
             try:
-                processor.on_start(span, parent_context=parent_context)
+                hook(span, parent_context=parent_context)
             except Exception:  # a downstream processor must not break the span's start in the app
                 swallowed(_logger, "on_start", "a span processor failed in on_start")
 

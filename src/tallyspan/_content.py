@@ -75,12 +75,10 @@ DEFAULT_MAX_CHARS = 64 * 1024 * 1024
 def _chars(content: Content) -> int:
     """The text an entry holds, in characters: what makes one entry large."""
     if isinstance(content, ModelContent):
-        return (
-            len(content.output_text)
-            + len(content.reasoning_text)
-            + len(content.prompt or "")
-            + sum(len(call.arguments) for call in content.tool_calls)
-        )
+        size = len(content.output_text) + len(content.reasoning_text) + len(content.prompt or "")
+        if content.tool_calls:  # most answers have none: no generator for them (on the app's thread)
+            size += sum(len(call.arguments) for call in content.tool_calls)
+        return size
     arguments = content.arguments
     return len(arguments) if isinstance(arguments, str) else 0
 
@@ -96,21 +94,21 @@ class ContentBuffer:
         self._lock = threading.Lock()
         renew_lock_after_fork(self)  # the worker pops under this lock; a fork then must not freeze puts
         self._consumers = 0
-
-    @property
-    def active(self) -> bool:
-        """True while a processor consumes the buffer; instrumentors skip the put otherwise."""
-        return self._consumers > 0
+        self.active = False
+        """True while a processor consumes the buffer; instrumentors skip the put otherwise. A plain
+        attribute, kept by the consumers' count: instrumentors read it at every model call."""
 
     def add_consumer(self) -> None:
         """Called by a processor that will pop entries, so instrumentors start filling the buffer."""
         with self._lock:
             self._consumers += 1
+            self.active = True
 
     def remove_consumer(self) -> None:
         """Undo :meth:`add_consumer`; the last consumer to go empties the buffer."""
         with self._lock:
             self._consumers = max(0, self._consumers - 1)
+            self.active = self._consumers > 0
             if self._consumers == 0:
                 self._entries.clear()
                 self._chars = 0

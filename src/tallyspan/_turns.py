@@ -194,20 +194,23 @@ class HandOvers:
     linked to the chain's head by ``instrument()`` through ``Settings.hand_overs``. Calling it, on an app
     thread at each span it ends, hands the GIL to each consumer that is due."""
 
-    __slots__ = ("_consumers",)
+    __slots__ = ("consumers",)
 
     def __init__(self) -> None:
-        self._consumers: tuple[Turns, ...] = ()  # replaced whole: app threads read it without a lock
+        self.consumers: tuple[Turns, ...] = ()
+        """Replaced whole, never changed in place: app threads read it without a lock. A caller that
+        already read the clock may go through it itself (``hand_over(while_due=True)`` to each that is
+        due), as the chain's head does, rather than call this."""
 
     def add(self, turns: Turns) -> None:
-        if turns not in self._consumers:
-            self._consumers = (*self._consumers, turns)
+        if turns not in self.consumers:
+            self.consumers = (*self.consumers, turns)
 
     def remove(self, turns: Turns) -> None:
-        self._consumers = tuple(consumer for consumer in self._consumers if consumer is not turns)
+        self.consumers = tuple(consumer for consumer in self.consumers if consumer is not turns)
 
     def __call__(self) -> None:
-        consumers = self._consumers
+        consumers = self.consumers
         if consumers:
             now = time.monotonic()
             for turns in consumers:
