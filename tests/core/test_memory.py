@@ -7,8 +7,7 @@ from collections.abc import Callable
 
 import pytest
 from tests.c_library import CLibrary
-
-import tallyspan
+from tests.stats import losses
 
 
 def test_giving_memory_back_asks_the_c_library_to_keep_no_free_pages(
@@ -20,7 +19,7 @@ def test_giving_memory_back_asks_the_c_library_to_keep_no_free_pages(
     assert release_free_memory() is True
     assert release_free_memory() is True
     assert library.calls == [(0,), (0,)]  # no padding kept at the top of the heap
-    assert tallyspan.stats() == {}
+    assert losses() == {}
 
 
 def test_a_c_library_without_malloc_trim_is_not_asked(c_library: Callable[..., CLibrary]) -> None:
@@ -29,7 +28,7 @@ def test_a_c_library_without_malloc_trim_is_not_asked(c_library: Callable[..., C
     library = c_library(has_malloc_trim=False)  # musl, and other C libraries
     assert release_free_memory() is False
     assert library.calls == []
-    assert tallyspan.stats() == {}
+    assert losses() == {}
 
 
 def test_a_c_library_whose_malloc_trim_fails_is_logged_and_counted_and_the_caller_goes_on(
@@ -41,7 +40,7 @@ def test_a_c_library_whose_malloc_trim_fails_is_logged_and_counted_and_the_calle
     with caplog.at_level(logging.DEBUG, logger="tallyspan._memory"):
         assert release_free_memory() is False
     assert library.calls == [(0,)]
-    assert tallyspan.stats() == {"errors.release_memory": 1}
+    assert losses() == {"errors.release_memory": 1}
     messages = [
         r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and r.name == "tallyspan._memory"
     ]

@@ -14,6 +14,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.stats import losses
 
 import tallyspan
 from tallyspan import semconv
@@ -169,6 +170,6 @@ def test_a_store_that_cannot_be_written_is_said_once_at_instrument_with_its_path
     assert f"the store {store} cannot be written ({blocker} is not a directory)" in message
     assert "TALLYSPAN_DB" in message
     assert instrumentation.settings.db_path is None  # the chain runs on without it
-    assert tallyspan.stats() == {"errors.store.unwritable": 1}  # and nothing else failed or was lost
+    assert losses() == {"errors.store.unwritable": 1}  # and nothing else failed or was lost
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     assert not store.exists()

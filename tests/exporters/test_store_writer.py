@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from tests.c_library import CLibrary
 from tests.forking import run_forked
+from tests.stats import losses
 
 import tallyspan
 from tallyspan._store._store_schema import SELF_STATS, connect
@@ -409,7 +410,7 @@ def test_rows_kept_under_a_lock_stay_within_max_pending_and_the_oldest_batches_g
         assert writer.flush(5000) is True
     assert _keys(db_path) == ["b1", "c1", "e1", "e2"]
     assert (writer.kept, writer.lost) == (0, 8)
-    assert tallyspan.stats() == {"dropped.test_things": 8, "errors.test.locked": 5}
+    assert losses() == {"dropped.test_things": 8, "errors.test.locked": 5}
     assert _messages(caplog) == [_locked_message(db_path, 4)] * 5
     writer.close()
 
@@ -457,7 +458,7 @@ def test_a_write_waits_out_a_brief_lock_unless_the_store_is_known_contended(db_p
     patient.close()
     writer.close()
     assert _keys(db_path) == ["first", "kept1", "kept2", "after"]
-    assert tallyspan.stats() == {"errors.test.locked": 2}
+    assert losses() == {"errors.test.locked": 2}
 
 
 def test_a_flush_waits_for_the_lock_no_longer_than_its_timeout(
@@ -482,7 +483,7 @@ def test_close_counts_what_it_could_not_write_and_keeps_nothing(
     assert writer.write(_rows("a", "b")) is False
     writer.close()  # one last wait for the lock, in vain
     assert (writer.kept, writer.lost, writer.is_open) == (0, 2, False)
-    assert tallyspan.stats() == {"dropped.test_things": 2, "errors.test.locked": 2}
+    assert losses() == {"dropped.test_things": 2, "errors.test.locked": 2}
     lock_holder.execute("COMMIT")
     assert _keys(db_path) == []
 
@@ -613,7 +614,7 @@ def test_a_forked_child_writes_through_a_thread_of_its_own_and_not_what_the_pare
     assert run_forked(child) == 0
     assert thread.flush(5000) is True
     assert _keys(db_path) == ["first", "child", "parent"]
-    assert tallyspan.stats() == {}
+    assert losses() == {}
     thread.shutdown()
 
 
@@ -663,7 +664,7 @@ def test_a_thread_that_died_is_started_again_on_the_next_submit_and_counted(
     assert thread.flush(10_000) is True
     assert _keys(db_path) == ["after"]
     assert thread._thread is not dead
-    assert tallyspan.stats() == {"errors.test.thread": 1, "errors.test.restarted": 1}
+    assert losses() == {"errors.test.thread": 1, "errors.test.restarted": 1}
     thread.shutdown()
 
 
@@ -683,7 +684,7 @@ def test_a_flush_or_shutdown_tries_rows_kept_under_a_lock_once_each(
     assert (writer.kept, tallyspan.stats()) == (1, {"errors.test.locked": 3})
     thread.shutdown(10_000)  # one last try, by the writer's close
     assert (writer.kept, writer.lost) == (0, 1)
-    assert tallyspan.stats() == {"errors.test.locked": 4, "dropped.test_things": 1}
+    assert losses() == {"errors.test.locked": 4, "dropped.test_things": 1}
 
 
 class _Unclosable(sqlite3.Connection):
@@ -705,7 +706,7 @@ def test_a_connection_that_fails_to_close_is_logged_and_counted_and_close_still_
     with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):
         writer.close()
     assert writer.is_open is False
-    assert tallyspan.stats() == {"errors.test.close": 1}
+    assert losses() == {"errors.test.close": 1}
     assert _messages(caplog) == [f"could not close the tallyspan store at {db_path}"]
     assert writer.write(_rows("b")) is False  # closed all the same
     assert _keys(db_path) == ["a"]
@@ -757,7 +758,7 @@ def test_a_flush_past_its_deadline_tries_kept_rows_without_waiting_for_the_lock(
         logger.removeHandler(reports)
     assert thread.flush(30_000) is True
     assert _keys(db_path) == ["kept"]
-    assert tallyspan.stats() == {"errors.test.locked": 2}
+    assert losses() == {"errors.test.locked": 2}
     thread.shutdown()
 
 
@@ -795,7 +796,7 @@ def test_a_pause_after_1024_items_gives_memory_back_once_and_one_after_1023_does
     assert thread._idle.wait(10)
     assert thread.memory_releases == 1  # one item since: no busy spell
     assert _keys(db_path) == [*(f"k{index}" for index in range(1024)), "after"]
-    assert tallyspan.stats() == {}
+    assert losses() == {}
     thread.shutdown()
 
 
@@ -823,7 +824,7 @@ def test_shrinking_a_writer_that_never_wrote_opens_nothing(db_path: Path) -> Non
     writer.shrink_memory()
     assert not db_path.exists()
     assert writer.is_open is False
-    assert tallyspan.stats() == {}
+    assert losses() == {}
 
 
 def test_a_connection_that_cannot_shrink_is_logged_and_counted_and_the_writer_goes_on(
@@ -835,7 +836,7 @@ def test_a_connection_that_cannot_shrink_is_logged_and_counted_and_the_writer_go
     writer._db.close()  # what a broken connection answers: ProgrammingError
     with caplog.at_level(logging.DEBUG, logger="tallyspan_exporters._writer"):
         writer.shrink_memory()
-    assert tallyspan.stats() == {"errors.test.shrink": 1}
+    assert losses() == {"errors.test.shrink": 1}
     assert _messages(caplog) == [f"could not shrink the tallyspan store's cache at {db_path}"]
 
 

@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
+from tests.stats import losses
 
 import tallyspan
 from tallyspan import semconv
@@ -210,7 +211,7 @@ def test_a_span_processor_raising_in_on_end_never_reaches_the_app(
     assert "processor bug" not in str(caught.value)
     assert getattr(caught.value, "status_code", None) == 500
     assert len(spans.get_finished_spans()) == 3
-    assert tallyspan.stats() == {"errors.span.end": 3}
+    assert losses() == {"errors.span.end": 3}
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -261,7 +262,7 @@ def test_a_stream_helper_left_by_an_exception_fails_the_span_with_it(
     gc.collect()
     finished = spans.get_finished_spans()
     assert [attributes_of(span).get(semconv.ERROR_TYPE) for span in finished] == ["AppError"] * 3
-    assert tallyspan.stats() == {}
+    assert losses() == {}
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
@@ -322,7 +323,7 @@ def test_abandoned_and_closed_streams_end_one_span_each(
     finished = spans.get_finished_spans()
     assert len(finished) == 2
     assert all(span.end_time is not None and span.status.status_code is StatusCode.UNSET for span in finished)
-    assert tallyspan.stats() == {}
+    assert losses() == {}
 
 
 def test_an_ollama_stream_is_no_context_manager_with_or_without_us(
@@ -454,7 +455,7 @@ def test_a_huge_answer_in_one_body_works_and_ends_one_span(
         assert result.message.content == text
     span = only_span(spans)
     assert span.status.status_code is StatusCode.UNSET
-    assert tallyspan.stats() == {}
+    assert losses() == {}
 
 
 def test_abandoned_streams_leave_nothing_in_the_content_buffer(
@@ -657,4 +658,4 @@ async def test_suppress_instrumentation_makes_no_span_for_any_call_kind(
     await every_call()
     gc.collect()
     assert len(spans.get_finished_spans()) == 15
-    assert tallyspan.stats() == {}
+    assert losses() == {}

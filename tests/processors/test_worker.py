@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tests.busy_app import work_between_spans
 from tests.c_library import CLibrary
+from tests.stats import losses
 
 import tallyspan
 from tallyspan import _turns as _turns_module
@@ -526,7 +527,7 @@ def test_a_span_whose_content_cannot_be_read_goes_on_without_it_and_the_failure_
         processor.on_end(_Unreadable("chat unreadable"))
         assert processor.force_flush(10_000)
     assert below.received == [("chat unreadable", None)]
-    assert tallyspan.stats() == {"errors.content.take": 1}
+    assert losses() == {"errors.content.take": 1}
     messages = [
         r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and r.name.endswith("_worker")
     ]
@@ -713,7 +714,7 @@ def test_a_worker_that_died_is_started_again_on_the_next_span_and_counted() -> N
     processor.on_end(_Unreadable("chat next"))
     assert processor.force_flush(10_000)
     assert below.received == [("chat next", None)]
-    assert tallyspan.stats() == {"errors.worker.restarted": 1, "errors.content.take": 1}
+    assert losses() == {"errors.worker.restarted": 1, "errors.content.take": 1}
     (started_again,) = set(_workers()) - before
     assert started_again is not dead
     processor.shutdown()
@@ -943,7 +944,7 @@ def test_in_a_batch_a_base_exception_of_a_link_or_a_processor_costs_no_other_spa
         "checks span-3",
         *(f"end span-{index}" for index in range(4)),  # span-1 unprocessed, span-2 despite the exit
     ]
-    assert tallyspan.stats() == {"errors.process._Link": 1, "errors.on_end": 1}
+    assert losses() == {"errors.process._Link": 1, "errors.on_end": 1}
     _spans(provider, 1)
     assert processor.force_flush(10_000)
     assert log[-2:] == ["checks span-0", "end span-0"]  # the worker went on
