@@ -254,19 +254,21 @@ def test_a_503_with_retry_after_holds_the_next_try_and_flushes_answer_false_mean
     processor = OTLPSpanProcessor(
         exporter, settings=ExportSettings(retry_max_s=0.05, spool_path=None), session=session
     )
-    processor.on_end(_span(1))
-    assert processor.force_flush(5000) is False
-    assert receiver.received("/v1/traces") == 0
-    with receiver.lock:
-        assert [request.status for request in receiver.requests] == [503]
-    started = time.monotonic()
-    assert processor.force_flush(60_000) is False
-    assert time.monotonic() - started < 30.0  # answered, not after its timeout (nor the 30 s asked for)
-    with receiver.lock:
-        assert [request.status for request in receiver.requests] == [503]  # no second try within 30 s
-    receiver.recover()
-    with contextlib.suppress(Exception):
-        processor.shutdown()
+    try:
+        processor.on_end(_span(1))
+        assert processor.force_flush(5000) is False
+        assert receiver.received("/v1/traces") == 0
+        with receiver.lock:
+            assert [request.status for request in receiver.requests] == [503]
+        started = time.monotonic()
+        assert processor.force_flush(60_000) is False
+        assert time.monotonic() - started < 30.0  # answered, not after its timeout (nor the 30 s asked for)
+        with receiver.lock:
+            assert [request.status for request in receiver.requests] == [503]  # no second try within 30 s
+    finally:  # also when it failed: its sender would retry into the later tests (their counters)
+        receiver.recover()
+        with contextlib.suppress(Exception):
+            processor.shutdown()
 
 
 # --- the spool's rows across shutdown and fork ------------------------------------------------------------
