@@ -143,6 +143,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "delivery",
+        "exporters-own-retry-before-retry-after",
+        OTLP,
+        "        if time.monotonic() < self._held_until:",
+        "        if False:",
+        (DELIVERY, "-k", "retry_after"),
+    ),
+    Mutation(
+        "delivery",
         "shutdown-keeps-the-spools-rows",
         OUTBOX,
         "            self._spool.release()\n            self._spool.close()",

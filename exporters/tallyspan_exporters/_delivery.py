@@ -55,7 +55,7 @@ from tallyspan.plugin import ShutdownBudget, after_fork_in_child, count, start_t
 from tallyspan.plugin.exporters import ExportSettings
 from tallyspan_exporters._spool import LEASE_S, Spool, SpooledRow
 
-__all__ = ["Attempt", "AttemptObserver", "Codec", "Outbox"]
+__all__ = ["Attempt", "AttemptObserver", "Codec", "Outbox", "RetryHeldError"]
 
 _logger = logging.getLogger(__name__)
 
@@ -95,6 +95,13 @@ class Attempt:
     success: ``rejected_spans`` / ``rejected_log_records``)."""
     message: str = ""
     """The backend's ``partial_success.error_message``, when it gave one."""
+
+
+class RetryHeldError(Exception):
+    """Raised by an observer instead of sending a request the backend asked to wait for: an exporter's own
+    retry within one export, sooner than the ``Retry-After`` of its last answer (OpenTelemetry's HTTP
+    exporters before the shared OTLP client retry on their own backoff whatever the header says). The
+    export has failed with the attempt already observed; the outbox waits as the backend asked."""
 
 
 class AttemptObserver(Protocol):
@@ -657,6 +664,8 @@ class Outbox(Generic[T]):
             self._attempts.reset()
         try:
             result = self._exporter.export(records)
+        except RetryHeldError:  # the answer before it failed the export, and is the attempt to count
+            result = None
         except Exception:  # an exporter that raises is a failed export, retried like any other
             swallowed(_logger, f"otlp.{self._signal}.export", f"the OTLP {self._signal} exporter raised")
             result = None

@@ -18,7 +18,10 @@ unless ``OTEL_EXPORTER_OTLP[_TRACES|_LOGS]_TIMEOUT`` says otherwise) that bounds
 retries included; over HTTP it gets a session that notes what each request met (the status, a refused
 connection, a timeout, ``Retry-After``), so failures are counted by cause and the spool's retries wait
 as long as the backend asks, and that makes an unreachable backend fail the export at once (the
-exporter's own retries would sleep through the shutdown budget; the spool retries instead).
+exporter's own retries would sleep through the shutdown budget; the spool retries instead). Within one
+export the session also sends no retry before the ``Retry-After`` of the answer it follows: the exporters
+before the shared OTLP client (1.39, for one) retry a 503 after their own backoff of about a second
+whatever the backend asked; the session ends such an export instead (``RetryHeldError``).
 Delivery itself (spool, retries, counted losses) is ``_delivery.Outbox``.
 
 OTLP partial success (a 2xx whose ``Export*ServiceResponse`` says ``rejected_spans`` or
@@ -53,7 +56,7 @@ from tallyspan import semconv
 from tallyspan.plugin import ConfigError, ShutdownBudget
 from tallyspan.plugin.exporters import GRPC_INSTALL_HINT, ExportSettings, OTLPProtocol
 from tallyspan_exporters._codec import decode_span, encode_span
-from tallyspan_exporters._delivery import Attempt, Codec, Outbox
+from tallyspan_exporters._delivery import Attempt, Codec, Outbox, RetryHeldError
 from tallyspan_exporters._spool import Spool, shared_spool
 
 __all__ = [
@@ -154,23 +157,34 @@ class ObservedSession(requests.Session):
     so a failed export is counted by cause and the spool honours the backend's ``Retry-After``.
 
     A connection that fails is reported to the exporter as :class:`BackendUnreachableError`, which it does
-    not retry. Used by one sender thread at a time (each exporter has its own outbox).
+    not retry; a request sooner than the ``Retry-After`` of the answer before it in the same export is not
+    sent (:class:`RetryHeldError`). Used by one sender thread at a time (each exporter has its own outbox).
     """
 
     def __init__(self, signal: str = "traces") -> None:
         super().__init__()
         self._signal = signal
         self._attempt = Attempt()
+        self._held_until = 0.0
 
     def reset(self) -> None:
         """Forget the last request (before an export)."""
         self._attempt = Attempt()
+        self._held_until = 0.0
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        if time.monotonic() < self._held_until:  # the exporter's own retry, sooner than the backend asked
+            raise RetryHeldError(f"the backend asked to wait: {self._attempt.retry_after_s} s")
+        response = self._observed_send(request, **kwargs)
+        if self._attempt.retry_after_s is not None:
+            self._held_until = time.monotonic() + self._attempt.retry_after_s
+        return response
 
     def last(self) -> Attempt:
         """What the last request met, or an empty ``Attempt`` when none was made since :meth:`reset`."""
         return self._attempt
 
-    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+    def _observed_send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         try:
             response = super().send(request, **kwargs)
         except requests.exceptions.Timeout as error:

@@ -41,7 +41,7 @@ from opentelemetry.trace import Tracer
 
 from tallyspan import semconv
 from tallyspan.plugin import __version__
-from tallyspan.plugin.instrumentors import dependency_conflict, resolve_capture_content
+from tallyspan.plugin.instrumentors import conflict_message, dependency_conflict, resolve_capture_content
 from tallyspan_instrumentors._post_import import PatchSet
 
 __all__ = ["TallyspanInstrumentor", "WrapEntry", "Wrapper", "WrapperFactory", "WrapperState"]
@@ -139,7 +139,7 @@ class TallyspanInstrumentor(Generic[S]):
                     from opentelemetry.instrumentation.dependencies import DependencyConflictError
 
                     raise DependencyConflictError(conflict)
-                _logger.error(_conflict_message(type(self).__name__, conflict))
+                _logger.error(conflict_message(conflict, type(self).__name__))
                 return None
         # BaseInstrumentor also reads OTEL_SEMCONV_STABILITY_OPT_IN here, for the HTTP and database
         # conventions of the instrumentations that follow it; ours emit the GenAI names either way.
@@ -198,17 +198,3 @@ def _register_as_base_instrumentor(module: ModuleType) -> None:
 
 # At once if the module is imported already, else when it is: never imported for this alone.
 wrapt.register_post_import_hook(_register_as_base_instrumentor, _BASE_MODULE)
-
-
-def _conflict_message(subject: str, conflict: Any) -> str:
-    """What OpenTelemetry logs for a conflict (``DependencyConflict._format_message``, which releases
-    before 0.61b0 lack: there only ``str()`` gives a terser line), in its words whatever the release."""
-    if conflict.found:
-        return (
-            f'{subject} only instruments "{conflict.required}", but currently installed version '
-            f'("{conflict.found}") falls outside of that range, so nothing can be instrumented.'
-        )
-    return (
-        f'{subject} only instruments "{conflict.required}", but no installed version was found, '
-        "so nothing can be instrumented."
-    )

@@ -107,7 +107,8 @@ class _CountingMetrics:
 def count_batch_drops(processor: object, signal: str) -> _CountingMetrics | None:
     """Count the drops of an SDK ``BatchSpanProcessor`` / ``BatchLogRecordProcessor`` in
     ``tallyspan.stats()`` (``dropped.batch_processor.<signal>.queue_full``); the counter, or None when
-    ``processor`` is not one, or of an SDK version whose internals differ (then nothing is counted)."""
+    ``processor`` is not one, or of an SDK version whose internals differ (then nothing is counted: so
+    before 1.41, whose batch processors drop from a bounded deque with no metrics to tell)."""
     batch = getattr(processor, "_batch_processor", None)
     metrics = getattr(batch, "_metrics", None)
     if batch is None or not callable(getattr(metrics, "drop_items", None)):

@@ -17,7 +17,14 @@ from collections.abc import Collection
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
 
-__all__ = ["UnmetRequirements", "dependency_conflict", "requirements_met", "satisfies", "simple_name"]
+__all__ = [
+    "UnmetRequirements",
+    "conflict_message",
+    "dependency_conflict",
+    "requirements_met",
+    "satisfies",
+    "simple_name",
+]
 
 #: Two-character operators first: ``<=`` is not ``<`` followed by ``=1.0``.
 _OPERATORS: Final = (">=", "<=", "==", "!=", "<", ">")
@@ -146,3 +153,37 @@ def dependency_conflict(requirements: Collection[str]) -> UnmetRequirements | No
         unmet = UnmetRequirements(requirements)
         return unmet if unmet.conflict() is not None else None
     return None if met else UnmetRequirements(requirements)
+
+
+def conflict_message(conflict: Any, subject: str = "This instrumentation") -> str:
+    """What OpenTelemetry says of a ``DependencyConflict`` (its ``_format_message``), in the same words
+    whatever its release: before 0.61b0 only ``str()`` gave a terser 'DependencyConflict: requested: ...'."""
+    required, found = getattr(conflict, "required", None), getattr(conflict, "found", None)
+    if required:
+        if found:
+            return (
+                f'{subject} only instruments "{required}", but currently installed version '
+                f'("{found}") falls outside of that range, so nothing can be instrumented.'
+            )
+        return (
+            f'{subject} only instruments "{required}", but no installed version was found, '
+            "so nothing can be instrumented."
+        )
+    required_any = getattr(conflict, "required_any", None)
+    found_any = getattr(conflict, "found_any", None)
+    if required_any:
+        if found_any:
+            return (
+                f'{subject} instruments any of "{_listed(required_any)}", but currently installed '
+                f'version(s) ("{_listed(found_any)}") fall outside of that range, so nothing can be '
+                "instrumented."
+            )
+        return (
+            f'{subject} requires any of "{_listed(required_any)}", but none are installed, so nothing '
+            "can be instrumented."
+        )
+    return f"{subject} has an unknown dependency conflict, so nothing can be instrumented."
+
+
+def _listed(requirements: Collection[str]) -> str:
+    return ", ".join(str(requirement) for requirement in requirements)

@@ -13,11 +13,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
+from opentelemetry.instrumentation.dependencies import DependencyConflict, get_dependency_conflicts
 from packaging.requirements import Requirement
 
 from tallyspan._requirements import (
     UnmetRequirements,
+    conflict_message,
     dependency_conflict,
     requirements_met,
     satisfies,
@@ -178,3 +179,37 @@ def test_deciding_loads_no_packaging_until_a_conflict_is_read() -> None:
     assert (before, after) == ("False", "True")
     # OpenTelemetry's own words, which its releases change (before 0.61b0: 'DependencyConflict: requested: ...')
     assert '"tallyspan-no-such-library >= 1.0"' in conflict
+
+
+@pytest.mark.parametrize(
+    ("conflict", "message"),
+    [
+        (
+            DependencyConflict("openai >= 9"),
+            'X only instruments "openai >= 9", but no installed version was found, so nothing can be '
+            "instrumented.",
+        ),
+        (
+            DependencyConflict("openai >= 9", "openai 1.2"),
+            'X only instruments "openai >= 9", but currently installed version ("openai 1.2") falls '
+            "outside of that range, so nothing can be instrumented.",
+        ),
+        (
+            DependencyConflict(required_any=["a >= 1", "b >= 2"]),
+            'X requires any of "a >= 1, b >= 2", but none are installed, so nothing can be instrumented.',
+        ),
+        (
+            DependencyConflict(required_any=["a >= 1", "b >= 2"], found_any=["a 0.5"]),
+            'X instruments any of "a >= 1, b >= 2", but currently installed version(s) ("a 0.5") fall '
+            "outside of that range, so nothing can be instrumented.",
+        ),
+        (DependencyConflict(), "X has an unknown dependency conflict, so nothing can be instrumented."),
+    ],
+)
+def test_a_conflict_is_told_in_opentelemetrys_latest_words_whatever_its_release(
+    conflict: DependencyConflict, message: str
+) -> None:
+    # The words of opentelemetry-instrumentation 0.61b0 on (``_format_message``); before it, ``str()`` said
+    # 'DependencyConflict: requested: ...', and ``tallyspan doctor`` and our instrumentors' log showed that.
+    assert conflict_message(conflict, "X") == message
+    assert conflict_message(conflict).startswith("This instrumentation ")

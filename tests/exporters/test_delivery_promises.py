@@ -36,7 +36,7 @@ from tallyspan._config import (
     ExportSettings,
     ShutdownBudget,
 )
-from tallyspan_exporters._delivery import Attempt, Outbox
+from tallyspan_exporters._delivery import Attempt, Outbox, RetryHeldError
 from tallyspan_exporters._otlp import SPAN_CODEC, ObservedSession
 from tallyspan_exporters._spool import Spool
 
@@ -239,6 +239,30 @@ def test_retry_after_is_read_on_503_as_on_429(
     session.close()
 
 
+def test_within_one_export_the_session_sends_no_retry_before_the_retry_after_it_was_given(
+    receiver: FaultyReceiver,
+) -> None:
+    """What an exporter's own retry meets (those before the shared OTLP client, 1.39 among them, retry a
+    503 after about a second whatever Retry-After says): the session refuses it, with the backend's answer
+    kept as the attempt, until the time asked for has passed or the next export begins."""
+    receiver.fail(503, retry_after="0.4")
+    session = ObservedSession("traces")
+    url = f"{receiver.endpoint}/v1/traces"
+    assert session.post(url, data=b"", timeout=5).status_code == 503
+    with pytest.raises(RetryHeldError):
+        session.post(url, data=b"", timeout=5)
+    assert session.last() == Attempt("http_503", 0.4, 0, "")
+    with receiver.lock:
+        assert [request.status for request in receiver.requests] == [503]
+    time.sleep(0.45)  # what the backend asked for has passed: the same export may try again
+    assert session.post(url, data=b"", timeout=5).status_code == 503
+    session.reset()  # a new export: the outbox itself waited as asked
+    assert session.post(url, data=b"", timeout=5).status_code == 503
+    with receiver.lock:
+        assert [request.status for request in receiver.requests] == [503, 503, 503]
+    session.close()
+
+
 def test_a_503_with_retry_after_holds_the_next_try_and_flushes_answer_false_meanwhile(
     receiver: FaultyReceiver,
 ) -> None:
@@ -254,19 +278,21 @@ def test_a_503_with_retry_after_holds_the_next_try_and_flushes_answer_false_mean
     processor = OTLPSpanProcessor(
         exporter, settings=ExportSettings(retry_max_s=0.05, spool_path=None), session=session
     )
-    processor.on_end(_span(1))
-    assert processor.force_flush(5000) is False
-    assert receiver.received("/v1/traces") == 0
-    with receiver.lock:
-        assert [request.status for request in receiver.requests] == [503]
-    started = time.monotonic()
-    assert processor.force_flush(60_000) is False
-    assert time.monotonic() - started < 30.0  # answered, not after its timeout (nor the 30 s asked for)
-    with receiver.lock:
-        assert [request.status for request in receiver.requests] == [503]  # no second try within 30 s
-    receiver.recover()
-    with contextlib.suppress(Exception):
-        processor.shutdown()
+    try:
+        processor.on_end(_span(1))
+        assert processor.force_flush(5000) is False
+        assert receiver.received("/v1/traces") == 0
+        with receiver.lock:
+            assert [request.status for request in receiver.requests] == [503]
+        started = time.monotonic()
+        assert processor.force_flush(60_000) is False
+        assert time.monotonic() - started < 30.0  # answered, not after its timeout (nor the 30 s asked for)
+        with receiver.lock:
+            assert [request.status for request in receiver.requests] == [503]  # no second try within 30 s
+    finally:  # also when it failed: its sender would retry into the later tests (their counters)
+        receiver.recover()
+        with contextlib.suppress(Exception):
+            processor.shutdown()
 
 
 # --- the spool's rows across shutdown and fork ------------------------------------------------------------

@@ -9,6 +9,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -337,6 +338,11 @@ class _Stuck(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
+@pytest.mark.skipif(
+    tuple(int(part) for part in version("opentelemetry-sdk").split(".")[:2]) < (1, 41),
+    reason="opentelemetry-sdk before 1.41 drops from its batch processors' bounded queue without a hook to "
+    "count at (their metrics' drop_items came in 1.41), so nothing is counted there",
+)
 def test_the_drops_of_an_apps_batch_span_processor_are_counted_and_stored(
     tracer_provider: TracerProvider, db_path: Path
 ) -> None:

@@ -41,6 +41,7 @@ from tallyspan._config import (
 from tallyspan._errors import ContractError
 from tallyspan._instrument import INSTRUMENTOR_GROUP
 from tallyspan._instrument import _with_otlp as resolve_otlp  # the resolution instrument() itself uses
+from tallyspan._requirements import conflict_message
 from tallyspan._selfstats import is_problem
 from tallyspan._state import Settings
 from tallyspan._store._store_queries import StoreNotFoundError, StoreOverview, open_store, store_overview
@@ -185,7 +186,7 @@ def instrumentor_statuses() -> list[InstrumentorStatus]:
                 str(requirement) for requirement in entry_point.load()().instrumentation_dependencies()
             ]
             conflict = get_dependency_conflicts(requires)
-            problem = None if conflict is None else str(conflict)
+            problem = None if conflict is None else conflict_message(conflict)
         except Exception as exc:  # a broken plugin is a finding to show, not a reason for doctor to fail
             problem = f"{_LOAD_FAILED} {entry_point.value}: {type(exc).__name__}: {exc}"
         patched_by = []
