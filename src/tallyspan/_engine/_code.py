@@ -38,6 +38,8 @@ from html.parser import HTMLParser
 from typing import Any
 from unicodedata import category
 
+from tallyspan._engine._jsonschema import too_deep
+
 __all__ = ["MAX_CODE_CHARS", "TOKEN_BUDGET", "is_code"]
 
 #: The longest block the parsers and lexers read (a longer one is judged as prose).
@@ -110,7 +112,9 @@ def is_code(block: str, has_sentence: SentenceTest, budget: list[int] | None = N
 
 
 def is_json(text: str) -> bool:
-    if text[:1] not in ("{", "["):
+    """``text`` is a JSON object or array, nested no deeper than the JSON check allows (a linear scan
+    refuses it before the recursive parser runs)."""
+    if text[:1] not in ("{", "[") or too_deep(text):
         return False
     try:
         document = json.loads(text)

@@ -31,6 +31,7 @@ from typing import NamedTuple
 from tallyspan._contract._contracts import SUPPORTED_LANGUAGES
 from tallyspan._engine._code import TOKEN_BUDGET, is_code
 from tallyspan._engine._code import closed as _closed
+from tallyspan._engine._code import is_json as _is_json
 from tallyspan._engine._code import is_python as _is_python
 from tallyspan._engine._jsonschema import parse_json_output
 from tallyspan._engine._scripts import KANA, MARKS, chinese_evidence, has_fence, latin_bounds, script_counts
@@ -328,13 +329,6 @@ def _is_code_document(text: str) -> bool:
         elif _is_python(body):
             return True
     return False
-
-
-def _is_json(text: str) -> bool:
-    try:
-        return parse_json_output(text)[0]
-    except ValueError:  # nested too deep to parse: not a deliverable, judged as text
-        return False
 
 
 def _word_kinds(prose: str, start: int = 0, end: int | None = None) -> _English:

@@ -307,7 +307,8 @@ def _declines_and_stops(text: str) -> bool:
             return sum(len(without_whitespace(part)) for part in rest) <= _MAX_AFTER_DECLINE_CHARS and all(
                 map(_says_nothing, rest)
             )
-        if not _GREETING.fullmatch(sentence + " ") and not _GREETING.fullmatch(sentence + "\n"):
+        # _GREETING wants its sentence's end: a sentence cut at a line break or the text's end gets one.
+        if not _GREETING.fullmatch(sentence + "\n"):
             return False  # something other than courtesy came first
     return False
 

@@ -565,13 +565,15 @@ def _non_answer(output: str, answer: _Answer, prompt: str) -> str | None:
     common = len(os.path.commonprefix((compact, asked)))  # noqa: RUF071 - characters are what is compared
     if common >= min(_MIN_ECHO_CHARS, len(asked)) and len(compact) - common <= _MAX_ECHO_ADDED:
         return "echoes the prompt and adds nothing"
-    if len(text) <= _MAX_OFFER_CHARS or (
+    offer_length = len(text) <= _MAX_OFFER_CHARS or (
         len(text) <= 4 * _MAX_OFFER_CHARS and _short_without_padding(compact)
-    ):
-        sentences = [part.strip(" -*・:：\t") for part in _SENTENCE.findall(text)]
-        sentences = [part for part in sentences if part]
-        # Questions back count unless the prompt wants questions (or gave one to correct), or they suggest.
-        questions_wanted = _ASKS_FOR_QUESTIONS.search(prompt) is not None
+    )
+    if not offer_length and len(text) > _MAX_ASKING_CHARS:
+        return None
+    sentences = _sentences(text)
+    # Questions back count unless the prompt wants questions (or gave one to correct), or they suggest.
+    questions_wanted = _ASKS_FOR_QUESTIONS.search(prompt) is not None
+    if offer_length:
         asking = [
             part
             for part in sentences
@@ -580,9 +582,15 @@ def _non_answer(output: str, answer: _Answer, prompt: str) -> str | None:
         ]
         if asking and all(part in asking or _GREETING.fullmatch(part) for part in sentences):
             return "offers help or asks back, and answers nothing"
-    if len(text) <= _MAX_ASKING_CHARS and _ASKS_FOR_QUESTIONS.search(prompt) is None:
-        return _asks_or_sets_tasks(text)
+    if len(text) <= _MAX_ASKING_CHARS and not questions_wanted:
+        return _asks_or_sets_tasks(text, sentences)
     return None
+
+
+def _sentences(text: str) -> list[str]:
+    """The reply's sentences, without list bullets and labels' colons around them."""
+    sentences = (part.strip(" -*・:：\t") for part in _SENTENCE.findall(text))
+    return [part for part in sentences if part]
 
 
 def _is_question_back(sentence: str) -> bool:
@@ -594,15 +602,15 @@ def _is_question_back(sentence: str) -> bool:
     return sentence.rstrip()[-1:] in "？?" or _ASKS.search(sentence) is not None
 
 
-def _asks_or_sets_tasks(text: str) -> str | None:
-    """Every sentence is a question put to the reader or a task set for them (with its labels and
-    courtesies): the question thrown back, or the task rewritten as a new instruction or exam question."""
+def _asks_or_sets_tasks(text: str, sentences: list[str]) -> str | None:
+    """Every sentence (of ``text``) is a question put to the reader or a task set for them (with its labels
+    and courtesies): the question thrown back, or the task rewritten as a new instruction or exam question."""
     if len(_LIST_ITEM.findall(text)) >= 2:
         return None  # a list: entries of a deliverable
-    sentences = [part.strip(" -*・:：\t") for part in _SENTENCE.findall(text)]
-    sentences = [part for part in sentences if part and not _TASK_LABEL.match(part)]
     questions = tasks = 0
     for part in sentences:
+        if _TASK_LABEL.match(part):
+            continue
         if _INSTRUCTION.search(part):
             tasks += 1
         elif _is_question_back(part):
