@@ -186,10 +186,7 @@ def agreement(cases: Sequence[bench.Case], lomo: bool) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=bench.DEFAULT_DATA)
-    parser.add_argument(
-        "--elyza-git-dir", type=Path, default=Path("/work/.mirror/Northern-System-Service+gpt4-autoeval/repo")
-    )
+    bench.add_source_arguments(parser)
     parser.add_argument("--no-lomo", action="store_true", help="skip leave-one-model-out (36 runs a set)")
     args = parser.parse_args(argv)
     cases = bench.load_cases(args.data, args.elyza_git_dir)

@@ -153,10 +153,7 @@ def separation(cases: Sequence[bench.Case], rarity: Rarity) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=bench.DEFAULT_DATA)
-    parser.add_argument(
-        "--elyza-git-dir", type=Path, default=Path("/work/.mirror/Northern-System-Service+gpt4-autoeval/repo")
-    )
+    bench.add_source_arguments(parser)
     parser.add_argument("--lomo", action="store_true", help="leave one model out as well (several minutes)")
     args = parser.parse_args(argv)
     try:

@@ -318,15 +318,24 @@ def leave_one_model_out(cases: Sequence[Case]) -> None:
     print(f"\nall: fixed thresholds {fixed_total / total:.1%}, leave-one-model-out {held_total / total:.1%}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+#: Where ``fetch`` leaves the clone of the ELYZA answers' repository on these machines.
+DEFAULT_ELYZA_GIT_DIR = Path("/work/.mirror/Northern-System-Service+gpt4-autoeval/repo")
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--data`` and ``--elyza-git-dir``: where the labelled answers' texts are (``load_cases``)."""
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument(
         "--elyza-git-dir",
         type=Path,
-        default=Path("/work/.mirror/Northern-System-Service+gpt4-autoeval/repo"),
+        default=DEFAULT_ELYZA_GIT_DIR,
         help="a clone (git directory) of the repository SOURCE.md names; the set is left out without it",
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_source_arguments(parser)
     parser.add_argument("--misses", action="store_true", help="list every answer not given its labels")
     parser.add_argument("--json", type=Path, help="write the figures to this file too")
     parser.add_argument(
