@@ -129,10 +129,11 @@ class _Switch(SpanProcessor):
         return self.inner.force_flush(timeout_millis) if self.enabled else True
 
     def shutdown(self) -> None:
-        if self.enabled:
-            self.enabled = False
-            # The provider's own exit hook (before ours) or uninstrument(): a SIGTERM meanwhile waits for it.
-            with final_flush():
+        # The provider's own exit hook (before ours) or uninstrument(): a SIGTERM meanwhile waits for it,
+        # from before the chain is turned off (the handler's flush would find it off and do nothing).
+        with final_flush():
+            if self.enabled:
+                self.enabled = False
                 self.inner.shutdown()
 
 

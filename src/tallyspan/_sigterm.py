@@ -57,10 +57,12 @@ _logger = logging.getLogger(__name__)
 Flush = Callable[[bool], None]
 
 
-_lock = threading.Lock()  # never taken by the handler: it may have interrupted its holder
-_final_flushes = 0
-"""Final flushes under way (``final_flush``), on any thread."""
-_deferred: int | None = None
+# Both are lists changed by single calls (append, remove, pop): each is atomic under the GIL, for other
+# threads and for the handler alike. A lock here deadlocked: the handler runs on the main thread between
+# two bytecodes, possibly while that thread held the lock, and its flush thread then waited for it.
+_final_flushes: list[object] = []
+"""Final flushes under way (``final_flush``), on any thread: one token each."""
+_deferred: list[int] = []
 """A signal that arrived during a final flush, sent again once it is done."""
 
 
@@ -68,20 +70,28 @@ _deferred: int | None = None
 def final_flush() -> Iterator[None]:
     """Around the flush that stops tallyspan (exit, the pool worker's finalizer, the provider's shutdown;
     bounded by the shutdown budget): a SIGTERM meanwhile is handled once that flush is done (sent again,
-    to whatever handles it then), rather than cutting it short."""
-    global _final_flushes, _deferred
-    with _lock:
-        _final_flushes += 1
+    to whatever handles it then), rather than cutting it short.
+
+    Enter it before the first step of stopping (turning the chain off): a SIGTERM that comes between
+    that step and this block found the chain off, flushed nothing, and the process ended with every
+    span still queued (a spawn pool worker lost all its runs, 1 terminated pool in about 20).
+    """
+    token = object()
+    _final_flushes.append(token)
     try:
         yield
     finally:
-        with _lock:
-            _final_flushes -= 1
-            last = _final_flushes == 0
-        signum = _deferred  # read after the count: see _FlushThenChain.__call__
-        if last and signum is not None:
-            _deferred = None
-            os.kill(os.getpid(), signum)
+        _final_flushes.remove(token)
+        if not _final_flushes:  # the last one: the signal that waited for it, sent again once
+            _send_deferred_signal()
+
+
+def _send_deferred_signal() -> None:
+    try:
+        signum = _deferred.pop()
+    except IndexError:  # none waited, or another final flush ending at the same moment took it
+        return
+    os.kill(os.getpid(), signum)
 
 
 class _FlushThenChain:
@@ -96,14 +106,18 @@ class _FlushThenChain:
         self.entered = threading.Event()
 
     def __call__(self, signum: int, frame: FrameType | None) -> Any:
-        global _deferred
         self.entered.set()
         previous = self.previous
         ends = self.ends
         if _final_flushes and not self._flushing:
-            _deferred = signum  # handled again as soon as that flush is done (final_flush)
+            if not _deferred:
+                _deferred.append(signum)  # handled again as soon as that flush is done (final_flush)
             if _final_flushes:  # read after the write: if it ended meanwhile, the signal is handled here
                 return None
+            try:
+                _deferred.pop()  # taken back: no flush is left to send it again
+            except IndexError:
+                return None  # the flush that ended sent it again: handled then
         if not self._flushing:  # a second SIGTERM during the flush does not wait for it again
             self._flushing = True
             try:

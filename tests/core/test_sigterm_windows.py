@@ -1,0 +1,95 @@
+"""A SIGTERM at any line of tallyspan's stopping code loses nothing: the handler flushes, or waits for the
+flush under way, then the process ends by the signal.
+
+``Pool.terminate()`` sends it while a worker may be anywhere, its exit hooks included: the SDK's provider
+shutting our chain down on the main thread, where the handler runs between two lines. Before, a signal
+between "the chain is off" and "a final flush is under way" found nothing to flush and nothing to wait
+for: the worker ended with every span still queued, uncounted (a spawn pool lost one worker's runs in
+about 1 terminated pool of 20). Here the signal is sent at each line in turn (tests/sigterm_app.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tallyspan._config import ENV_SHUTDOWN_TIMEOUT
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(signal, "SIGTERM") or os.name != "posix", reason="needs POSIX signals"
+)
+
+APP = Path(__file__).resolve().parents[1] / "sigterm_app.py"
+RUNS = 5
+AT_ONCE = 4
+
+
+def _start(line: int, db_path: Path) -> subprocess.Popen[str]:
+    environment = {
+        **os.environ,
+        "TALLYSPAN_DB": str(db_path),
+        # The flush is under test, not its budget: on a loaded machine the default 3 s may not do.
+        ENV_SHUTDOWN_TIMEOUT: "30",
+    }
+    return subprocess.Popen(
+        [sys.executable, str(APP), str(line), str(RUNS)],
+        env=environment,
+        cwd=db_path.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _stored(db_path: Path) -> tuple[int, list[tuple[str, int]]]:
+    if not db_path.exists():
+        return 0, []
+    db = sqlite3.connect(db_path)
+    try:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
+            return 0, []
+        runs = db.execute("SELECT count(*) FROM runs WHERE run_name LIKE 'job-%'").fetchone()[0]
+        losses = db.execute(
+            "SELECT key, value FROM self_stats WHERE key LIKE 'dropped.%' AND value > 0"
+        ).fetchall()
+    finally:
+        db.close()
+    return runs, losses
+
+
+def _database(tmp_path: Path, line: int) -> Path:
+    folder = tmp_path / str(line)
+    folder.mkdir()
+    return folder / "tallyspan.db"
+
+
+def test_a_sigterm_at_any_line_of_the_stopping_code_loses_no_run(tmp_path: Path) -> None:
+    # First without a signal: every run stored, and how many lines there are to signal at.
+    unsignalled = _start(0, _database(tmp_path, 0))
+    _, errors = unsignalled.communicate(timeout=120)
+    assert unsignalled.returncode == 0, errors
+    lines = int(errors.strip().splitlines()[-1])
+    assert lines >= 10  # the switch, the final flush, the exit hook: the count is real
+    assert _stored(tmp_path / "0" / "tallyspan.db") == (RUNS, [])
+
+    outcomes: dict[int, tuple[int | None, int, list[tuple[str, int]]]] = {}
+    failures: dict[int, str] = {}
+    every_line = list(range(1, lines + 1))
+    for start in range(0, lines, AT_ONCE):
+        started = {
+            line: _start(line, _database(tmp_path, line)) for line in every_line[start : start + AT_ONCE]
+        }
+        for line, process in started.items():
+            _, errors = process.communicate(timeout=120)
+            outcomes[line] = (process.returncode, *_stored(tmp_path / str(line) / "tallyspan.db"))
+            if process.returncode != -signal.SIGTERM:
+                failures[line] = errors
+    assert failures == {}
+    # The signal ended every process, as it would have without us, and each stored all its runs first.
+    assert outcomes == {line: (-signal.SIGTERM, RUNS, []) for line in every_line}
