@@ -71,8 +71,6 @@ the most a durable record waits in memory before it is on disk."""
 FIRST_RETRY_S: Final = 0.5
 """The first wait after a failed export; it doubles with each failure in a row, up to ``retry_max_s``."""
 RETRY_AFTER_CAP_S: Final = 600.0
-SPOOL_GRACE_S: Final = 1.0
-"""How long shutdown waits for the last records to reach the local spool, even past the budget."""
 """The longest ``Retry-After`` honoured."""
 _RENEW_S: Final = LEASE_S / 3
 _ORPHAN_SCAN_S: Final = 10.0
@@ -294,8 +292,8 @@ class Outbox(Generic[T]):
         if intake is None and sender is None:
             self._deliver_here(deadline)  # no thread was ever started for them (at exit, from 3.12)
         if intake is not None:
-            # Writing the last records to the local spool gets a moment even when the budget is spent.
-            intake.join(max(SPOOL_GRACE_S, deadline - time.monotonic()))
+            # Writing the last records to the local spool gets the local disk's grace past the budget.
+            intake.join(self._budget.local_remaining())
         if sender is not None:
             sender.join(max(0.0, deadline - time.monotonic()))
         with self._condition:

@@ -24,7 +24,6 @@ is counted (``dropped.otlp.logs.<cause>``).
 
 from __future__ import annotations
 
-import atexit
 import copy
 import functools
 import logging
@@ -45,7 +44,13 @@ from opentelemetry.util.types import AnyValue, AttributeValue
 from tallyspan import semconv
 from tallyspan.ledger import LedgerEntry, LedgerRecord
 from tallyspan.plugin import ShutdownBudget, __version__, swallowed
-from tallyspan.plugin.exporters import ExportSettings, OTLPProtocol, otlp_logs_protocol
+from tallyspan.plugin.exporters import (
+    ExportSettings,
+    OTLPProtocol,
+    at_exit,
+    cancel_at_exit,
+    otlp_logs_protocol,
+)
 from tallyspan_exporters._codec import decode_log_record, encode_log_record
 from tallyspan_exporters._delivery import Codec, Outbox
 from tallyspan_exporters._otlp import Observer, observed_session, open_spool, otlp_log_exporter
@@ -141,11 +146,12 @@ class OTLPLedgerSink:
             exporter = otlp_log_exporter(protocol, timeout_s=settings.export_timeout_s, session=session)
         if resource is None:
             resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
-        # The provider's own atexit hook would keep every sink ever made alive (instrument() cycles):
-        # ours holds the sink weakly, and shutdown() takes it back.
+        # The provider's own atexit hook would keep every sink ever made alive (instrument() cycles), and
+        # run before the chain drained into it at exit: ours holds the sink weakly, runs after the chain
+        # (tallyspan.plugin.exporters.at_exit), and shutdown() takes it back.
         self._provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
         self._at_exit = functools.partial(_shutdown_at_exit, weakref.ref(self))
-        atexit.register(self._at_exit)
+        at_exit(self._at_exit)
         processor: LogRecordProcessor
         if batch:
             outbox: Outbox[ReadableLogRecord] = Outbox(
@@ -247,7 +253,7 @@ class OTLPLedgerSink:
 
     def shutdown(self) -> None:
         """Flush and stop the exporter."""
-        atexit.unregister(self._at_exit)
+        cancel_at_exit(self._at_exit)
         try:
             self._provider.shutdown()
         except Exception:  # shutting down is best effort and must not raise into the chain

@@ -143,4 +143,5 @@ class SQLiteLedgerSink:
 
     def shutdown(self) -> None:
         """Write what is queued (one last wait for a lock), close the connection; later exports fail."""
-        self._thread.shutdown(30000 if self._budget is None else self._budget.remaining_millis())
+        # The local disk gets its grace past the budget: a backend that took the budget must not cost it.
+        self._thread.shutdown(30000 if self._budget is None else self._budget.local_remaining_millis())

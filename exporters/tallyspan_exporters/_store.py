@@ -262,7 +262,8 @@ class StoreProcessor(SpanProcessor):
 
     def shutdown(self) -> None:
         self._submit_counters()
-        self._thread.shutdown(30000 if self._budget is None else self._budget.remaining_millis())
+        # The local disk gets its grace past the budget: a backend that took the budget must not cost it.
+        self._thread.shutdown(30000 if self._budget is None else self._budget.local_remaining_millis())
 
     def _submit_counters(self) -> None:
         # Counters alone never open (or retry) a store that failed: they ride on the writes that work.

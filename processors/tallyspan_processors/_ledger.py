@@ -46,6 +46,7 @@ import dataclasses
 import logging
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -567,10 +568,16 @@ class LedgerProcessor(WrappingProcessor):
                 swallowed(_logger, "ledger.sink", f"ledger sink {type(sink).__name__} raised")
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        # One deadline for all: each sink given the whole timeout made exit wait for every hung backend in
+        # turn (5.6 s for a 3 s budget); what a sink cannot deliver by then stays in its spool.
+        deadline = time.monotonic() + timeout_millis / 1000
         flushed = flush_all(self._downstream, timeout_millis)
         for sink in self._sinks:
+            remaining_millis = int((deadline - time.monotonic()) * 1000)
+            if remaining_millis <= 0:
+                return False
             try:
-                flushed = sink.force_flush(timeout_millis) and flushed
+                flushed = sink.force_flush(remaining_millis) and flushed
             except Exception:  # one sink's failure must not stop the others flushing
                 swallowed(_logger, "ledger.sink.flush", f"ledger sink {type(sink).__name__} failed to flush")
                 flushed = False

@@ -52,6 +52,7 @@ __all__ = [
     "ENV_SPOOL_MAX_AGE",
     "ENV_SPOOL_MAX_BYTES",
     "GRPC_INSTALL_HINT",
+    "LOCAL_WRITE_GRACE_S",
     "ExportSettings",
     "OTLPProtocol",
     "ShutdownBudget",
@@ -145,6 +146,9 @@ DEFAULT_EXPORT_TIMEOUT_S: Final = 5.0
 """Half the OpenTelemetry exporters' own default (10 s): one export should not hold a sender longer."""
 DEFAULT_RETRY_MAX_S: Final = 30.0
 DEFAULT_SHUTDOWN_TIMEOUT_S: Final = 3.0
+LOCAL_WRITE_GRACE_S: Final = 1.0
+"""How long writes to the local disk (the store, the spool) may go on past the shutdown budget, all of
+them together: a backend that took the whole budget must not cost the records kept here."""
 DEFAULT_OTLP_QUEUE_SIZE: Final = 2048
 _SPOOL_OFF: Final = frozenset({"off", "none", "false", "0"})
 
@@ -272,6 +276,14 @@ class ShutdownBudget:
     def remaining_millis(self) -> int:
         """:meth:`remaining` in whole milliseconds."""
         return int(self.remaining() * 1000)
+
+    def local_remaining(self) -> float:
+        """Seconds left for writes to the local disk: the budget and ``LOCAL_WRITE_GRACE_S`` after it."""
+        return max(0.0, self.start() + LOCAL_WRITE_GRACE_S - time.monotonic())
+
+    def local_remaining_millis(self) -> int:
+        """:meth:`local_remaining` in whole milliseconds."""
+        return int(self.local_remaining() * 1000)
 
 
 @dataclass(frozen=True)

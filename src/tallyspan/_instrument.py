@@ -34,6 +34,8 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
+# Imported (its exit hook registered) before ours below, so the sinks' exit hooks run after ours.
+import tallyspan._exit  # noqa: F401
 from tallyspan import semconv
 from tallyspan._adopt import Borrowed, Guarded, adoptable, give_back, remove, take_over
 from tallyspan._books._ledger_api import LedgerSink
@@ -41,6 +43,7 @@ from tallyspan._config import (
     DEFAULT_OTLP_PROTOCOL,
     ENV_SERVICE_NAME,
     GRPC_INSTALL_HINT,
+    LOCAL_WRITE_GRACE_S,
     OTLPProtocol,
     ShutdownBudget,
     export_settings,
@@ -671,9 +674,6 @@ class _PoolWorkerHook:
 _POOL_WORKER_HOOK: Final = _PoolWorkerHook()
 #: The process in which the exit finalizer is registered (a forked child has another pid).
 _exit_prepared_in: int | None = None
-#: How long a SIGTERM waits for the flush beyond the shutdown budget: the outbox's moment to write the
-#: last records to the local spool (``tallyspan_exporters._delivery.SPOOL_GRACE_S``).
-_SIGTERM_SPOOL_GRACE_S: Final = 1.0
 
 
 def _flush_in_pool_workers(module: object) -> None:
@@ -753,7 +753,7 @@ def _flush_on_sigterm(ends: bool) -> None:
 
 def _sigterm_wait_s() -> float:
     current = instrumentation()
-    return 0.0 if current is None else current.settings.shutdown_budget.seconds + _SIGTERM_SPOOL_GRACE_S
+    return 0.0 if current is None else current.settings.shutdown_budget.seconds + LOCAL_WRITE_GRACE_S
 
 
 after_fork_in_child(sys.modules[__name__], _flush_in_pool_workers)

@@ -2,8 +2,9 @@
 names, :func:`connect`, :func:`is_locked`, ``BUSY_TIMEOUT_MS``) and where it is (:func:`resolve_db_path`),
 the OTLP settings (:class:`ExportSettings`, :class:`OTLPProtocol` and the protocol helpers,
 ``GRPC_INSTALL_HINT``), the taxonomy a record carries (:class:`ViolationType`, ``FAILURE_CLASS_OF``),
-which span is a run's (:func:`is_run_span`) and compact UTF-8 JSON for the store's JSON columns
-(:func:`json_bytes_encoder`).
+which span is a run's (:func:`is_run_span`), compact UTF-8 JSON for the store's JSON columns
+(:func:`json_bytes_encoder`) and a sink's exit hook, run once tallyspan's chain has drained into it
+(:func:`at_exit`, taken back by :func:`cancel_at_exit` when the sink was stopped before).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tallyspan._config import (
     resolve_db_path,
 )
 from tallyspan._engine._taxonomy import FAILURE_CLASS_OF, ViolationType
+from tallyspan._exit import at_exit, cancel_at_exit
 from tallyspan._json_encoding import json_bytes_encoder
 from tallyspan._store._store_schema import (
     BUSY_TIMEOUT_MS,
@@ -44,6 +46,8 @@ __all__ = [
     "ExportSettings",
     "OTLPProtocol",
     "ViolationType",
+    "at_exit",
+    "cancel_at_exit",
     "connect",
     "is_locked",
     "is_run_span",
