@@ -85,17 +85,21 @@ def test_the_measure_is_linear_in_the_text() -> None:
 
     def cost(repeat: int) -> float:
         text = "".join(paragraph[i:] + paragraph[:i] for i in range(repeat))  # no unit repeats back to back
-        start = time.perf_counter()
-        for _ in range(5):
-            repeated_share(text)
-        return time.perf_counter() - start
+        best = float("inf")
+        for _ in range(3):
+            # This thread's CPU time, the best of three: other processes on a busy runner do not add to it.
+            start = time.thread_time()
+            for _ in range(5):
+                repeated_share(text)
+            best = min(best, time.thread_time() - start)
+        return best
 
     small, large = cost(20), cost(200)
     assert large < 40 * small + 0.01
-    start = time.perf_counter()
+    start = time.thread_time()
     assert repeated_share("#" * 100_000 + ANSWER)[0] > 0.99
     assert repeated_share("ab" * 50_000)[0] == 1.0
-    assert time.perf_counter() - start < 1.0
+    assert time.thread_time() - start < 1.0
 
 
 # --- the measure, exactly ------------------------------------------------------------------------------
