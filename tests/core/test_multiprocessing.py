@@ -8,7 +8,6 @@ import json
 import multiprocessing
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from tests.forking import run_forked
+from tests.stats import stored_jobs
 
 import tallyspan
 from tallyspan._config import ENV_SHUTDOWN_TIMEOUT
@@ -58,35 +58,11 @@ def test_a_fork_pool_closed_and_joined_stores_every_run(
         pool.join()
     assert instrumentation.force_flush(10_000)
     assert os.getpid() not in workers  # the runs were made in the pool's workers
-    db = sqlite3.connect(db_path)
-    try:
-        runs = db.execute("SELECT count(*) FROM runs").fetchone()[0]
-        reconciled = db.execute("SELECT count(*) FROM ledger_reconciliations").fetchone()[0]
-        # Each worker's losses are on record beside what it kept: there were none.
-        losses = db.execute(
-            "SELECT key, value FROM self_stats WHERE key LIKE 'dropped.%' AND value > 0"
-        ).fetchall()
-    finally:
-        db.close()
-    assert runs == RUNS
-    assert reconciled == RUNS
-    assert losses == []
+    # Each worker's losses are on record beside what it kept: there were none.
+    assert stored_jobs(db_path) == (RUNS, RUNS, [])
 
 
 POOL_APP = Path(__file__).resolve().parents[1] / "pool_app.py"
-
-
-def _stored(db_path: Path) -> tuple[int, int, list[tuple[str, int]]]:
-    db = sqlite3.connect(db_path)
-    try:
-        runs = db.execute("SELECT count(*) FROM runs WHERE run_name LIKE 'job-%'").fetchone()[0]
-        reconciled = db.execute("SELECT count(*) FROM ledger_reconciliations").fetchone()[0]
-        losses = db.execute(
-            "SELECT key, value FROM self_stats WHERE key LIKE 'dropped.%' AND value > 0"
-        ).fetchall()
-    finally:
-        db.close()
-    return runs, reconciled, losses
 
 
 @pytest.mark.parametrize(
@@ -132,7 +108,7 @@ def test_pool_workers_store_every_run_however_the_pool_ends(
     # status for SIGTERM, tallyspan._sigterm); the app sees no difference.
     ended = {0, -signal.SIGTERM, 128 + signal.SIGTERM}
     assert set(app["exitcodes"]) <= (ended if end == "terminate" else {0})
-    runs, reconciled, losses = _stored(db_path)
+    runs, reconciled, losses = stored_jobs(db_path)
     assert (runs, reconciled, losses) == (RUNS, RUNS, [])
 
 
@@ -172,7 +148,7 @@ def test_a_terminated_fork_pool_flushes_then_runs_the_apps_own_sigterm_handler(
     assert handled == {worker.pid for worker in workers if worker.exitcode == 7}
     assert {worker.exitcode for worker in workers} <= {0, 7}
     assert all((marks / str(pid)).read_text() == str(int(signal.SIGTERM)) for pid in handled)
-    assert _stored(db_path) == (RUNS, RUNS, [])
+    assert stored_jobs(db_path) == (RUNS, RUNS, [])
 
 
 def test_a_sigterm_flush_that_hangs_costs_its_wait_and_the_process_still_ends_by_sigterm() -> None:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests.stats import stored_jobs
 
 from tallyspan._config import ENV_SHUTDOWN_TIMEOUT
 
@@ -47,22 +47,6 @@ def _start(line: int, db_path: Path) -> subprocess.Popen[str]:
     )
 
 
-def _stored(db_path: Path) -> tuple[int, list[tuple[str, int]]]:
-    if not db_path.exists():
-        return 0, []
-    db = sqlite3.connect(db_path)
-    try:
-        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
-            return 0, []
-        runs = db.execute("SELECT count(*) FROM runs WHERE run_name LIKE 'job-%'").fetchone()[0]
-        losses = db.execute(
-            "SELECT key, value FROM self_stats WHERE key LIKE 'dropped.%' AND value > 0"
-        ).fetchall()
-    finally:
-        db.close()
-    return runs, losses
-
-
 def _database(tmp_path: Path, line: int) -> Path:
     folder = tmp_path / str(line)
     folder.mkdir()
@@ -76,9 +60,9 @@ def test_a_sigterm_at_any_line_of_the_stopping_code_loses_no_run(tmp_path: Path)
     assert unsignalled.returncode == 0, errors
     lines = int(errors.strip().splitlines()[-1])
     assert lines >= 10  # the switch, the final flush, the exit hook: the count is real
-    assert _stored(tmp_path / "0" / "tallyspan.db") == (RUNS, [])
+    assert stored_jobs(tmp_path / "0" / "tallyspan.db") == (RUNS, RUNS, [])
 
-    outcomes: dict[int, tuple[int | None, int, list[tuple[str, int]]]] = {}
+    outcomes: dict[int, tuple[int | None, int, int, list[tuple[str, int]]]] = {}
     failures: dict[int, str] = {}
     every_line = list(range(1, lines + 1))
     for start in range(0, lines, AT_ONCE):
@@ -87,9 +71,9 @@ def test_a_sigterm_at_any_line_of_the_stopping_code_loses_no_run(tmp_path: Path)
         }
         for line, process in started.items():
             _, errors = process.communicate(timeout=120)
-            outcomes[line] = (process.returncode, *_stored(tmp_path / str(line) / "tallyspan.db"))
+            outcomes[line] = (process.returncode, *stored_jobs(tmp_path / str(line) / "tallyspan.db"))
             if process.returncode != -signal.SIGTERM:
                 failures[line] = errors
     assert failures == {}
     # The signal ended every process, as it would have without us, and each stored all its runs first.
-    assert outcomes == {line: (-signal.SIGTERM, RUNS, []) for line in every_line}
+    assert outcomes == {line: (-signal.SIGTERM, RUNS, RUNS, []) for line in every_line}
