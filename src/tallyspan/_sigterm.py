@@ -40,13 +40,14 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from tallyspan._fork import start_thread
+from tallyspan._fork import after_fork_in_child, start_thread
 from tallyspan._selfstats import swallowed
 
 __all__ = ["final_flush", "flush_on_sigterm", "installed_handler"]
@@ -64,6 +65,17 @@ _final_flushes: list[object] = []
 """Final flushes under way (``final_flush``), on any thread: one token each."""
 _deferred: list[int] = []
 """A signal that arrived during a final flush, sent again once it is done."""
+
+
+def _forget_final_flushes(module: object) -> None:
+    """In a forked child: the final flushes under way were the parent's threads', which the child does not
+    have. Kept, they would hold every SIGTERM of the child back for ever."""
+    del module
+    _final_flushes.clear()
+    _deferred.clear()
+
+
+after_fork_in_child(sys.modules[__name__], _forget_final_flushes)
 
 
 @contextmanager

@@ -14,12 +14,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+from tests.forking import CHILD_GUARD_S, run_forked
 from tests.stats import stored_jobs
 
 from tallyspan._config import ENV_SHUTDOWN_TIMEOUT
+from tallyspan._sigterm import final_flush, flush_on_sigterm
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "SIGTERM") or os.name != "posix", reason="needs POSIX signals"
@@ -77,3 +80,31 @@ def test_a_sigterm_at_any_line_of_the_stopping_code_loses_no_run(tmp_path: Path)
     assert failures == {}
     # The signal ended every process, as it would have without us, and each stored all its runs first.
     assert outcomes == {line: (-signal.SIGTERM, RUNS, RUNS, []) for line in every_line}
+
+
+def test_a_child_forked_during_a_final_flush_still_ends_by_sigterm() -> None:
+    """The final flush under way is the parent's thread's: the child does not have that thread, and a
+    count inherited from it would hold every SIGTERM of the child back for ever."""
+    entered, release = threading.Event(), threading.Event()
+
+    def flushing() -> None:
+        with final_flush():
+            entered.set()
+            release.wait(CHILD_GUARD_S)
+
+    thread = threading.Thread(target=flushing)
+    thread.start()
+    try:
+        assert entered.wait(10)
+
+        def child() -> bool:
+            assert flush_on_sigterm(lambda ends: None, lambda: 1.0)
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1_000_000):  # the handler runs in here
+                pass
+            return True  # not reached: the signal must end the process
+
+        assert run_forked(child) == -signal.SIGTERM
+    finally:
+        release.set()
+        thread.join()
