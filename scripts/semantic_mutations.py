@@ -198,6 +198,30 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "engine",
+        "any-remark-before-a-decline-is-courtesy",
+        "src/tallyspan/_engine/_refusal.py",
+        '    r"\\s*(?:(?:それは|これは)[^。！？!?\\n]{0,16}"',
+        '    r"\\s*(?:(?:[^。！？!?\\n]{0,16})"',
+        ("tests/core/test_refusal.py", "-k", "remark_on_the_question"),
+    ),
+    Mutation(
+        "engine",
+        "an-objection-after-its-reason-declines",
+        "src/tallyspan/_engine/_refusal.py",
+        "if len(lead) > _REFUSAL_LEAD_CHARS or _JA_REASON.search(lead):",
+        "if len(lead) > _REFUSAL_LEAD_CHARS:",
+        ("tests/core/test_refusal.py", "-k", "remark_on_the_question"),
+    ),
+    Mutation(
+        "engine",
+        "a-restated-task-taken-for-a-new-one",
+        "src/tallyspan/_engine/_relevance.py",
+        "    if len(new) < _MIN_NEW_TASK_FEATURES:\n        return None\n",
+        "",
+        ("tests/core/test_relevance.py", "-k", "rewritten_about_new_material"),
+    ),
+    Mutation(
+        "engine",
         "pattern-budget-on-the-wall-clock",
         "src/tallyspan/_contract/_patterns.py",
         "        now = time.thread_time()\n        self._unclocked_steps = 0",
@@ -304,7 +328,8 @@ def _pytest(tests: tuple[str, ...], timeout_s: float) -> tuple[int, float]:
         started = time.monotonic()
         try:
             done = subprocess.run(
-                [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+                # One process: xdist's workers stopped by -x end the run "interrupted" (exit 2).
+                [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *tests],
                 cwd=ROOT,
                 env=env,
                 stdout=subprocess.DEVNULL,

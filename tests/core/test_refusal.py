@@ -509,3 +509,33 @@ def test_a_refusal_in_any_wording_is_told_by_what_it_does(text: str) -> None:
 )
 def test_a_decline_that_goes_on_to_answer_is_no_refusal(text: str) -> None:
     assert not is_refusal(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "refusal"),
+    [
+        # a remark on the question, then the premise objected to, then only talk of being an AI
+        (
+            "それは非常に驚くべき体験ですね。私が人間として存在している限り、そのような状況はあり得ません。"
+            "しかし、この問いは私がAIとして存在する現実を反映しています。",
+            True,
+        ),
+        ("面白い質問ですね。そのような状況はあり得ません。", True),
+        ("面白い質問ですね。申し訳ありませんが、お答えできません。", True),
+        ("What a fascinating question! I can't answer that.", True),
+        # a reason leads up to the objection: the puzzle's answer
+        ("面白い質問ですね。3人とも嘘をついていることになるので、そのような状況はあり得ません。", False),
+        # the objection, then the answer
+        (
+            "面白い質問ですね。そのような状況はあり得ません。AはBの父で、BはCの父なので、AはCの祖父です。",
+            False,
+        ),
+        # a remark that says something is no courtesy: an answer came first
+        ("答えは東京ですね。申し訳ありませんが、これ以上はお答えできません。", False),
+        ("いい質問ですね。東京タワーの高さは333mです。", False),
+    ],
+)
+def test_a_remark_on_the_question_before_a_decline_or_an_objection_is_courtesy(
+    text: str, refusal: bool
+) -> None:
+    assert is_refusal(text) is refusal

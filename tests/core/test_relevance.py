@@ -714,3 +714,63 @@ def test_a_question_thrown_back_or_a_task_set_anew_answers_nothing(
     reply: str, prompt: str, detail: str | None
 ) -> None:
     assert off_topic_detail(reply, prompt) == detail
+
+
+_COUNT = (
+    "下記の段落を読み、「アマゾン」、「川」、「生物」が何回出現するか数えてください。\n"
+    "アマゾンは自然の驚異が広がる地域で、アマゾン川が流れています。川は無数の生物に生命を与えています。"
+)
+_NEW_MATERIAL = (
+    "人間は宇宙の一部であり、未来は人間の可能性を示すものです。人間は宇宙の広大な空間を探求します。"
+)
+_REWRITTEN = "rewrites its task as a new instruction instead of answering"
+
+
+@pytest.mark.parametrize(
+    ("reply", "prompt", "detail"),
+    [
+        # the prompt's request with new terms, then new material: a new exercise, no answer
+        (
+            "以下の文章を読んで、「人間」、「宇宙」、「未来」が何回出現するか数えてください。\n"
+            + _NEW_MATERIAL,
+            _COUNT,
+            _REWRITTEN,
+        ),
+        # ... of any length, and after a task label
+        (
+            "問題：以下の文章を読んで、「人間」、「宇宙」、「未来」が何回出現するか数えてください。\n"
+            + _NEW_MATERIAL * 12,
+            _COUNT,
+            _REWRITTEN,
+        ),
+        # the task restated in the prompt's own words, then the answer
+        (
+            "下記の段落で、「アマゾン」、「川」、「生物」が何回出現するか数えてください。\nアマゾン、2\n川、2\n生物、1",
+            _COUNT,
+            None,
+        ),
+        # the task quoted as it was given, then the answer
+        (
+            "下記の段落を読み、「アマゾン」、「川」、「生物」が何回出現するか数えてください。\n川、2\nアマゾン、2\n生物、1",
+            _COUNT,
+            None,
+        ),
+        # an answer that opens with an instruction of its own, not shaped like the prompt's
+        (
+            "以下の手順でルーターを再起動してください。\n1. 電源を抜く\n2. 30秒待つ\n3. 電源を入れる",
+            "Wi-Fiに繋がらなくなりました。自宅のルーターの調子が悪いようです。どうしたらいいですか？",
+            None,
+        ),
+        # a prompt that asks for exercises is answered by one
+        (
+            "以下の文章を読んで、「人間」、「宇宙」、「未来」が何回出現するか数えてください。\n"
+            + _NEW_MATERIAL,
+            "下記の段落を読み、単語が何回出現するか数える練習問題を作ってください。",
+            None,
+        ),
+    ],
+)
+def test_the_task_rewritten_about_new_material_answers_nothing(
+    reply: str, prompt: str, detail: str | None
+) -> None:
+    assert off_topic_detail(reply, prompt) == detail

@@ -181,7 +181,7 @@ def is_refusal(text: str, compact: str | None = None) -> bool:
         end = first.end()
     else:
         lead = head[: found.start()]
-        greeting = _GREETING.match(lead)
+        greeting = _GREETING.match(lead) or _ACKNOWLEDGEMENT.match(lead)
         if greeting:
             lead = lead[greeting.end() :]
         if len(lead) > _REFUSAL_LEAD_CHARS or _LEAD_SENTENCE_END.search(lead.rstrip()):
@@ -255,6 +255,15 @@ _QUOTED_AFTER = re.compile(r"\s*[」』\"”]|[、,]?\s*(?:と|って)(?:[いう
 # A clause that states something, then concedes ("...と考えられますが、"): an answer before the decline.
 _ANSWER_CONCEDED = re.compile(r"(?:ます|です|である|だ|た)(?:が|けど|けれど(?:も)?)[、,]")
 _COURTESY_WORD = re.compile(r"恐縮|申し訳|残念|恐れ入り|失礼|すみません|ごめん")
+# A short remark on the question before the decline ("それは驚くべき体験ですね。", "面白い質問ですね。",
+# "What a fascinating question!"): courtesy too. Only a remark on the question or its situation: "答えは
+# 東京ですね。" says something.
+_ACKNOWLEDGEMENT = re.compile(
+    r"\s*(?:(?:それは|これは)[^。！？!?\n]{0,16}"
+    r"|[^。！？!?\n]{0,16}(?:質問|問い|問題|体験|経験|状況|お話|お題|シナリオ|想像|発想|アイデア|テーマ))"
+    r"ですね[。！!]*\s*"
+    r"|(?i:\s*(?:what an?|that's an?|that is an?)\s+(?:\w+\s+){0,2}(?:question|scenario|idea|thought)[.!]*\s*)"
+)
 _CONCESSION = re.compile(r"(?i)\b(?:but|however|though|although|that said)\b")
 #: At most this many courtesy sentences (greeting, thanks, apology) before the decline.
 _MAX_COURTESY = 2
@@ -302,13 +311,20 @@ def _declines_and_stops(text: str) -> bool:
         )
         if declines and not _declined_in_full(sentence, declines):
             return False
-        if declines or _DEFERRAL.search(sentence):
+        # Objecting to the question declines it ("そのような状況はあり得ません"), unless a reason leads up to
+        # the objection: "...ので、そのような状況はあり得ません" is a puzzle's answer.
+        premise = None if declines else _PREMISE_REJECTED.search(sentence)
+        if premise is not None:
+            lead = sentence[: premise.start()]
+            if len(lead) > _REFUSAL_LEAD_CHARS or _JA_REASON.search(lead):
+                return False
+        if declines or premise is not None or _DEFERRAL.search(sentence):
             rest = sentences[index + 1 :]
             return sum(len(without_whitespace(part)) for part in rest) <= _MAX_AFTER_DECLINE_CHARS and all(
                 map(_says_nothing, rest)
             )
         # _GREETING wants its sentence's end: a sentence cut at a line break or the text's end gets one.
-        if not _GREETING.fullmatch(sentence + "\n"):
+        if not (_GREETING.fullmatch(sentence + "\n") or _ACKNOWLEDGEMENT.fullmatch(sentence)):
             return False  # something other than courtesy came first
     return False
 

@@ -34,6 +34,7 @@ questions and through an index of its bigrams for many.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import operator
@@ -551,6 +552,18 @@ _LIST_ITEM = re.compile(r"(?m)^[ \t]*(?:[-*・•]|\d{1,3}[.)．、]|[(（]\d{1,
 _MAX_OFFER_SENTENCE_CHARS = 60
 #: A reply of questions back or tasks alone is read sentence by sentence up to this length.
 _MAX_ASKING_CHARS = 600
+# The reply's first sentence, after a task label ("問題：") if any.
+_OPENING_SENTENCE = re.compile(
+    r"\s*(?:(?:問題|設問|指示|課題|(?i:q|question|instruction|task))\s*[0-9０-９]*\s*[:：.．]\s*)?"
+    r"([^。！？!?\n]{1,300}[。！？!?]?)"
+)
+# A sentence that sets the reader a task: it ends by asking for it.
+_INSTRUCTION_END = re.compile(r"(?:ください|下さい|なさい|せよ)[。！!]?\Z")
+#: A rewritten task names this many content bigrams its prompt does not have (new material's terms) ...
+_MIN_NEW_TASK_FEATURES = 3
+#: ... and is this close to one of its prompt's sentences, character for character (difflib's ratio:
+#: measured, a task rewritten about new material 0.74; an answer's own opening instruction under 0.35).
+_MIN_TASK_SIMILARITY = 0.5
 
 
 def _non_answer(output: str, answer: _Answer, prompt: str) -> str | None:
@@ -565,6 +578,10 @@ def _non_answer(output: str, answer: _Answer, prompt: str) -> str | None:
     common = len(os.path.commonprefix((compact, asked)))  # noqa: RUF071 - characters are what is compared
     if common >= min(_MIN_ECHO_CHARS, len(asked)) and len(compact) - common <= _MAX_ECHO_ADDED:
         return "echoes the prompt and adds nothing"
+    # Checked before the length cut: a new task comes with its own material, of any length.
+    rewritten = _rewritten_task(text, prompt)
+    if rewritten is not None:
+        return rewritten
     offer_length = len(text) <= _MAX_OFFER_CHARS or (
         len(text) <= 4 * _MAX_OFFER_CHARS and _short_without_padding(compact)
     )
@@ -584,6 +601,32 @@ def _non_answer(output: str, answer: _Answer, prompt: str) -> str | None:
             return "offers help or asks back, and answers nothing"
     if len(text) <= _MAX_ASKING_CHARS and not questions_wanted:
         return _asks_or_sets_tasks(text, sentences)
+    return None
+
+
+def _rewritten_task(text: str, prompt: str) -> str | None:
+    """The reply opens with its prompt's instruction rewritten about new material: the same request
+    ("以下の文章を読んで、…を数えてください") with words of its own ("人間", "宇宙" for "アマゾン", "川"), and
+    what follows is that new material, not an answer. A model that restates its task before answering
+    says it in the prompt's words (or quotes it), and an answer that opens with an instruction of its
+    own ("以下の手順で設定してください") is not shaped like the prompt's."""
+    opening = _OPENING_SENTENCE.match(text)
+    if opening is None:
+        return None
+    sentence = opening.group(1).strip()
+    if not _INSTRUCTION_END.search(sentence) or without_whitespace(sentence) in without_whitespace(prompt):
+        return None
+    if _ASKS_FOR_QUESTIONS.search(prompt) or _topic(prompt).follow_up:
+        return None  # asked for a task or question, or to rework the conversation: an instruction may answer
+    new = _bigrams(sentence) - _topic(prompt).bigrams
+    if len(new) < _MIN_NEW_TASK_FEATURES:
+        return None
+    # The closest of the prompt's sentences, character for character (a few sentences of short text).
+    matcher = difflib.SequenceMatcher(None, sentence, autojunk=False)
+    for part in _SENTENCE.findall(prompt):
+        matcher.set_seq2(part)
+        if matcher.quick_ratio() >= _MIN_TASK_SIMILARITY and matcher.ratio() >= _MIN_TASK_SIMILARITY:
+            return "rewrites its task as a new instruction instead of answering"
     return None
 
 
