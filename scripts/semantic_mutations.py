@@ -240,7 +240,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "store",
         "prune-dates-a-trace-by-its-first-span",
-        "src/tallyspan/_store/_store_queries.py",
+        "src/tallyspan/_store/_store_prune.py",
         '" HAVING max(coalesce(end_unix_nano, start_unix_nano, 0)) < ?"',
         '" HAVING min(coalesce(end_unix_nano, start_unix_nano, 0)) < ?"',
         ("tests/cli/test_prune.py",),
@@ -248,7 +248,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "store",
         "prune-dates-a-trace-by-its-starts",
-        "src/tallyspan/_store/_store_queries.py",
+        "src/tallyspan/_store/_store_prune.py",
         '" HAVING max(coalesce(end_unix_nano, start_unix_nano, 0)) < ?"',
         '" HAVING max(coalesce(start_unix_nano, 0)) < ?"',
         ("tests/cli/test_prune.py",),
@@ -314,8 +314,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "processors",
         "worker-batch-one-span-short",
         "processors/tallyspan_processors/_worker.py",
-        "elif queued >= self._batch_spans or time.monotonic() >= self._due:",
-        "elif queued >= self._batch_spans - 1 or time.monotonic() >= self._due:",
+        "elif queued >= self._batch_spans or (now := time.monotonic()) >= self._due:",
+        "elif queued >= self._batch_spans - 1 or (now := time.monotonic()) >= self._due:",
         ("tests/processors/test_worker.py", "-k", "whole_batch"),
     ),
 )
