@@ -222,6 +222,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "engine",
+        "an-apology-hides-the-english-decline",
+        "src/tallyspan/_engine/_refusal.py",
+        """_EN_DECLINE.match(_EN_APOLOGY.sub("", sentence.lstrip("\\"'“ "), count=1))""",
+        """_EN_DECLINE.match(sentence.lstrip("\\"'“ "))""",
+        ("tests/core/test_refusal.py", "-k", "any_wording"),
+    ),
+    Mutation(
+        "engine",
         "pattern-budget-on-the-wall-clock",
         "src/tallyspan/_contract/_patterns.py",
         "        now = time.thread_time()\n        self._unclocked_steps = 0",

@@ -482,6 +482,14 @@ def test_refusals_in_other_words_decline_object_or_defer_in_either_language(text
         "「サマる」の意味は分かりません。",
         # deferring to someone else, with nothing else
         "恐れ入りますが、医療に関する判断は医師にご相談ください。",
+        # an apology before an English decline of any act; telling or recommending declined; not
+        # knowing, plainly; the role declined by an AI assistant
+        "I apologize, but I'm not able to browse the internet for current restaurant information.",
+        "Unfortunately, I'm unable to look that up.",
+        "ラーメン屋の評価は人それぞれですので、私からお伝えすることは難しいです。",
+        "特定のお店をおすすめすることはできかねます。",
+        "ごめんなさい、それはちょっと分からないです。",
+        "私はAIアシスタントなので、ラーメンを食べたことがありません。",
     ],
 )
 def test_a_refusal_in_any_wording_is_told_by_what_it_does(text: str) -> None:
@@ -495,6 +503,10 @@ def test_a_refusal_in_any_wording_is_told_by_what_it_does(text: str) -> None:
         "申し訳ありませんが、正確な数字は分かりません。ただ、一般的には約30%と言われています。",
         "宮崎駿のように話せるかはわかりませんが、彼の作品を見ると、常に新しいことを試しているようです。",
         "I can't give medical advice, but rest and plenty of fluids usually help with a cold.",
+        "I apologize, but I'm not able to name one. However, Ichiran is popular with visitors.",
+        "おすすめの店をお伝えすることは難しいですが、一般的には一蘭が人気です。",
+        # not knowing as part of an answer
+        "原因は分からないことが多いです。",
         # ... or a sentence after it does
         "I can't stress enough how important sleep is. Adults need seven to nine hours a night.",
         # the decline is quoted or named, not said

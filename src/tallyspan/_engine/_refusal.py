@@ -47,7 +47,8 @@ _REFUSAL = re.compile(
     r"|(?:回答|返答|お答え|コメント)(?:は)?(?:し|いたし)ません"
     # ... or objecting to the question instead of answering it
     r"|(?:答え|回答す|お答えす|応じ)る(?:こと)?は(?:適切|適当)では(?:ない|ありません)"
-    r"|(?:AI|人工知能|言語モデル|コンピューター?プログラム)(?:です|であり|である|として|なので|ですので)[^。\n]{0,60}?"
+    r"|(?:AI|人工知能|言語モデル|コンピューター?プログラム)(?:アシスタント|チャットボット|モデル)?"
+    r"(?:です|であり|である|として|なので|ですので)[^。\n]{0,60}?"
     r"(?:できません|持っていません|ありません)"
     r"|お断り(?:いたします|します|させていただきます)"
     # Japanese: the role is declined ("I have no feelings"), without apology words
@@ -201,7 +202,8 @@ def is_refusal(text: str, compact: str | None = None) -> bool:
 # Acts of answering: what a model declines when it declines to answer.
 _JA_ACT = (
     r"(?:お|ご)?(?:答え|応え|回答|返答|応答|応じ|対応|提供|協力|手伝い?|手助け|支援|作成|生成|案内|紹介|説明|"
-    r"教え|判断|推測|特定|断定|予測|判定|保証|コメント|言及|お受け|引き受け|受け付け|実行|お力添え)"
+    r"教え|伝え|お知らせ|申し上げ|おすすめ|お勧め|推薦|判断|推測|特定|断定|予測|判定|保証|コメント|言及|お受け|"
+    r"引き受け|受け付け|実行|お力添え)"
 )
 # The act not done: cannot, will not, is hard, is refrained from (after a connecting particle or none).
 _JA_NOT_DONE = (
@@ -215,7 +217,8 @@ _JA_DECLINE = re.compile(
     _JA_ACT
     + _JA_NOT_DONE
     # not knowing, not having the means ("分かりかねます", "調べる手段がありません", "持ち合わせておりません")
-    + r"|(?:分か|わか|知)り(?:ません|かねます)|存じ(?:ません|上げません|かねます)|"
+    + r"|(?:分か|わか|知)り(?:ません|かねます)|(?:分か|わか)らないです(?=[。！!]|\Z)|"
+    r"存じ(?:ません|上げません|かねます)|"
     r"(?:手段|方法|機能|能力|権限|すべ|術)(?:が|は|も)(?:ありません|ない|ございません|持っていません)|"
     r"持ち合わせて(?:おりません|いません)|持ち合わせがありません"
 )
@@ -224,6 +227,11 @@ _EN_DECLINE = re.compile(
     r"(?:can(?:'|no)t|cannot|won't|will not|unable to|not able to|not going to|"
     r"must (?:respectfully |politely )?decline|have to (?:respectfully |politely )?decline|"
     r"(?:don't|do not) (?:feel comfortable|know)|not (?:comfortable|in a position))\b"
+)
+# An apology that opens an English decline ("I apologize, but I'm not able to ...").
+_EN_APOLOGY = re.compile(
+    r"(?i)^(?:I apologi[sz]e|I(?:'m| am) (?:so |very |truly )?sorry|(?:so |very )?sorry|apologies|unfortunately)"
+    r"[,!.]?\s+(?:but\s+)?"
 )
 # What may follow a decline and leave it a refusal: apologies, reasons, deferrals and offers.
 _JA_NOTHING_REAL = re.compile(
@@ -306,7 +314,7 @@ def _declines_and_stops(text: str) -> bool:
     for index, sentence in enumerate(sentences[: _MAX_COURTESY + 1]):
         declines = (
             _JA_DECLINE.search(sentence)
-            or _EN_DECLINE.match(sentence.lstrip("\"'“ "))
+            or _EN_DECLINE.match(_EN_APOLOGY.sub("", sentence.lstrip("\"'“ "), count=1))
             or (_EN_DECLINE.search(sentence) and _EN_NOTHING_REAL.match(sentence.lstrip()))
         )
         if declines and not _declined_in_full(sentence, declines):
