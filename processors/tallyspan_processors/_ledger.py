@@ -74,7 +74,7 @@ from tallyspan.plugin import Content, Settings, count, renew_lock_after_fork, sw
 from tallyspan.plugin.processors import declares_run, is_run_container, record_run
 from tallyspan_processors._enrich import enriched_copy
 from tallyspan_processors._ledger_sources import RawEntry, entries_of
-from tallyspan_processors._wrapping import StartHook, WrappingProcessor, flush_all
+from tallyspan_processors._wrapping import StartHook, WrappingProcessor, flush_all, flush_in_turn
 
 __all__ = ["LedgerProcessor", "ledger_component"]
 
@@ -572,16 +572,17 @@ class LedgerProcessor(WrappingProcessor):
         # turn (5.6 s for a 3 s budget); what a sink cannot deliver by then stays in its spool.
         deadline = time.monotonic() + timeout_millis / 1000
         flushed = flush_all(self._downstream, timeout_millis)
-        for sink in self._sinks:
-            remaining_millis = int((deadline - time.monotonic()) * 1000)
-            if remaining_millis <= 0:
-                return False
-            try:
-                flushed = sink.force_flush(remaining_millis) and flushed
-            except Exception:  # one sink's failure must not stop the others flushing
-                swallowed(_logger, "ledger.sink.flush", f"ledger sink {type(sink).__name__} failed to flush")
-                flushed = False
-        return flushed
+        return (
+            flush_in_turn(
+                self._sinks,
+                deadline,
+                lambda sink, remaining_millis: sink.force_flush(remaining_millis),
+                lambda sink: swallowed(
+                    _logger, "ledger.sink.flush", f"ledger sink {type(sink).__name__} failed to flush"
+                ),
+            )
+            and flushed
+        )
 
     def shutdown(self) -> None:
         if self._shut_down:

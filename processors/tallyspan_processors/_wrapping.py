@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -30,6 +30,7 @@ __all__ = [
     "StartHook",
     "WrappingProcessor",
     "flush_all",
+    "flush_in_turn",
     "forward",
     "forward_batch",
     "hand",
@@ -48,21 +49,39 @@ class StartHook(Protocol):
 
 _logger = logging.getLogger(__name__)
 
+F = TypeVar("F")
+
 
 def flush_all(processors: Sequence[SpanProcessor], timeout_millis: int) -> bool:
     """Flush each processor in turn within one shared deadline; True if all flushed in time."""
-    deadline = time.monotonic() + timeout_millis / 1000
+    return flush_in_turn(
+        processors,
+        time.monotonic() + timeout_millis / 1000,
+        lambda processor, remaining_millis: processor.force_flush(remaining_millis),
+        lambda processor: swallowed(_logger, "flush", "a span processor failed to flush"),
+    )
+
+
+def flush_in_turn(
+    flushables: Iterable[F],
+    deadline: float,
+    flush: Callable[[F, int], object],
+    failed: Callable[[F], None],
+) -> bool:
+    """``flush`` each of ``flushables`` with what is left of one ``deadline`` (``time.monotonic()``); True if
+    all flushed in time. One that raises is handed to ``failed`` (to log and count) and the others still
+    flush: each given the whole timeout, exit would wait for every hung backend in turn."""
     flushed = True
-    for processor in processors:
+    for flushable in flushables:
         remaining_millis = int((deadline - time.monotonic()) * 1000)
         if remaining_millis <= 0:
             return False
         try:
             # Only False is a failure: on SDK releases before 1.40 a processor that does not override
             # force_flush answers None (the base class's returns nothing), having nothing to flush.
-            flushed = processor.force_flush(remaining_millis) is not False and flushed
-        except Exception:  # a downstream processor's failure must not stop the others flushing
-            swallowed(_logger, "flush", "a span processor failed to flush")
+            flushed = flush(flushable, remaining_millis) is not False and flushed
+        except Exception:  # one failure must not stop the others flushing
+            failed(flushable)
             flushed = False
     return flushed
 
