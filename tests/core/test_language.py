@@ -485,6 +485,8 @@ def test_bare_programs_and_data_are_recognised_by_their_parsers_and_have_no_lang
         ("これを英語で書いてください。", {"en"}),
         ("Translate this into English.", {"en"}),
         ("次の英文を日本語に訳してください：It is sunny.", {"ja"}),
+        ("英文メールで会議の日程変更をお願いする文面を書いてください。", {"en"}),  # an English text to write
+        ("次の英文メールを日本語に訳してください：Dear John, thank you.", {"ja"}),  # one given to translate
         ("「今日は晴れです」を中国語に訳してください。", {"zh"}),
         ("韓国語で挨拶を書いてください。", {"ko"}),
         ("Please answer in Japanese.", {"ja"}),
@@ -537,6 +539,9 @@ def test_every_language_type_follows_the_language_the_question_asks_for() -> Non
         "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)",
         '#include <iostream>\nint main() {\n    std::cout << "Enter a positive integer to calculate it."'
         " << std::endl;\n}",
+        # a command line: options after a space, a file path
+        "grep -c ERROR /var/log/app.log",
+        "tar xzf backup.tar.gz -C ~/restore/data",
     ],
 )
 def test_unfenced_code_without_english_grammar_has_no_language(code: str) -> None:
@@ -547,7 +552,15 @@ def test_unfenced_code_without_english_grammar_has_no_language(code: str) -> Non
 
 @pytest.mark.parametrize(
     "text",
-    ["OK", "Error: connection refused", "Du må være en ren og fornuftig ansatt.", "The weather is fine."],
+    [
+        "OK",
+        "Error: connection refused",
+        "Du må være en ren og fornuftig ansatt.",
+        "The weather is fine.",
+        # a dash between words and a link are no command line
+        "The capital is Tokyo - a well-known city",
+        "Tokyo is the capital, see https://en.wikipedia.org/wiki/Tokyo for more",
+    ],
 )
 def test_short_replies_and_prose_in_any_latin_language_are_still_not_japanese(text: str) -> None:
     assert check(text, Contract(language="ja")).violation_types == ("not_japanese",)

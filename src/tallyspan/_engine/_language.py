@@ -304,9 +304,17 @@ def _has_code_signs(prose: str) -> bool:
     found = MARKS(prose)
     if any(char in found for char in ";{}=$"):
         return True
-    if "/" in found and ("//" in prose or "/*" in prose):
+    if "/" in found and ("//" in prose or "/*" in prose or _PATH.search(prose)):
+        return True
+    if "-" in found and _COMMAND_OPTION.search(prose):
         return True
     return ("#" in found and "#include" in prose) or (" " in found and "import " in prose)
+
+
+# A command line's signs: an option after a space ("grep -c", "ls --all"; prose hyphenates without the
+# space, and a dash between words has one after it too), a file path of two parts at least ("/var/log").
+_COMMAND_OPTION = re.compile(r"(?:^|[ \t])--?[A-Za-z][\w-]*(?=[ \t]|$)", re.MULTILINE)
+_PATH = re.compile(r"(?:^|[ \t])(?:~|\.{1,2})?/[\w.-]+/[\w./-]*")
 
 
 #: A first line this short that ends in a colon labels the document below it ("JSON Object:").
@@ -620,7 +628,9 @@ _REQUESTS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"(?i)英語で|英語に(?:訳|翻訳|し|直)|英訳|英文で|英作文|英語の"
             + _ARTIFACT
-            + r"|\b(?:in|into) english\b"
+            # an English text to write ("英文メールを書いて"); one given to translate is no request
+            + r"|英文(?:の)?(?:メール|手紙|レター|カバーレター|履歴書|レジュメ|招待状|案内状?|挨拶文?)"
+            r"(?:を|で)?[^。\n]{0,20}?(?:書|作|考え)" + r"|\b(?:in|into) english\b"
         ),
     ),
     (
