@@ -230,6 +230,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "engine",
+        "untagged-reasoning-judged-with-the-answer",
+        "src/tallyspan/_engine/_refusal.py",
+        "        if rest:\n            return rest\n",
+        "",
+        ("tests/core/test_refusal.py", "-k", "reasoning"),
+    ),
+    Mutation(
+        "engine",
         "pattern-budget-on-the-wall-clock",
         "src/tallyspan/_contract/_patterns.py",
         "        now = time.thread_time()\n        self._unclocked_steps = 0",

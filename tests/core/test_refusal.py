@@ -182,6 +182,13 @@ HARMONY = "<|channel|>analysis<|message|>考え中<|end|><|start|>assistant<|cha
         (HARMONY, "答え", "harmony channel token in the output"),
         ("<|channel|>final<|message|>答え<|return|>", "答え", "harmony channel token in the output"),
         ("Okay, so let me think about it.", "Okay, so let me think about it.", "output opens with reasoning"),
+        # reasoning in no tag opens the output: its paragraph is set aside, the rest is the answer
+        (
+            "Okay, the user asks for the capital. I should answer in Japanese.\n\n東京です。",
+            "東京です。",
+            "output opens with reasoning",
+        ),
+        ("Let me think.\n\n", "Let me think.\n\n", "output opens with reasoning"),  # nothing after it
         (
             "ユーザーは要約を求めている。要約です。",
             "ユーザーは要約を求めている。要約です。",
@@ -551,3 +558,12 @@ def test_a_remark_on_the_question_before_a_decline_or_an_objection_is_courtesy(
     text: str, refusal: bool
 ) -> None:
     assert is_refusal(text) is refusal
+
+
+def test_an_english_reasoning_paragraph_before_a_japanese_answer_is_a_leak_alone() -> None:
+    # DEFINITIONS.md: the language types judge the deliverable with the leaked reasoning set aside.
+    output = (
+        "Okay, the user is asking about the capital of Japan. I should answer in Japanese.\n\n"
+        "日本の首都は東京です。明治維新以降、政治の中心となっています。"
+    )
+    assert check(output, Contract(language="ja", min_chars=10)).violation_types == ("reasoning_leaked",)

@@ -370,15 +370,21 @@ _HARMONY_HEADER = re.compile(
 
 def strip_reasoning(text: str) -> str:
     """Return ``text`` without think blocks, anything before a lone closing tag, and harmony analysis
-    messages (the final channel's message is kept, without its header)."""
-    if "<" not in MARKS(text):  # every tag and harmony token opens with "<"
-        return text
-    text = _THINK_BLOCK.sub("", text)
-    closing = list(_LONE_CLOSE.finditer(text))
-    if closing:
-        text = text[closing[-1].end() :]
-    if "<|channel|>" in text:
-        text = _HARMONY_HEADER.sub("", _HARMONY_ANALYSIS.sub("", text))
+    messages (the final channel's message is kept, without its header); and, when it opens with
+    reasoning in no tag ("Okay, the user is asking ..."), without that opening paragraph."""
+    if "<" in MARKS(text):  # every tag and harmony token opens with "<"
+        text = _THINK_BLOCK.sub("", text)
+        closing = list(_LONE_CLOSE.finditer(text))
+        if closing:
+            text = text[closing[-1].end() :]
+        if "<|channel|>" in text:
+            text = _HARMONY_HEADER.sub("", _HARMONY_ANALYSIS.sub("", text))
+    if _OPENERS.match(text) is not None:
+        # The paragraph that opens with reasoning is set aside like a think block: an English one before
+        # a Japanese answer leaks reasoning and mixes no language. A single paragraph is all there is.
+        rest = text[text.find("\n\n") :].strip() if "\n\n" in text else ""
+        if rest:
+            return rest
     return text
 
 
