@@ -145,7 +145,7 @@ def test_spans_json_gives_each_violation_with_its_detail(recorded: Recorded) -> 
     assert too_short == {
         "type": "too_short",
         "failure_class": "contract_violation",
-        "detail": "22 chars < min_chars 60",
+        "detail": "26 chars < min_chars 60",
     }
     assert missing == {
         "type": "missing_required",
@@ -171,7 +171,7 @@ def test_spans_text_says_why_each_violating_span_failed(recorded: Recorded) -> N
     lines = output.splitlines()
     why = lines.index(next(line for line in lines if line.startswith("  why ") and "chat qwen3-32b" in line))
     assert lines[why + 1 : why + 3] == [
-        "    too_short (contract_violation): 22 chars < min_chars 60",
+        "    too_short (contract_violation): 26 chars < min_chars 60",
         "    missing_required (contract_violation): pattern 'verdict_line' not found",
     ]
     assert lines[why + 3].startswith("    not_japanese (language_corruption): primary language en, not ja")

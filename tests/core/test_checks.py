@@ -533,3 +533,24 @@ def test_harmony_analysis_is_not_judged_as_the_answer() -> None:
     result = check(text, Contract(language="ja", allow_reasoning=True))
     assert result.ok
     assert "reasoning_leaked" in check(text, Contract(language="ja")).violation_types
+
+
+@pytest.mark.parametrize(
+    ("text", "length"),
+    [
+        ("I am fine.", 10),  # a gap between Latin words is a character
+        ("2, 3, 5, 4, 1", 13),
+        ("はい。 そうです。", 8),  # whitespace beside Japanese is layout
+        ("価格は 100 円", 7),
+        ("a \n\t b", 3),  # a run of whitespace is one gap
+    ],
+)
+def test_length_counts_a_gap_between_latin_words_once_and_no_other_whitespace(text: str, length: int) -> None:
+    assert check(text, Contract(min_chars=length)).violation_types == ()
+    assert check(text, Contract(min_chars=length + 1)).violations[0].detail == (
+        f"{length} chars < min_chars {length + 1}"
+    )
+    assert check(text, Contract(max_chars=length)).violation_types == ()
+    assert check(text, Contract(max_chars=length - 1)).violations[0].detail == (
+        f"{length} chars > max_chars {length - 1}"
+    )

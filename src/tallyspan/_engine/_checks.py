@@ -205,11 +205,23 @@ class _Output(NamedTuple):
     """The time all of the contract's patterns may take on this output together."""
 
 
+# Whitespace between two Latin-script characters is a word's gap and counts as one character ("I am fine."
+# is ten); elsewhere (Japanese, line breaks around CJK text, indentation) it is layout and counts nothing.
+_LATIN_GAP = re.compile(r"(?<=[!-~\u00C0-\u024F])\s+(?=[!-~\u00C0-\u024F])")
+
+
 def _length(given: _Output) -> Iterator[Violation]:
     contract = given.contract
     if contract.min_chars is None and contract.max_chars is None:
         return
     length = len(given.compact)
+    spaces = len(given.answer) - length  # whitespace characters: the most the gaps below can add
+    if spaces and (
+        (contract.min_chars is not None and length < contract.min_chars)
+        or (contract.max_chars is not None and length <= contract.max_chars < length + spaces)
+    ):
+        # Counted only where it can change the verdict: a scan of the whole answer for a long one.
+        length += len(_LATIN_GAP.findall(given.answer))
     if contract.min_chars is not None and length < contract.min_chars:
         yield _violation(ViolationType.TOO_SHORT, f"{length} chars < min_chars {contract.min_chars}")
     if contract.max_chars is not None and length > contract.max_chars:
