@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -107,6 +108,75 @@ MUTATIONS: tuple[Mutation, ...] = (
         'entry = item.tool_calls.setdefault(index if isinstance(index, int) else 0, [None, "", []])',
         'entry = item.tool_calls.setdefault(0, [None, "", []])',
         (STREAM_ENDS, "-k", "parallel"),
+    ),
+    Mutation(
+        "streams",
+        "sync-close-leaves-the-span-open",
+        STREAMS,
+        "        try:\n            self.__wrapped__.close()\n        finally:\n"
+        "            self._tallyspan_finalize()\n\n\ndef _no_context_manager",
+        "        self.__wrapped__.close()\n\n\ndef _no_context_manager",
+        (STREAM_ENDS,),
+    ),
+    Mutation(
+        "streams",
+        "async-generator-aclose-leaves-the-span-open",
+        STREAMS,
+        "            await self.__wrapped__.aclose()\n        finally:\n            self._tallyspan_finalize()",
+        "            await self.__wrapped__.aclose()\n        finally:\n            pass",
+        ("tests/instrumentors",),
+    ),
+    Mutation(
+        "streams",
+        "with-exit-by-an-error-ends-the-span-ok",
+        STREAMS,
+        "            return self.__wrapped__.__exit__(exc_type, exc, traceback)\n        finally:\n"
+        "            self._tallyspan_finalize(_exit_error(exc))",
+        "            return self.__wrapped__.__exit__(exc_type, exc, traceback)\n        finally:\n"
+        "            self._tallyspan_finalize()",
+        ("tests/instrumentors",),
+    ),
+    Mutation(
+        "streams",
+        "async-with-exit-by-an-error-ends-the-span-ok",
+        STREAMS,
+        "            return await self.__wrapped__.__aexit__(exc_type, exc, traceback)\n        finally:\n"
+        "            self._tallyspan_finalize(_exit_error(exc))",
+        "            return await self.__wrapped__.__aexit__(exc_type, exc, traceback)\n        finally:\n"
+        "            self._tallyspan_finalize()",
+        ("tests/instrumentors",),
+    ),
+    Mutation(
+        "streams",
+        "collected-stream-keeps-its-span-open",
+        STREAMS,
+        "                state.finalize()  # once: a stream that ended before does nothing here",
+        "                pass",
+        ("tests/instrumentors",),
+    ),
+    Mutation(
+        "streams",
+        "time-to-first-chunk-taken-at-every-chunk",
+        STREAMS,
+        "            if self.first_item_at is None:\n                self.first_item_at = time.monotonic()",
+        "            self.first_item_at = time.monotonic()",
+        ("tests/instrumentors",),
+    ),
+    Mutation(
+        "streams",
+        "a-failed-stream-is-also-abandoned",
+        STREAMS,
+        "                error is None\n                and not self.exhausted",
+        "                not self.exhausted",
+        ("tests/instrumentors",),
+    ),
+    Mutation(
+        "streams",
+        "ended-stream-keeps-its-chunks",
+        STREAMS,
+        "        accumulator, self.accumulator = self.accumulator, None",
+        "        accumulator = self.accumulator",
+        ("tests/instrumentors",),
     ),
     # --- delivery: the spool, the outbox, the OTLP session ----------------------------------------------------
     Mutation(
@@ -378,7 +448,14 @@ def _misplaced(mutation: Mutation) -> str | None:
     return None
 
 
+def _stop(signum: int, frame: object) -> None:
+    # SIGTERM (a timeout, a CI runner ending the job) kills without running ``finally``: it would leave a
+    # mutation in the working tree. Raised as SystemExit, it runs the restore like Ctrl-C does.
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _stop)
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

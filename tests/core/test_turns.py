@@ -162,11 +162,17 @@ def test_app_threads_hand_over_to_a_registered_consumer_only_once_it_is_due() ->
     try:
         turns.due = time.monotonic() + 3600  # waits for work for another hour: not due
         hand_overs()
+        assert turns._ran.is_set()  # no turn is owed
         assert ran == []
         turns.due = 0.0  # waiting for the GIL now
         hand_overs()
+        # A turn is owed, and the consumer takes it: during the hand-over's wait, or, on a host too busy
+        # to run it within TURN_TIMEOUT_S, as soon as the OS does (the wait is then counted).
+        deadline = time.monotonic() + 10
+        while ran != ["turn"] and time.monotonic() < deadline:
+            time.sleep(0.001)
         assert ran == ["turn"]
-        assert _turns() == 0  # taken within the timeout: not counted
+        assert _turns() <= 1
     finally:
         release.set()
         thread.join(10)
