@@ -168,7 +168,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         STREAMS,
         "                error is None\n                and not self.exhausted",
         "                not self.exhausted",
-        ("tests/instrumentors",),
+        (STREAM_ENDS, "-k", "left_by_an_error"),
     ),
     Mutation(
         "streams",

@@ -168,6 +168,27 @@ def test_openai_stream_closed_before_its_end_is_abandoned(
     assert (span.attributes or {})[semconv.STREAM_ABANDONED] is True
 
 
+def test_openai_stream_left_by_an_error_before_its_end_failed_and_was_not_abandoned(
+    openai_spans: InMemorySpanExporter, openai_server: OpenAICompatibleServer, openai_client: openai.OpenAI
+) -> None:
+    """An exception that leaves the ``with`` block ends the call as failed by it: the stream was cut short
+    by an error, not abandoned by a consumer that had read enough."""
+    openai_server.add_reply(NO_FINISH_REASON)
+
+    def read_one_chunk_and_give_up() -> None:
+        with openai_client.chat.completions.create(model="m", messages=USER, stream=True) as stream:
+            next(iter(stream))
+            raise RuntimeError("the app gave up")
+
+    with pytest.raises(RuntimeError, match="the app gave up"):
+        read_one_chunk_and_give_up()
+    span = only_span(openai_spans)
+    attributes = dict(span.attributes or {})
+    assert span.status.status_code is StatusCode.ERROR
+    assert attributes[semconv.ERROR_TYPE] == "RuntimeError"
+    assert semconv.STREAM_ABANDONED not in attributes
+
+
 def test_openai_parallel_tool_calls_in_one_streamed_reply_stay_two_calls(
     openai_spans: InMemorySpanExporter,
     openai_server: OpenAICompatibleServer,

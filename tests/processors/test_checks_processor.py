@@ -507,7 +507,7 @@ def test_a_step_of_the_agent_loop_is_not_judged_on_its_text(pipeline: Pipeline, 
 @pytest.mark.parametrize("finish", ["stop", ["stop", "length"], 3])
 def test_a_turn_that_finished_otherwise_is_judged_on_its_text(pipeline: Pipeline, finish: Any) -> None:
     span = pipeline.span(
-        _chat(**{semconv.GEN_AI_RESPONSE_FINISH_REASONS: finish}), content=ModelContent("Here you go")
+        _chat(**{semconv.GEN_AI_RESPONSE_FINISH_REASONS: finish}), content=ModelContent("Go ahead")
     )
     assert tuple((span.attributes or {})[semconv.VIOLATION_TYPES]) == (  # type: ignore[arg-type]
         "missing_required",
