@@ -526,9 +526,10 @@ _INSTRUCTION = re.compile(
     r"\b(?:the following|below)\b)"
 )
 # A label that heads such a task ("問題：", "Q1.", "Instruction:").
-_TASK_LABEL = re.compile(
-    r"(?i)\A(?:問題|設問|質問|問|指示|課題|q|question|instruction|task|exercise)\s*[0-9０-９]*\s*[:：.．]?\Z"
+_TASK_LABEL_WORD = (
+    r"(?:問題|設問|質問|問|指示|課題|(?i:q|question|instruction|task|exercise))\s*[0-9０-９]*\s*"
 )
+_TASK_LABEL = re.compile(r"\A" + _TASK_LABEL_WORD + r"[:：.．]?\Z")
 # A prompt that asks for questions or tasks to be made ("質問を3つ考えて", "よくある質問", "write quiz
 # questions"), or a dialogue, or to transform a text it gives (whose form the output keeps: a question corrected or
 # translated is a question): then asking or setting tasks may be the answer. "次の質問に答えて" asks for
@@ -554,8 +555,7 @@ _MAX_OFFER_SENTENCE_CHARS = 60
 _MAX_ASKING_CHARS = 600
 # The reply's first sentence, after a task label ("問題：") if any.
 _OPENING_SENTENCE = re.compile(
-    r"\s*(?:(?:問題|設問|指示|課題|(?i:q|question|instruction|task))\s*[0-9０-９]*\s*[:：.．]\s*)?"
-    r"([^。！？!?\n]{1,300}[。！？!?]?)"
+    r"\s*(?:" + _TASK_LABEL_WORD + r"[:：.．]\s*)?([^。！？!?\n]{1,300}[。！？!?]?)"
 )
 # A sentence that sets the reader a task: it ends by asking for it.
 _INSTRUCTION_END = re.compile(r"(?:ください|下さい|なさい|せよ)[。！!]?\Z")
