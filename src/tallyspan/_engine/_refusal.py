@@ -382,7 +382,8 @@ def strip_reasoning(text: str) -> str:
     if _OPENERS.match(text) is not None:
         # The paragraph that opens with reasoning is set aside like a think block: an English one before
         # a Japanese answer leaks reasoning and mixes no language. A single paragraph is all there is.
-        rest = text[text.find("\n\n") :].strip() if "\n\n" in text else ""
+        paragraph_end = text.find("\n\n")
+        rest = text[paragraph_end:].strip() if paragraph_end >= 0 else ""
         if rest:
             return rest
     return text

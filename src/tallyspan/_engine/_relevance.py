@@ -579,7 +579,7 @@ def _non_answer(output: str, answer: _Answer, prompt: str) -> str | None:
     if common >= min(_MIN_ECHO_CHARS, len(asked)) and len(compact) - common <= _MAX_ECHO_ADDED:
         return "echoes the prompt and adds nothing"
     # Checked before the length cut: a new task comes with its own material, of any length.
-    rewritten = _rewritten_task(text, prompt)
+    rewritten = _rewritten_task(text, prompt, asked)
     if rewritten is not None:
         return rewritten
     offer_length = len(text) <= _MAX_OFFER_CHARS or (
@@ -604,17 +604,18 @@ def _non_answer(output: str, answer: _Answer, prompt: str) -> str | None:
     return None
 
 
-def _rewritten_task(text: str, prompt: str) -> str | None:
+def _rewritten_task(text: str, prompt: str, asked: str) -> str | None:
     """The reply opens with its prompt's instruction rewritten about new material: the same request
     ("以下の文章を読んで、…を数えてください") with words of its own ("人間", "宇宙" for "アマゾン", "川"), and
     what follows is that new material, not an answer. A model that restates its task before answering
     says it in the prompt's words (or quotes it), and an answer that opens with an instruction of its
-    own ("以下の手順で設定してください") is not shaped like the prompt's."""
+    own ("以下の手順で設定してください") is not shaped like the prompt's. ``asked``: the prompt without
+    whitespace, which the caller already made."""
     opening = _OPENING_SENTENCE.match(text)
     if opening is None:
         return None
     sentence = opening.group(1).strip()
-    if not _INSTRUCTION_END.search(sentence) or without_whitespace(sentence) in without_whitespace(prompt):
+    if not _INSTRUCTION_END.search(sentence) or without_whitespace(sentence) in asked:
         return None
     if _ASKS_FOR_QUESTIONS.search(prompt) or _topic(prompt).follow_up:
         return None  # asked for a task or question, or to rework the conversation: an instruction may answer
